@@ -1,0 +1,1 @@
+"""The async Kubernetes API client of kopf-clients, built on aiohttp."""

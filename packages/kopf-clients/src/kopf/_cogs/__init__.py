@@ -1,0 +1,1 @@
+"""Low-level cogs shared by every kopf distribution: structures, settings sections, async primitives."""

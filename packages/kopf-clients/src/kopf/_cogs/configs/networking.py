@@ -1,0 +1,97 @@
+"""
+Settings sections used by the API client: ``settings.networking`` and ``settings.watching``.
+
+They live here, at the bottom of the stack, so that the client can be used without the core;
+``kopf.OperatorSettings`` in kopf-core composes them with its own sections.
+"""
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+# A back-off specification: a single number, or a re-iterable collection of numbers (maybe infinite).
+BackoffsSpec = float | Iterable[float]
+
+
+class SelectorMapping(dict[Any, Any]):
+    """
+    Server-side selectors per resource: keys are resource names (plural, ``plural.group``, kind,
+    singular, short names) or :data:`kopf.EVERYTHING`; values are selector strings or mappings.
+    The API client uses the first key that matches a resource when it lists and watches it.
+    """
+
+
+@dataclasses.dataclass
+class NetworkingSettings:
+    request_timeout: float | None = 5 * 60
+    """How long a regular (non-watching) request may take in total, in seconds."""
+
+    connect_timeout: float | None = None
+    """How long a TCP/TLS handshake of a regular request may take, in seconds."""
+
+    error_backoffs: BackoffsSpec = (1, 1, 2, 3, 5, 8, 13, 21)
+    """Delays between retries of network errors and HTTP 5xx/429; one more attempt than delays."""
+
+    enforce_retry_after: bool = False
+    """If true, 429's Retry-After is used as is; if false, the longer of it and our own backoff."""
+
+    trust_env: bool = False
+    """Whether the HTTP client respects proxy environment variables and ~/.netrc."""
+
+
+@dataclasses.dataclass
+class WatchingSettings:
+    server_timeout: float | None = None
+    """The ``timeoutSeconds`` sent to the server for watch requests (None: the server decides)."""
+
+    client_timeout: float | None = None
+    """The total client-side limit of one watch request (None: forever)."""
+
+    connect_timeout: float | None = None
+    """The handshake timeout of watch requests (None: ``networking.connect_timeout``)."""
+
+    reconnect_backoff: float = 0.1
+    """A pause between consecutive watch requests, so that errors do not flood the API."""
+
+    inactivity_timeout: float = 70.0
+    """How long a watch stream may stay silent (no events, no bookmarks) before it is reconnected."""
+
+    chunk_size: int | None = None
+    """The ``limit`` of list requests: objects are listed page by page (None: all at once)."""
+
+    initial_streaming: bool = False
+    """Use the streaming list (``sendInitialEvents=true``) instead of list-then-watch."""
+
+    label_selectors: SelectorMapping = dataclasses.field(default_factory=SelectorMapping)
+    """Label selectors to send to the server when listing and watching specific resources."""
+
+    field_selectors: SelectorMapping = dataclasses.field(default_factory=SelectorMapping)
+    """Field selectors to send to the server when listing and watching specific resources."""
+
+    shard_selectors: SelectorMapping = dataclasses.field(default_factory=SelectorMapping)
+    """Extra label selectors to split the objects of a resource between several operators."""
+
+
+class ClientSettings(Protocol):
+    """What the API client needs from settings: ``kopf.OperatorSettings`` conforms to it."""
+
+    @property
+    def networking(self) -> NetworkingSettings: ...
+
+    @property
+    def watching(self) -> WatchingSettings: ...
+
+
+@dataclasses.dataclass
+class StandaloneClientSettings:
+    """Settings for using the API client alone, without the core's ``kopf.OperatorSettings``."""
+
+    networking: NetworkingSettings = dataclasses.field(default_factory=NetworkingSettings)
+    watching: WatchingSettings = dataclasses.field(default_factory=WatchingSettings)
+
+
+def get_selectors(mapping: Mapping[Any, Any], names: Iterable[str]) -> Any:
+    """Find the first selector in a mapping whose key is one of the given names, or None."""
+    for name in names:
+        if name in mapping:
+            return mapping[name]
+    return None

@@ -1,0 +1,87 @@
+"""
+Kopf: the Kubernetes Operator Pythonic Framework.
+
+This package is assembled from several distributions: kopf-clients (the API client),
+kopf-core (this module, ``kopf.on``, the reactor), kopf-webhooks, kopf-cli and kopf-testing.
+Names that live in the upper distributions are resolved lazily on first access, so that
+``pip install kopf-core`` alone is enough to embed an operator.
+"""
+# Portions of the `kopf` package installed from other distributions (e.g. editable installs,
+# which put each distribution's `src/` on sys.path separately) must be found too.
+__path__ = __import__('pkgutil').extend_path(__path__, __name__)
+
+import importlib
+from typing import Any
+
+from kopf._cogs.configs.networking import (
+    NetworkingSettings,
+    WatchingSettings,
+)
+from kopf._cogs.structs.credentials import (
+    ConnectionInfo,
+    LoginError,
+)
+from kopf._cogs.structs.references import (
+    EVERYTHING,
+    Resource,
+)
+
+# The upper distributions' names are declared for type checkers here once their modules exist
+# (``if TYPE_CHECKING: from kopf._webhooks.servers import WebhookServer as WebhookServer``);
+# until then, the module-level ``__getattr__`` gives them the type ``Any``.
+
+# Public names provided by the upper distributions: name -> (module, distribution).
+_LAZY_NAMES: dict[str, tuple[str, str]] = {
+    'WebhookServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
+    'WebhookK3dServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
+    'WebhookMinikubeServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
+    'WebhookDockerDesktopServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
+    'WebhookAutoServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
+    'WebhookNgrokTunnel': ('kopf._webhooks.servers', 'kopf-webhooks'),
+    'WebhookAutoTunnel': ('kopf._webhooks.servers', 'kopf-webhooks'),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, distribution = _LAZY_NAMES[name]
+    except KeyError:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}') from None
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        # Only a missing distribution is explained; a missing module inside an installed
+        # distribution is a real bug there and must surface as it is.
+        if e.name is None or not module_name.startswith(e.name) or _is_installed(distribution):
+            raise
+        raise ImportError(
+            f'kopf.{name} is provided by the {distribution!r} distribution, which is not installed. '
+            f'Install it with: pip install {distribution}  (or: pip install kopf, for everything)',
+            name=module_name,
+        ) from e
+    value = getattr(module, name)
+    globals()[name] = value  # cache: next accesses do not come here
+    return value
+
+
+def _is_installed(distribution: str) -> bool:
+    import importlib.metadata
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_NAMES))
+
+
+__all__ = [
+    'EVERYTHING',
+    'ConnectionInfo',
+    'LoginError',
+    'NetworkingSettings',
+    'Resource',
+    'WatchingSettings',
+]

@@ -1,0 +1,1 @@
+"""The framework's internals: registries, handlers, the reactor and its engines."""

@@ -1,0 +1,1 @@
+"""Toolkits on top of the core for operator developers (hierarchies, etc.)."""

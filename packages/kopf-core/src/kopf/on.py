@@ -1,0 +1,3 @@
+"""
+The decorators that register handlers: ``@kopf.on.create(...)``, ``@kopf.on.startup()``, etc.
+"""

@@ -1,0 +1,3 @@
+"""
+Tools for testing operators: ``KopfRunner`` and an in-process Kubernetes API emulator.
+"""
