@@ -1,0 +1,262 @@
+"""
+The core of all API calls: credentials, timeouts, retries, throttling, error classification.
+
+Every call to the Kubernetes API goes through :func:`request` (for regular requests with a JSON
+response) or :func:`stream` (for long-living responses, such as watch-streams). Both:
+
+* take the best credentials from the vault, with one shared HTTP session per credential;
+* on HTTP 401, invalidate the credentials in the vault and repeat with the next ones
+  (or with the new ones after a re-login, which the vault coordinates);
+* on network errors, timeouts, and HTTP 5xx, repeat after a delay from
+  ``settings.networking.error_backoffs``: there is one more attempt than delays;
+  when the delays are over, the error of the last attempt escalates;
+* on HTTP 429, repeat the same way, but never sooner than the server asked in ``Retry-After``
+  (with ``settings.networking.enforce_retry_after``, exactly as the server asked);
+* on other HTTP 4xx errors, fail immediately with an :class:`~kopf._clients.errors.APIError`.
+
+The backoff sequence starts anew for every call: a success resets it.
+"""
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+from typing import Any, TypeVar
+
+import aiohttp
+
+from kopf._clients import auth, errors
+from kopf._clients.vault import Vault
+from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
+from kopf._cogs.structs.credentials import LoginError
+
+_T = TypeVar('_T')
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+default_logger = logging.getLogger(__name__)
+
+# A path on the server (starting with a slash), or a function to build it from the connection context
+# (e.g. when it depends on the default namespace of the credentials).
+URLSpec = str | Callable[[auth.APIContext], str]
+
+# Presumably temporary problems that are worth repeating the request for.
+_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    asyncio.TimeoutError,
+)
+
+
+def iter_backoffs(backoffs: BackoffsSpec | None) -> Iterator[float]:
+    """Start a new sequence of delays from a number, a collection, or any re-iterable (maybe infinite)."""
+    if backoffs is None:
+        return iter(())
+    if isinstance(backoffs, (int, float)):
+        return iter((float(backoffs),))
+    return iter(backoffs)
+
+
+def _context_factory(settings: ClientSettings) -> tuple[Callable[[Any], auth.APIContext], str]:
+    trust_env = bool(settings.networking.trust_env)
+
+    def factory(info: Any) -> auth.APIContext:
+        return auth.APIContext(info, trust_env=trust_env)
+
+    # Different settings must not share the same session: distinguish the cached objects by purpose.
+    return factory, f'kopf-api-context(trust_env={trust_env})'
+
+
+def _request_timeout(settings: ClientSettings) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(
+        total=settings.networking.request_timeout,
+        sock_connect=settings.networking.connect_timeout,
+    )
+
+
+async def _retrying(
+        fn: Callable[[], Awaitable[_T]],
+        *,
+        what: str,
+        settings: ClientSettings,
+        logger: Logger,
+        no_retry_statuses: Collection[int] = (),
+) -> _T:
+    """Call the function, repeating it on temporary errors with the delays from the settings."""
+    backoffs = iter_backoffs(settings.networking.error_backoffs)
+    for attempt in itertools.count(1):
+        try:
+            return await fn()
+        except errors.APITooManyRequestsError as e:
+            own_delay = next(backoffs, None)
+            if own_delay is None:
+                raise
+            server_delay = e.retry_after
+            if server_delay is None:
+                delay = own_delay
+            elif settings.networking.enforce_retry_after:
+                delay = server_delay
+            else:
+                delay = max(own_delay, server_delay)
+            logger.warning(f'Request attempt #{attempt} was throttled by the server: {what}. '
+                           f'Retrying in {delay} seconds.')
+            await asyncio.sleep(delay)
+        except errors.APIServerError as e:
+            if e.status in no_retry_statuses:
+                raise
+            error_delay = next(backoffs, None)
+            if error_delay is None:
+                raise
+            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e}')
+            await asyncio.sleep(error_delay)
+        except _NETWORK_ERRORS as e:
+            network_delay = next(backoffs, None)
+            if network_delay is None:
+                raise
+            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e!r}')
+            await asyncio.sleep(network_delay)
+    raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
+
+
+async def _open(
+        stack: contextlib.AsyncExitStack,
+        method: str,
+        url: URLSpec,
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        data: bytes | None,
+        headers: Mapping[str, str] | None,
+        params: Mapping[str, str] | None,
+        client_timeout: aiohttp.ClientTimeout,
+        logger: Logger,
+        streaming: bool = False,
+) -> tuple[auth.APIContext, aiohttp.ClientResponse]:
+    """
+    Send one request with the best credentials, switching the credentials on HTTP 401.
+
+    The credentials' lease and the response are kept open in the stack until it is closed.
+    Any non-401 error escalates as an exception for the caller to decide on repeating.
+    """
+    factory, purpose = _context_factory(settings)
+    credentials = await stack.enter_async_context(contextlib.aclosing(vault.extended(factory, purpose)))
+    async for key, info, context in credentials:
+        full_url = context.url(url(context) if callable(url) else url)
+        response = await context.session.request(
+            method, full_url,
+            data=data,
+            headers=headers,
+            params=params,
+            timeout=client_timeout,
+            proxy=context.proxy_url,
+        )
+        try:
+            await errors.check_response(response)
+        except errors.APIUnauthorizedError as e:
+            response.release()
+            logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
+            await vault.invalidate(key, info, exc=e)
+            continue
+        except BaseException:
+            response.release()
+            raise
+        # An unfinished stream must be closed, not returned to the pool with the unread data in it.
+        stack.callback(response.close if streaming else response.release)
+        return context, response
+    # The vault yields each credential once; all of them were rejected but are still there (a race).
+    raise LoginError('Ran out of valid credentials: all of them were rejected by the server.')
+
+
+def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, dict[str, str]]:
+    headers = {'Accept': 'application/json'}
+    if payload is None:
+        return None, headers
+    headers['Content-Type'] = content_type or 'application/json'
+    return json.dumps(payload).encode('utf-8'), headers
+
+
+async def _read(response: aiohttp.ClientResponse) -> Any:
+    body = await response.read()
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode('utf-8', errors='replace')
+
+
+async def request(
+        method: str,
+        url: URLSpec,
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        payload: object = None,
+        content_type: str | None = None,
+        params: Mapping[str, str] | None = None,
+        logger: Logger | None = None,
+        no_retry_statuses: Collection[int] = (),
+) -> Any:
+    """
+    Make a regular request and return its JSON-decoded response (None if the response is empty).
+
+    ``url`` is a path on the server (the server comes from the credentials), or a function of
+    the connection context that builds the path. ``payload`` is sent as JSON with the given
+    content type (``application/json`` by default). ``no_retry_statuses`` are 5xx statuses
+    that escalate immediately instead of being retried (e.g. 503 of optional API groups).
+    Errors escalate as :class:`~kopf._clients.errors.APIError` or the network exceptions.
+    """
+    actual_logger: Logger = logger if logger is not None else default_logger
+    data, headers = _encode(payload, content_type)
+    timeout = _request_timeout(settings)
+    what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
+
+    async def attempt() -> Any:
+        async with contextlib.AsyncExitStack() as stack:
+            _, response = await _open(stack, method, url, settings=settings, vault=vault,
+                                      data=data, headers=headers, params=params,
+                                      client_timeout=timeout, logger=actual_logger)
+            return await _read(response)
+
+    return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
+                           no_retry_statuses=no_retry_statuses)
+
+
+@contextlib.asynccontextmanager
+async def stream(
+        method: str,
+        url: URLSpec,
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        params: Mapping[str, str] | None = None,
+        client_timeout: aiohttp.ClientTimeout | None = None,
+        logger: Logger | None = None,
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """
+    Open a long-living response (e.g. a watch-stream) and keep it open while in the context.
+
+    Establishing the connection is retried as for regular requests (see the module's description);
+    once the response is given to the caller, what happens to the stream is the caller's business.
+    The credentials remain in use (their session is not closed) until the context is exited.
+    """
+    actual_logger: Logger = logger if logger is not None else default_logger
+    _, headers = _encode(None, None)
+    actual_timeout = client_timeout if client_timeout is not None else _request_timeout(settings)
+    what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
+
+    async def attempt() -> tuple[contextlib.AsyncExitStack, aiohttp.ClientResponse]:
+        stack = contextlib.AsyncExitStack()
+        try:
+            _, response = await _open(stack, method, url, settings=settings, vault=vault,
+                                      data=None, headers=headers, params=params,
+                                      client_timeout=actual_timeout, logger=actual_logger, streaming=True)
+        except BaseException:
+            await stack.aclose()
+            raise
+        return stack, response
+
+    stack, response = await _retrying(attempt, what=what, settings=settings, logger=actual_logger)
+    async with stack:
+        yield response

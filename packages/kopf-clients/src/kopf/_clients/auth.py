@@ -1,0 +1,150 @@
+"""
+Turning credentials (:class:`ConnectionInfo`) into ready-to-use HTTP sessions.
+
+One :class:`APIContext` exists per credential in the vault (see ``Vault.extended``): it holds
+an ``aiohttp`` session configured for that credential — the TLS context with the server's CA
+and the client's certificate, the ``Authorization`` header, the proxy — and is reused by all
+requests made with that credential. It is closed when the credential is dropped.
+
+Secrets given as data (client certificates & private keys) must be loaded from files by the TLS
+library; they are written to a private temporary directory only for the time of loading,
+and deleted right after.
+"""
+import contextlib
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator
+
+import aiohttp
+
+from kopf._cogs.structs.credentials import ConnectionInfo
+
+DEFAULT_USER_AGENT = 'kopf'
+
+
+@contextlib.contextmanager
+def _materialized(
+        path: str | None,
+        data: bytes | None,
+        *,
+        name: str,
+        tmpdir: list[str],
+) -> Iterator[str | None]:
+    """Provide a file path for a secret, writing its data to a private temporary file if needed."""
+    if path is not None:
+        yield os.path.expanduser(path)
+    elif data is not None:
+        if not tmpdir:
+            tmpdir.append(tempfile.mkdtemp(prefix='kopf-'))  # mode 0700: readable by us only.
+        filepath = os.path.join(tmpdir[0], name)
+        fd = os.open(filepath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, 'wb') as f:
+                f.write(data)
+            yield filepath
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(filepath)
+    else:
+        yield None
+
+
+def make_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
+    """
+    Build a TLS context for the credentials: the trusted CA, the client certificate, the insecure flag.
+
+    Without a CA, the system's default trust store is used.
+    """
+    cadata: str | bytes | None = None
+    if info.ca_data is not None:
+        # PEM is text; anything else is presumably DER, which the TLS library accepts as bytes.
+        stripped = info.ca_data.lstrip()
+        cadata = stripped.decode('ascii') if stripped.startswith(b'-----') else info.ca_data
+    cafile = os.path.expanduser(info.ca_path) if info.ca_path is not None else None
+    context = ssl.create_default_context(cafile=cafile, cadata=cadata)
+
+    if info.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+
+    tmpdir: list[str] = []
+    try:
+        with (
+            _materialized(info.certificate_path, info.certificate_data, name='client.crt', tmpdir=tmpdir)
+            as certfile,
+            _materialized(info.private_key_path, info.private_key_data, name='client.key', tmpdir=tmpdir)
+            as keyfile,
+        ):
+            if certfile is not None:
+                context.load_cert_chain(certfile=certfile, keyfile=keyfile)
+    finally:
+        if tmpdir:
+            with contextlib.suppress(OSError):
+                os.rmdir(tmpdir[0])
+    return context
+
+
+def make_headers(info: ConnectionInfo, *, user_agent: str = DEFAULT_USER_AGENT) -> dict[str, str]:
+    """The default headers of all requests with these credentials: authorization & identification."""
+    headers = {'User-Agent': user_agent}
+    if info.token is not None:
+        headers['Authorization'] = f'{info.scheme or "Bearer"} {info.token}'
+    elif info.scheme is not None and info.username is None and info.password is None:
+        headers['Authorization'] = info.scheme  # a scheme with no params, as RFC 7235 allows.
+    return headers
+
+
+class APIContext:
+    """
+    Everything needed to make requests with one credential: the server URL and an HTTP session.
+
+    The session has an unlimited connection pool (watch-streams hold their connections for long,
+    and thousands of objects can be patched concurrently) and is shared by all requests with
+    the same credential. Timeouts are not set on the session: they are given per request.
+    """
+
+    server: str
+    default_namespace: str | None
+    proxy_url: str | None
+    session: aiohttp.ClientSession
+
+    def __init__(
+            self,
+            info: ConnectionInfo,
+            *,
+            trust_env: bool = False,
+            user_agent: str = DEFAULT_USER_AGENT,
+    ) -> None:
+        super().__init__()
+        self.server = info.server.rstrip('/')
+        self.default_namespace = info.default_namespace
+        self.proxy_url = info.proxy_url
+
+        auth: aiohttp.BasicAuth | None = None
+        if info.token is None and (info.username is not None or info.password is not None):
+            auth = aiohttp.BasicAuth(info.username or '', info.password or '')
+
+        ssl_context: ssl.SSLContext | None = None
+        if self.server.startswith('https:'):
+            ssl_context = make_ssl_context(info)
+
+        connector = aiohttp.TCPConnector(limit=0, ssl=ssl_context if ssl_context is not None else True)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            headers=make_headers(info, user_agent=user_agent),
+            auth=auth,
+            trust_env=bool(trust_env or info.trust_env),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
+
+    def __repr__(self) -> str:
+        return f'<{type(self).__name__} server={self.server!r}>'
+
+    def url(self, path: str) -> str:
+        """The absolute URL for a path on this server (the server URL can have its own path prefix)."""
+        return self.server + path if path.startswith('/') else path
+
+    async def close(self) -> None:
+        """Close the HTTP session and its connections."""
+        await self.session.close()

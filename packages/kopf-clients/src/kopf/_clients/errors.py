@@ -1,0 +1,221 @@
+"""
+Errors of the Kubernetes API, as exceptions with one class per meaningful HTTP status.
+
+The API reports failures with a ``kind: Status`` object in the response body.
+:func:`check_response` turns such a response into the most specific exception class,
+so that callers can catch exactly what they expect (e.g. a missing object) and let the rest escalate::
+
+    try:
+        await fetching.read_obj(...)
+    except errors.APINotFoundError:
+        ...
+
+The texts of these exceptions are built only from the status code, the method & URL of the request
+(which never contain credentials: tokens go in headers), and the server's own message.
+Request headers are never stored in the exceptions, so tokens cannot leak via logs or tracebacks.
+"""
+import datetime
+import email.utils
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+
+class APIError(Exception):
+    """
+    Any error reported by the Kubernetes API with an HTTP status of 4xx or 5xx.
+
+    ``status`` is the HTTP status code. ``payload`` is the parsed ``kind: Status`` object
+    of the response body if the server sent one (or None if the body was not JSON).
+    ``message``, ``reason``, ``details`` are taken from the payload when available.
+    """
+
+    status: int
+    payload: Mapping[str, Any] | None
+
+    def __init__(
+            self,
+            payload: Mapping[str, Any] | None,
+            *,
+            status: int,
+            method: str | None = None,
+            url: str | None = None,
+            text: str | None = None,
+            retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.payload = payload
+        self.method = method
+        self.url = url
+        self._text = text
+        self._retry_after = retry_after
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        # Whatever the server said, plus where we asked. Never include any headers of the request.
+        explanation = self.message or (self._text or '').strip()[:1000] or 'no explanation'
+        where = f' for {self.method} {self.url}' if self.method and self.url else ''
+        reason = f' {self.reason}' if self.reason else ''
+        return f'HTTP {self.status}{reason}{where}: {explanation}'
+
+    @property
+    def code(self) -> int:
+        """The status code as reported in the payload (falls back to the HTTP status)."""
+        value = self.payload.get('code') if self.payload else None
+        return value if isinstance(value, int) else self.status
+
+    @property
+    def message(self) -> str | None:
+        """The human-readable message of the server, if any."""
+        value = self.payload.get('message') if self.payload else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def reason(self) -> str | None:
+        """The machine-readable reason of the server, e.g. ``NotFound``, ``AlreadyExists``."""
+        value = self.payload.get('reason') if self.payload else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def details(self) -> Mapping[str, Any] | None:
+        """Extra details of the status: the kind, name, group, causes of the failure."""
+        value = self.payload.get('details') if self.payload else None
+        return value if isinstance(value, Mapping) else None
+
+    @property
+    def retry_after(self) -> float | None:
+        """
+        How long the server asked to wait before repeating the request, in seconds, if it did.
+
+        It comes from the ``Retry-After`` header, or else from ``details.retryAfterSeconds``.
+        """
+        if self._retry_after is not None:
+            return self._retry_after
+        value = self.details.get('retryAfterSeconds') if self.details else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class APIClientError(APIError):
+    """The request is wrong in some way (HTTP 4xx); repeating it as is will not help."""
+
+
+class APIServerError(APIError):
+    """The server failed to process the request (HTTP 5xx); it is presumably temporary."""
+
+
+class APIUnauthorizedError(APIClientError):
+    """HTTP 401: the credentials are invalid or expired; new credentials are needed."""
+
+
+class APIForbiddenError(APIClientError):
+    """HTTP 403: the credentials are valid, but the RBAC permissions do not allow the request."""
+
+
+class APINotFoundError(APIClientError):
+    """HTTP 404: the object, the namespace, or the resource does not exist."""
+
+
+class APIConflictError(APIClientError):
+    """HTTP 409: the object already exists, or its resource version does not match."""
+
+
+class APIGoneError(APIClientError):
+    """HTTP 410: the requested resource version is too old and is gone from the server's history."""
+
+
+class APIUnprocessableEntityError(APIClientError):
+    """HTTP 422: the object or the patch is invalid (e.g. it violates the schema)."""
+
+
+class APITooManyRequestsError(APIClientError):
+    """HTTP 429: the server throttles the client; the request can be repeated later (see ``retry_after``)."""
+
+
+_CLASSES_BY_STATUS: Mapping[int, type[APIError]] = {
+    401: APIUnauthorizedError,
+    403: APIForbiddenError,
+    404: APINotFoundError,
+    409: APIConflictError,
+    410: APIGoneError,
+    422: APIUnprocessableEntityError,
+    429: APITooManyRequestsError,
+}
+
+
+def get_error_class(status: int) -> type[APIError]:
+    """The most specific exception class for an HTTP status code (only for 4xx/5xx)."""
+    if status in _CLASSES_BY_STATUS:
+        return _CLASSES_BY_STATUS[status]
+    elif 400 <= status < 500:
+        return APIClientError
+    elif 500 <= status < 600:
+        return APIServerError
+    else:
+        return APIError
+
+
+def make_error(
+        status: int,
+        payload: Mapping[str, Any] | None,
+        *,
+        method: str | None = None,
+        url: str | None = None,
+        text: str | None = None,
+        retry_after: float | None = None,
+) -> APIError:
+    """Build the exception for an HTTP status and a ``kind: Status`` payload (e.g. of a watch-event)."""
+    cls = get_error_class(status)
+    return cls(payload, status=status, method=method, url=url, text=text, retry_after=retry_after)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """
+    Interpret the ``Retry-After`` header: either a number of seconds or an HTTP date.
+
+    Unparseable values are ignored (None); dates in the past mean "no delay" (0).
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return max(0.0, (moment - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
+def parse_status(text: str) -> Mapping[str, Any] | None:
+    """Parse a response body as a ``kind: Status`` object if possible, or None if it is not JSON."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, Mapping) else None
+
+
+async def check_response(response: aiohttp.ClientResponse) -> None:
+    """
+    Raise the most specific :class:`APIError` if the response is an error; do nothing otherwise.
+
+    The response body is consumed only for errors (to parse the ``kind: Status`` in it).
+    """
+    if response.status < 400:
+        return
+    try:
+        text = await response.text(errors='replace')
+    except aiohttp.ClientError:
+        text = ''  # the status is what matters; the body is only a bonus for explanations.
+    payload = parse_status(text)
+    # The URL without the query string: the query has no secrets either, but it can be long and noisy.
+    url = str(response.url.with_query(None))
+    retry_after = parse_retry_after(response.headers.get('Retry-After'))
+    raise make_error(response.status, payload, method=response.method, url=url, text=text,
+                     retry_after=retry_after)

@@ -1,0 +1,169 @@
+"""
+Kubernetes objects: their raw JSON shapes and the live read-only views given to handlers.
+
+The raw types (``RawBody``, ``RawEvent``, etc.) describe the JSON-decoded dicts
+as they come from the API; they are plain dicts at runtime.
+
+:class:`Body` wraps a raw body without copying it. When a newer state of the same object
+arrives, the framework replaces the body's source in place, so the handlers and daemons
+that hold the body (or its ``spec``/``meta``/``status`` views) see the latest state.
+The views are created once per body and resolve their sub-dicts on every access,
+which keeps them cheap for thousands of objects and events.
+"""
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
+
+from kopf._cogs.structs import dicts
+
+# The labels and annotations of an object, as handlers see them (read-only).
+Labels = Mapping[str, str]
+Annotations = Mapping[str, str]
+
+# The types of watch-events as they are given to handlers; None means the initial listing.
+RawEventType = Literal[None, 'ADDED', 'MODIFIED', 'DELETED']
+
+# The types of the raw lines of watch-streams, including the service ones (not given to handlers).
+RawInputType = Literal['ADDED', 'MODIFIED', 'DELETED', 'ERROR', 'BOOKMARK']
+
+
+class RawMeta(TypedDict, total=False):
+    name: str
+    generateName: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    generation: int
+    creationTimestamp: str
+    deletionTimestamp: str
+    deletionGracePeriodSeconds: int
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    finalizers: list[str]
+    ownerReferences: list[dict[str, Any]]
+    managedFields: list[dict[str, Any]]
+
+
+class RawBody(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: RawMeta
+    spec: dict[str, Any]
+    status: dict[str, Any]
+
+
+class RawEvent(TypedDict):
+    type: RawEventType
+    object: RawBody
+
+
+class RawError(TypedDict, total=False):
+    """A ``kind: Status`` object, as the API sends it in errors (incl. ERROR lines of watch-streams)."""
+    apiVersion: str
+    kind: str
+    metadata: dict[str, Any]
+    status: str
+    message: str
+    reason: str
+    details: dict[str, Any]
+    code: int
+
+
+class RawInput(TypedDict):
+    """One line of a watch-stream, before it is interpreted."""
+    type: RawInputType
+    object: dict[str, Any]
+
+
+class BodyEssence(TypedDict, total=False):
+    """The meaningful part of a body (e.g. for the diff-base): without the system-managed fields."""
+    apiVersion: str
+    kind: str
+    metadata: RawMeta
+    spec: dict[str, Any]
+    status: dict[str, Any]
+
+
+class Meta(dicts.MappingView[str, Any]):
+    """The live view of an object's ``metadata`` with shortcuts to its well-known fields."""
+
+    def __init__(self, src: Mapping[str, Any], /) -> None:
+        super().__init__(src, 'metadata')
+        self._labels: Labels = dicts.MappingView[str, str](self, 'labels')
+        self._annotations: Annotations = dicts.MappingView[str, str](self, 'annotations')
+
+    def _get_str(self, key: str) -> str | None:
+        value = self._resolve().get(key)
+        return value if isinstance(value, str) else None
+
+    @property
+    def labels(self) -> Labels:
+        return self._labels
+
+    @property
+    def annotations(self) -> Annotations:
+        return self._annotations
+
+    @property
+    def uid(self) -> str | None:
+        return self._get_str('uid')
+
+    @property
+    def name(self) -> str | None:
+        return self._get_str('name')
+
+    @property
+    def namespace(self) -> str | None:
+        return self._get_str('namespace')
+
+    @property
+    def creation_timestamp(self) -> str | None:
+        return self._get_str('creationTimestamp')
+
+    @property
+    def deletion_timestamp(self) -> str | None:
+        return self._get_str('deletionTimestamp')
+
+
+class Spec(dicts.MappingView[str, Any]):
+    """The live view of an object's ``spec``: empty if there is none."""
+
+    def __init__(self, src: Mapping[str, Any], /) -> None:
+        super().__init__(src, 'spec')
+
+
+class Status(dicts.MappingView[str, Any]):
+    """The live view of an object's ``status``: empty if there is none."""
+
+    def __init__(self, src: Mapping[str, Any], /) -> None:
+        super().__init__(src, 'status')
+
+
+class Body(dicts.ReplaceableMappingView[str, Any]):
+    """
+    The live read-only view of a whole object, with its ``meta``, ``spec``, ``status`` views.
+
+    The views are the same objects for the whole life of the body, and they follow
+    the in-place replacements of the body's source.
+    """
+
+    def __init__(self, src: Mapping[str, Any], /) -> None:
+        super().__init__(src)
+        self._meta = Meta(self)
+        self._spec = Spec(self)
+        self._status = Status(self)
+
+    @property
+    def metadata(self) -> Meta:
+        return self._meta
+
+    @property
+    def meta(self) -> Meta:
+        return self._meta
+
+    @property
+    def spec(self) -> Spec:
+        return self._spec
+
+    @property
+    def status(self) -> Status:
+        return self._status

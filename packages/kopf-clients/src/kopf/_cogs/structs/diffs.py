@@ -1,0 +1,159 @@
+"""
+Differences between two states of an object (or of a field), as given to handlers in ``diff``.
+
+A diff is a sequence of items ``(operation, field, old, new)``, where ``field`` is a tuple
+of keys relative to the diffed value (empty for the value itself). The mappings are
+compared key by key recursively; all other values (lists included) are compared as wholes.
+
+As in Kubernetes, ``None`` means an absent value: a key with ``None`` is the same as
+no key at all, and ``None`` is put as ``old`` of added values and as ``new`` of removed ones.
+"""
+import enum
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, overload
+
+from kopf._cogs.structs.dicts import FieldPath, FieldSpec, parse_field, resolve
+
+__all__ = [
+    'Diff',
+    'DiffItem',
+    'DiffOperation',
+    'FieldPath',
+    'FieldSpec',
+    'diff',
+    'parse_field',
+    'reduce',
+]
+
+
+class DiffOperation(enum.StrEnum):
+    ADD = 'add'
+    CHANGE = 'change'
+    REMOVE = 'remove'
+
+    def __repr__(self) -> str:  # the plain string, so that the diffs look like the tuples in logs.
+        return repr(self.value)
+
+
+class DiffItem(NamedTuple):
+    """One change: what happened (add/change/remove) to which field, from which old to which new value."""
+
+    operation: DiffOperation
+    field: FieldPath
+    old: Any
+    new: Any
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+    @property
+    def op(self) -> DiffOperation:
+        return self.operation
+
+
+class Diff(Sequence[DiffItem]):
+    """
+    An immutable sequence of diff items.
+
+    It equals to any sequence with the same items, including plain tuples
+    such as ``(('add', ('spec', 'field'), None, 'value'),)``.
+    """
+
+    __slots__ = ('_items',)
+    _items: tuple[DiffItem, ...]
+
+    def __init__(self, items: Iterable[DiffItem | tuple[str, FieldPath, Any, Any]] = (), /) -> None:
+        super().__init__()
+        self._items = tuple(
+            item if isinstance(item, DiffItem) else
+            DiffItem(DiffOperation(item[0]), tuple(item[1]), item[2], item[3])
+            for item in items
+        )
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[DiffItem]:
+        return iter(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> DiffItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> 'Diff': ...
+
+    def __getitem__(self, index: int | slice) -> 'DiffItem | Diff':
+        if isinstance(index, slice):
+            return Diff(self._items[index])
+        return self._items[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return self._items == tuple(other)
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+
+def diff(a: Any, b: Any, *, fields: Iterable[FieldSpec] | None = None) -> Diff:
+    """
+    Compute the difference from the old state ``a`` to the new state ``b``.
+
+    If ``fields`` are given, only those fields are compared (the paths in the items
+    are still from the root); otherwise, the whole values are.
+    """
+    if fields is None:
+        return Diff(_diff_iter(a, b, ()))
+    items: list[DiffItem] = []
+    for field in fields:
+        path = parse_field(field)
+        items.extend(_diff_iter(resolve(a, path, None), resolve(b, path, None), path))
+    return Diff(items)
+
+
+def reduce(d: Diff, field: FieldSpec) -> Diff:
+    """
+    Narrow a diff of a whole value to one of its fields, with the paths relative to that field.
+
+    The items about other fields are dropped. The items about the field's parents
+    (e.g. a whole ``spec`` added when narrowing to ``spec.field``) are re-diffed
+    at the level of the field, so that only the relevant part of them is left.
+    """
+    path = parse_field(field)
+    if not path:
+        return d if isinstance(d, Diff) else Diff(d)
+    items: list[DiffItem] = []
+    for item in d:
+        if item.field[:len(path)] == path:  # the item is inside the field (or is the field itself)
+            items.append(DiffItem(item.operation, item.field[len(path):], item.old, item.new))
+        elif path[:len(item.field)] == item.field:  # the item is a parent of the field
+            subpath = path[len(item.field):]
+            old = resolve(item.old, subpath, None) if isinstance(item.old, Mapping) else None
+            new = resolve(item.new, subpath, None) if isinstance(item.new, Mapping) else None
+            items.extend(_diff_iter(old, new, ()))
+    return Diff(items)
+
+
+def _diff_iter(a: Any, b: Any, path: FieldPath) -> Iterator[DiffItem]:
+    if a is None and b is None:
+        return
+    elif a is None:
+        yield DiffItem(DiffOperation.ADD, path, None, b)
+    elif b is None:
+        yield DiffItem(DiffOperation.REMOVE, path, a, None)
+    elif isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in a:
+            yield from _diff_iter(a[key], b.get(key), (*path, key))
+        for key in b:
+            if key not in a:
+                yield from _diff_iter(None, b[key], (*path, key))
+    elif type(a) is not type(b) or a != b:  # so that 1 == 1.0 == True are not taken as unchanged.
+        yield DiffItem(DiffOperation.CHANGE, path, a, b)

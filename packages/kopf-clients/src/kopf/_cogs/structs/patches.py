@@ -1,0 +1,221 @@
+"""
+Patches accumulated by handlers, to be applied to objects after the handlers are done.
+
+A :class:`Patch` is a merge-patch (RFC 7386): a dict where nested dicts are merged
+into the object and ``None`` deletes a key. Since merge-patches cannot express changes
+inside lists (e.g. to one of the status conditions), a patch also carries transformation
+functions (``patch.fns``): callables that get a copy of the raw body and modify it in place.
+The whole thing can be turned into a JSON-patch (RFC 6902) against a specific body:
+the merge-patch and the functions are applied to a deep copy, and the result is diffed.
+"""
+import copy
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any, NotRequired, TypedDict, cast
+
+import jsonpatch
+
+from kopf._cogs.structs.bodies import RawBody
+
+# A transformation function: modifies the raw body (a deep copy of it) in place.
+PatchFn = Callable[[RawBody], None]
+
+# One operation of a JSON-patch (RFC 6902): e.g. ``{'op': 'add', 'path': '/spec/x', 'value': 1}``.
+JSONPatchItem = TypedDict('JSONPatchItem', {
+    'op': str,
+    'path': str,
+    'value': NotRequired[Any],
+    'from': NotRequired[str],
+})
+JSONPatch = list[JSONPatchItem]
+
+
+def merge_into(target: MutableMapping[str, Any], patch: Mapping[str, Any]) -> None:
+    """
+    Apply a merge-patch (RFC 7386) to a mapping in place.
+
+    ``None`` removes the key; a mapping is merged into the existing mapping (or replaces
+    a non-mapping value); any other value (lists included) replaces the old value as a whole.
+    The patch's values are copied, so the patch and the target never share mutable data.
+    """
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping):
+            existing = target.get(key)
+            if not isinstance(existing, MutableMapping):
+                existing = target[key] = {}
+            merge_into(existing, value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def apply_merge_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a new dict: the object with the merge-patch (RFC 7386) applied; the object is intact."""
+    result = copy.deepcopy(dict(obj))
+    merge_into(result, patch)
+    return result
+
+
+class _SubPatch(MutableMapping[str, Any]):
+    """
+    A mutable view of a dict nested in a patch, e.g. of ``patch['spec']``.
+
+    The dict is created in the parent only on the first write, so merely looking
+    at ``patch.spec`` does not make the patch non-empty.
+    """
+
+    def __init__(self, parent: MutableMapping[str, Any], key: str) -> None:
+        super().__init__()
+        self._parent = parent
+        self._key = key
+
+    def _existing(self) -> Mapping[str, Any]:
+        value = self._parent.get(self._key)
+        return value if isinstance(value, Mapping) else {}
+
+    def _ensured(self) -> MutableMapping[str, Any]:
+        value = self._parent.get(self._key)
+        if not isinstance(value, MutableMapping):
+            value = self._parent[self._key] = {}
+        return value
+
+    def __repr__(self) -> str:
+        return repr(self._existing())
+
+    def __len__(self) -> int:
+        return len(self._existing())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._existing())
+
+    def __getitem__(self, key: str) -> Any:
+        return self._existing()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._ensured()[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        value = self._parent.get(self._key)
+        if not isinstance(value, MutableMapping):
+            raise KeyError(key)
+        del value[key]
+
+
+class MetaPatch(_SubPatch):
+    """The patch of ``metadata``, with the patches of ``labels`` and ``annotations`` in it."""
+
+    def __init__(self, parent: MutableMapping[str, Any]) -> None:
+        super().__init__(parent, 'metadata')
+        self._labels = _SubPatch(self, 'labels')
+        self._annotations = _SubPatch(self, 'annotations')
+
+    @property
+    def labels(self) -> MutableMapping[str, Any]:
+        return self._labels
+
+    @property
+    def annotations(self) -> MutableMapping[str, Any]:
+        return self._annotations
+
+
+class SpecPatch(_SubPatch):
+    def __init__(self, parent: MutableMapping[str, Any]) -> None:
+        super().__init__(parent, 'spec')
+
+
+class StatusPatch(_SubPatch):
+    def __init__(self, parent: MutableMapping[str, Any]) -> None:
+        super().__init__(parent, 'status')
+
+
+class Patch(dict[str, Any]):
+    """
+    A merge-patch being accumulated for an object, plus the transformation functions.
+
+    The patch is "empty" (false in boolean context) only if there are neither
+    the merge-patch keys nor the functions: pending functions need a request too.
+
+    ``body`` is the object's state the patch is made for; it is used by default
+    to build the JSON-patch (e.g. for admission responses).
+    """
+
+    fns: list[PatchFn]
+
+    def __init__(
+            self,
+            src: MutableMapping[str, Any] | None = None,
+            /,
+            body: RawBody | None = None,
+    ) -> None:
+        super().__init__(src or {})
+        self.fns = list(src.fns) if isinstance(src, Patch) else []
+        self._body = body
+        self._meta = MetaPatch(self)
+        self._spec = SpecPatch(self)
+        self._status = StatusPatch(self)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0 or bool(self.fns)
+
+    def __repr__(self) -> str:
+        if self.fns:
+            names = ', '.join(getattr(fn, '__qualname__', repr(fn)) for fn in self.fns)
+            return f'{super().__repr__()} + fns=[{names}]'
+        return super().__repr__()
+
+    @property
+    def body(self) -> RawBody | None:
+        return self._body
+
+    @property
+    def metadata(self) -> MetaPatch:
+        return self._meta
+
+    @property
+    def meta(self) -> MetaPatch:
+        return self._meta
+
+    @property
+    def spec(self) -> SpecPatch:
+        return self._spec
+
+    @property
+    def status(self) -> StatusPatch:
+        return self._status
+
+    def as_json_patch(
+            self,
+            body: Mapping[str, Any] | None = None,
+            *,
+            merge: bool = True,
+            guarded: bool | None = None,
+    ) -> JSONPatch:
+        """
+        Convert the patch to a JSON-patch (RFC 6902) against the given (or the remembered) body.
+
+        The merge-patch (unless ``merge=False``, e.g. when it is sent separately) and then
+        the transformation functions are applied to a deep copy of the body, and the JSON-patch
+        is the difference between the original and the result. The body is not modified.
+
+        A ``guarded`` JSON-patch starts with a test of ``metadata.resourceVersion``, so that
+        it fails (HTTP 422) if the object has changed since the body was fetched, instead of
+        silently breaking the lists by the positions computed for another state.
+        By default, it is guarded only if there are functions and the body has a version.
+        """
+        base: Mapping[str, Any] = body if body is not None else self._body if self._body is not None else {}
+        original = dict(base)  # only read (the nested values are raw dicts even if the body is a view).
+        target = copy.deepcopy(original)
+        if merge:
+            merge_into(target, self)
+        for fn in self.fns:
+            fn(cast(RawBody, target))  # RawBody is a plain dict at runtime.
+        ops = cast(JSONPatch, list(jsonpatch.make_patch(original, target).patch))
+
+        resource_version = original.get('metadata', {}).get('resourceVersion')
+        if guarded is None:
+            guarded = bool(self.fns) and resource_version is not None
+        if guarded and ops:
+            if resource_version is None:
+                raise ValueError('Cannot guard the JSON-patch: the body has no metadata.resourceVersion.')
+            ops.insert(0, {'op': 'test', 'path': '/metadata/resourceVersion', 'value': resource_version})
+        return ops
