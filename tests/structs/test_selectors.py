@@ -111,6 +111,9 @@ def test_keyword_forms(kwargs):
     (('.kopf.dev',), {}, ValueError, r'Malformed'),
     (('kopfexamples..dev',), {}, ValueError, r'Malformed'),
     ((lambda r: True, 'v1'), {}, TypeError, r'predicate cannot be combined'),
+    (('kopf.dev/v1',), {}, ValueError, r'name must be the last argument'),
+    (('kopfexamples',), {'group': 'kopf.dev/v1'}, ValueError, r'slashes'),
+    (('kopfexamples',), {'version': 'kopf.dev/v1'}, ValueError, r'slashes'),
 ])
 def test_invalid_specifications(args, kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -212,7 +215,8 @@ def test_ambiguous_names_prefer_the_core_api():
 
 
 def test_multi_resource_selectors_are_not_disambiguated():
-    other_kex = Resource('other.dev', 'v1', 'kopfexamples', kind='KopfExample', categories=frozenset({'kopf'}))
+    other_kex = Resource('other.dev', 'v1', 'kopfexamples', kind='KopfExample',
+                         categories=frozenset({'kopf'}))
     assert Selector(category='kopf').select([KEX, other_kex]) == {KEX, other_kex}
     assert Selector(EVERYTHING).select([KEX, other_kex]) == {KEX, other_kex}
 
@@ -238,7 +242,7 @@ def test_names_are_matched_only_in_their_roles():
 def test_selector_is_immutable():
     selector = Selector('pods')
     with pytest.raises(AttributeError):
-        selector.group = 'apps'  # type: ignore[misc]
+        selector.group = 'apps'
 
 
 def test_predicate_selector_calls_the_predicate_with_resources():

@@ -13,17 +13,64 @@ __path__ = __import__('pkgutil').extend_path(__path__, __name__)
 import importlib
 from typing import Any
 
+from kopf._clients.logins import (
+    login_via_async_client,
+    login_via_client,
+    login_via_pykube,
+    login_with_kubeconfig,
+    login_with_service_account,
+)
 from kopf._cogs.configs.networking import (
     NetworkingSettings,
     WatchingSettings,
+)
+from kopf._cogs.helpers.typedefs import (
+    Logger,
+)
+from kopf._cogs.structs.bodies import (
+    Annotations,
+    Body,
+    BodyEssence,
+    Labels,
+    Meta,
+    RawBody,
+    RawEvent,
+    RawEventType,
+    Spec,
+    Status,
 )
 from kopf._cogs.structs.credentials import (
     ConnectionInfo,
     LoginError,
 )
+from kopf._cogs.structs.dicts import (
+    FieldPath,
+    FieldSpec,
+)
+from kopf._cogs.structs.diffs import (
+    Diff,
+    DiffItem,
+    DiffOperation,
+)
+from kopf._cogs.structs.patches import (
+    Patch,
+    PatchFn,
+)
 from kopf._cogs.structs.references import (
     EVERYTHING,
     Resource,
+)
+from kopf._kits.hierarchies import (
+    ObjectReference,
+    OwnerReference,
+    adjust_namespace,
+    adopt,
+    append_owner_reference,
+    build_object_reference,
+    build_owner_reference,
+    harmonize_naming,
+    label,
+    remove_owner_reference,
 )
 
 # The upper distributions' names are declared for type checkers here once their modules exist
@@ -79,9 +126,42 @@ def __dir__() -> list[str]:
 
 __all__ = [
     'EVERYTHING',
+    'Annotations',
+    'Body',
+    'BodyEssence',
     'ConnectionInfo',
+    'Diff',
+    'DiffItem',
+    'DiffOperation',
+    'FieldPath',
+    'FieldSpec',
+    'Labels',
+    'Logger',
     'LoginError',
+    'Meta',
     'NetworkingSettings',
+    'ObjectReference',
+    'OwnerReference',
+    'Patch',
+    'PatchFn',
+    'RawBody',
+    'RawEvent',
+    'RawEventType',
     'Resource',
+    'Spec',
+    'Status',
     'WatchingSettings',
+    'adjust_namespace',
+    'adopt',
+    'append_owner_reference',
+    'build_object_reference',
+    'build_owner_reference',
+    'harmonize_naming',
+    'label',
+    'login_via_async_client',
+    'login_via_client',
+    'login_via_pykube',
+    'login_with_kubeconfig',
+    'login_with_service_account',
+    'remove_owner_reference',
 ]

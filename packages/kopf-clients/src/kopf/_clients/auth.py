@@ -10,6 +10,7 @@ Secrets given as data (client certificates & private keys) must be loaded from f
 library; they are written to a private temporary directory only for the time of loading,
 and deleted right after.
 """
+import base64
 import contextlib
 import os
 import ssl
@@ -90,7 +91,10 @@ def make_headers(info: ConnectionInfo, *, user_agent: str = DEFAULT_USER_AGENT) 
     headers = {'User-Agent': user_agent}
     if info.token is not None:
         headers['Authorization'] = f'{info.scheme or "Bearer"} {info.token}'
-    elif info.scheme is not None and info.username is None and info.password is None:
+    elif info.username is not None or info.password is not None:
+        userpass = f'{info.username or ""}:{info.password or ""}'.encode()
+        headers['Authorization'] = f'Basic {base64.b64encode(userpass).decode("ascii")}'
+    elif info.scheme is not None:
         headers['Authorization'] = info.scheme  # a scheme with no params, as RFC 7235 allows.
     return headers
 
@@ -121,10 +125,6 @@ class APIContext:
         self.default_namespace = info.default_namespace
         self.proxy_url = info.proxy_url
 
-        auth: aiohttp.BasicAuth | None = None
-        if info.token is None and (info.username is not None or info.password is not None):
-            auth = aiohttp.BasicAuth(info.username or '', info.password or '')
-
         ssl_context: ssl.SSLContext | None = None
         if self.server.startswith('https:'):
             ssl_context = make_ssl_context(info)
@@ -133,7 +133,6 @@ class APIContext:
         self.session = aiohttp.ClientSession(
             connector=connector,
             headers=make_headers(info, user_agent=user_agent),
-            auth=auth,
             trust_env=bool(trust_env or info.trust_env),
             timeout=aiohttp.ClientTimeout(total=None),
         )

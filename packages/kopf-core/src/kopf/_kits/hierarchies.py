@@ -96,7 +96,9 @@ class KubernetesModelAsync(_GeneratedModel, Protocol):
     """A model of the ``kubernetes_asyncio`` client, e.g. ``kubernetes_asyncio.client.V1Pod``."""
 
 
-K8sObject: TypeAlias = MutableMapping[Any, Any] | ThirdPartyObject | KubernetesModelSync | KubernetesModelAsync
+K8sObject: TypeAlias = (
+    MutableMapping[Any, Any] | ThirdPartyObject | KubernetesModelSync | KubernetesModelAsync
+)
 K8sObjects: TypeAlias = K8sObject | Iterable[K8sObject]
 NestedFields: TypeAlias = str | Iterable[str | tuple[str, ...] | list[str] | None] | None
 
@@ -258,7 +260,8 @@ def harmonize_naming(
     Name the object(s) after a parent's name: either exactly or as a prefix for generated names.
 
     By default (``strict=False``), the name becomes ``metadata.generateName`` with a dash
-    appended, so that Kubernetes adds a random suffix: that suits several children of one kind.
+    appended (unless it ends with one already), so that Kubernetes adds a random suffix after it:
+    that suits several children of one kind.
     With ``strict=True``, the name becomes ``metadata.name`` as it is.
 
     The objects that are already named (with either a name or a name prefix) keep their naming
@@ -271,8 +274,12 @@ def harmonize_naming(
     if name is None:
         owner_body = _owner_or_current(None, what='name', param='name')
         name = _owner_metadata(owner_body, role='owner').get('name')
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"The name to harmonize with must be a non-empty string, got {name!r}.")
+        if name is None:
+            raise ValueError("The object being handled has no metadata.name to name the children after.")
+    if not isinstance(name, str):
+        raise TypeError(f"The name to harmonize with must be a string, not {type(name).__name__}.")
+    if not name:
+        raise ValueError("The name to harmonize with must be a non-empty string.")
     _harmonize_naming(children, name, forced=forced, strict=strict)
 
 
@@ -536,7 +543,8 @@ def _parse_nested(nested: NestedFields) -> list[tuple[str, ...]]:
     elif isinstance(nested, Iterable):
         specs = list(nested)
     else:
-        raise TypeError(f"nested= must be a string or an iterable of field paths, not {type(nested).__name__}.")
+        raise TypeError(f"nested= must be a string or an iterable of field paths, "
+                        f"not {type(nested).__name__}.")
 
     paths: list[tuple[str, ...]] = []
     for spec in specs:

@@ -146,9 +146,9 @@ def get_exec_credential(spec: ExecPluginSpec) -> ExecCredential:
     with _lock:
         remembered = _remembered.get(spec)
         now = datetime.datetime.now(datetime.UTC)
-        if remembered is not None and remembered.expiration is not None:
-            if now < remembered.expiration - CACHE_EXPIRY_MARGIN:
-                return remembered
+        if (remembered is not None and remembered.expiration is not None and
+                now < remembered.expiration - CACHE_EXPIRY_MARGIN):
+            return remembered
         _remembered.pop(spec, None)
 
         credential = run_exec_plugin(spec)

@@ -230,7 +230,8 @@ def _parse_cluster(cluster: KubeconfigEntry) -> _ClusterEndpoint:
 
     insecure = body.get('insecure-skip-tls-verify')
     if insecure is not None and not isinstance(insecure, bool):
-        raise LoginError(f'The "insecure-skip-tls-verify" field of the {cluster.where} must be true or false.')
+        raise LoginError(
+            f'The "insecure-skip-tls-verify" field of the {cluster.where} must be true or false.')
 
     proxy_url = body.get('proxy-url')
     if proxy_url is not None and not isinstance(proxy_url, str):

@@ -60,7 +60,8 @@ def login_via_pykube(
         try:
             config = pykube.KubeConfig.from_file(str(paths[0]))
         except yaml.YAMLError:
-            raise LoginError(f'pykube-ng cannot parse the kubeconfig {source}: it is not valid YAML.') from None
+            raise LoginError(
+                f'pykube-ng cannot parse the kubeconfig {source}: it is not valid YAML.') from None
         except (pykube.PyKubeError, OSError) as e:
             raise LoginError(f'pykube-ng cannot load the kubeconfig {source}: {_trimmed(e)}') from None
 
@@ -90,26 +91,28 @@ def login_via_client(
         logger.debug('The kubernetes client library is not installed; skipping the login via it.')
         return None
 
+    # The library is only partially typed; its config loaders are not.
+    k8s_config: Any = kubernetes.config
     configuration = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
-    except kubernetes.config.ConfigException:
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except k8s_config.ConfigException:
         location = _kubeconfig_location()
         if location is None:
             logger.debug('The kubernetes client found neither an in-cluster config nor a kubeconfig.')
             return None
         try:
-            kubernetes.config.load_kube_config(
+            k8s_config.load_kube_config(
                 config_file=location,
                 client_configuration=configuration,
                 persist_config=False,
             )
-            _, active_context = kubernetes.config.list_kube_config_contexts(config_file=location)
+            _, active_context = k8s_config.list_kube_config_contexts(config_file=location)
         except yaml.YAMLError:
             raise LoginError(
                 f'The kubernetes client cannot parse the kubeconfig {location}: it is not valid YAML.'
             ) from None
-        except (kubernetes.config.ConfigException, OSError, KeyError, TypeError, ValueError) as e:
+        except (k8s_config.ConfigException, OSError, KeyError, TypeError, ValueError) as e:
             raise LoginError(
                 f'The kubernetes client cannot load the kubeconfig {location}: {_trimmed(e)}'
             ) from None
@@ -160,7 +163,8 @@ async def login_via_async_client(
                 f'kubernetes_asyncio cannot parse the kubeconfig {location}: it is not valid YAML.'
             ) from None
         except (kubernetes_asyncio.config.ConfigException, OSError, KeyError, TypeError, ValueError) as e:
-            raise LoginError(f'kubernetes_asyncio cannot load the kubeconfig {location}: {_trimmed(e)}') from None
+            raise LoginError(
+                f'kubernetes_asyncio cannot load the kubeconfig {location}: {_trimmed(e)}') from None
         namespace = _namespace_of_context(active_context)
     else:
         namespace = _in_cluster_namespace()
@@ -338,6 +342,8 @@ def _trimmed(error: BaseException) -> str:
     The kubernetes libraries name the kubeconfig entries by their whole content (tokens included)
     in some messages, e.g. "Expected key token in /path/{'name': ..., 'user': {...}}".
     """
+    if isinstance(error, KeyError) and len(error.args) == 1 and isinstance(error.args[0], str):
+        return f'the key {error.args[0]!r} is missing in the config'
     text = str(error) or type(error).__name__
     for marker in ['{', '[']:
         if marker in text:

@@ -10,6 +10,7 @@ that hold the body (or its ``spec``/``meta``/``status`` views) see the latest st
 The views are created once per body and resolve their sub-dicts on every access,
 which keeps them cheap for thousands of objects and events.
 """
+import functools
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
@@ -88,20 +89,19 @@ class Meta(dicts.MappingView[str, Any]):
 
     def __init__(self, src: Mapping[str, Any], /) -> None:
         super().__init__(src, 'metadata')
-        self._labels: Labels = dicts.MappingView[str, str](self, 'labels')
-        self._annotations: Annotations = dicts.MappingView[str, str](self, 'annotations')
 
     def _get_str(self, key: str) -> str | None:
         value = self._resolve().get(key)
         return value if isinstance(value, str) else None
 
-    @property
+    # The views are made on first use only: most handlers never look at most of them.
+    @functools.cached_property
     def labels(self) -> Labels:
-        return self._labels
+        return dicts.MappingView[str, str](self, 'labels')
 
-    @property
+    @functools.cached_property
     def annotations(self) -> Annotations:
-        return self._annotations
+        return dicts.MappingView[str, str](self, 'annotations')
 
     @property
     def uid(self) -> str | None:
@@ -146,24 +146,19 @@ class Body(dicts.ReplaceableMappingView[str, Any]):
     the in-place replacements of the body's source.
     """
 
-    def __init__(self, src: Mapping[str, Any], /) -> None:
-        super().__init__(src)
-        self._meta = Meta(self)
-        self._spec = Spec(self)
-        self._status = Status(self)
-
-    @property
+    # The views are made on first use only: most handlers never look at most of them.
+    @functools.cached_property
     def metadata(self) -> Meta:
-        return self._meta
+        return Meta(self)
 
     @property
     def meta(self) -> Meta:
-        return self._meta
+        return self.metadata
 
-    @property
+    @functools.cached_property
     def spec(self) -> Spec:
-        return self._spec
+        return Spec(self)
 
-    @property
+    @functools.cached_property
     def status(self) -> Status:
-        return self._status
+        return Status(self)

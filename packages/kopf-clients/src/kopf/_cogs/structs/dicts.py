@@ -184,6 +184,20 @@ def walk(
                 yield sub
 
 
+class _Source:
+    """
+    A replaceable reference to a raw mapping, shared by a view and all views nested in it.
+
+    The nested views refer to it rather than to their parent views, so there are no reference
+    cycles between the views, and the objects are freed as soon as they are not used.
+    """
+
+    __slots__ = ('mapping',)
+
+    def __init__(self, mapping: Mapping[Any, Any]) -> None:
+        self.mapping = mapping
+
+
 class MappingView(Mapping[_K, _V], Generic[_K, _V]):
     """
     A read-only live view of a mapping, or of a mapping nested in another view by a path.
@@ -195,27 +209,30 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
     The nested values are returned as they are in the source (not wrapped, not copied).
     """
 
-    _src: Mapping[Any, Any]  # a raw mapping or another (parent) view
+    __slots__ = ('_path', '_source')
+    _source: _Source
     _path: FieldPath
 
-    def __init__(
-            self,
-            src: Mapping[Any, Any],
-            path: FieldSpec = None,
-            /,
-    ) -> None:
+    def __init__(self, src: Mapping[Any, Any], path: FieldSpec = None, /) -> None:
         super().__init__()
-        self._src = src
-        self._path = parse_field(path)
+        if isinstance(src, MappingView):
+            # Follow the parent's own source (and its replacements), not the parent itself.
+            self._source = src._source
+            self._path = src._path + parse_field(path)
+        else:
+            self._source = _Source(src)
+            self._path = parse_field(path)
 
     def _resolve(self) -> Mapping[_K, _V]:
-        src = self._src
-        mapping: Any = src._resolve() if isinstance(src, MappingView) else src
+        # This is the hot path of all handlers' kwargs: the exact-dict checks go before the ABC checks.
+        mapping: Any = self._source.mapping
         for key in self._path:
-            if not isinstance(mapping, Mapping):
+            if type(mapping) is not dict and not isinstance(mapping, Mapping):
                 return {}
             mapping = mapping.get(key)
-        return cast(Mapping[_K, _V], mapping if isinstance(mapping, Mapping) else {})
+        if type(mapping) is dict or isinstance(mapping, Mapping):
+            return cast(Mapping[_K, _V], mapping)
+        return {}
 
     def __repr__(self) -> str:
         return repr(self._resolve())
@@ -242,7 +259,17 @@ class ReplaceableMappingView(MappingView[_K, _V], Generic[_K, _V]):
 
     All the views derived from it (nested by paths) see the replacement immediately,
     so the handlers that keep references to them always see the latest state.
+    A replaceable view never shares its source with the view it is made from:
+    replacing it must not affect the other view.
     """
 
+    __slots__ = ()
+
+    def __init__(self, src: Mapping[Any, Any], path: FieldSpec = None, /) -> None:
+        super().__init__(src, path)
+        if isinstance(src, MappingView):
+            self._source = _Source(MappingView(src, path))  # nested views of it are still live
+            self._path = ()
+
     def _replace_with(self, src: Mapping[_K, _V]) -> None:
-        self._src = src
+        self._source.mapping = src

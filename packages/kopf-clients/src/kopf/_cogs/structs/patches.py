@@ -14,6 +14,7 @@ from typing import Any, NotRequired, TypedDict, cast
 
 import jsonpatch
 
+from kopf._cogs.structs import dicts
 from kopf._cogs.structs.bodies import RawBody
 
 # A transformation function: modifies the raw body (a deep copy of it) in place.
@@ -106,16 +107,14 @@ class MetaPatch(_SubPatch):
 
     def __init__(self, parent: MutableMapping[str, Any]) -> None:
         super().__init__(parent, 'metadata')
-        self._labels = _SubPatch(self, 'labels')
-        self._annotations = _SubPatch(self, 'annotations')
 
     @property
     def labels(self) -> MutableMapping[str, Any]:
-        return self._labels
+        return _SubPatch(self, 'labels')
 
     @property
     def annotations(self) -> MutableMapping[str, Any]:
-        return self._annotations
+        return _SubPatch(self, 'annotations')
 
 
 class SpecPatch(_SubPatch):
@@ -135,6 +134,9 @@ class Patch(dict[str, Any]):
     The patch is "empty" (false in boolean context) only if there are neither
     the merge-patch keys nor the functions: pending functions need a request too.
 
+    The ``meta``/``metadata``, ``spec``, ``status`` sub-patches are tiny views made
+    on every access (not kept, to avoid reference cycles): they write into the patch itself.
+
     ``body`` is the object's state the patch is made for; it is used by default
     to build the JSON-patch (e.g. for admission responses).
     """
@@ -145,14 +147,14 @@ class Patch(dict[str, Any]):
             self,
             src: MutableMapping[str, Any] | None = None,
             /,
-            body: RawBody | None = None,
+            body: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(src or {})
         self.fns = list(src.fns) if isinstance(src, Patch) else []
         self._body = body
-        self._meta = MetaPatch(self)
-        self._spec = SpecPatch(self)
-        self._status = StatusPatch(self)
+
+    def __copy__(self) -> 'Patch':
+        return Patch(self, body=self._body)
 
     def __bool__(self) -> bool:
         return len(self) > 0 or bool(self.fns)
@@ -164,24 +166,24 @@ class Patch(dict[str, Any]):
         return super().__repr__()
 
     @property
-    def body(self) -> RawBody | None:
+    def body(self) -> Mapping[str, Any] | None:
         return self._body
 
     @property
     def metadata(self) -> MetaPatch:
-        return self._meta
+        return MetaPatch(self)
 
     @property
     def meta(self) -> MetaPatch:
-        return self._meta
+        return MetaPatch(self)
 
     @property
     def spec(self) -> SpecPatch:
-        return self._spec
+        return SpecPatch(self)
 
     @property
     def status(self) -> StatusPatch:
-        return self._status
+        return StatusPatch(self)
 
     def as_json_patch(
             self,
@@ -211,7 +213,7 @@ class Patch(dict[str, Any]):
             fn(cast(RawBody, target))  # RawBody is a plain dict at runtime.
         ops = cast(JSONPatch, list(jsonpatch.make_patch(original, target).patch))
 
-        resource_version = original.get('metadata', {}).get('resourceVersion')
+        resource_version = dicts.resolve(original, ('metadata', 'resourceVersion'), None)
         if guarded is None:
             guarded = bool(self.fns) and resource_version is not None
         if guarded and ops:

@@ -184,6 +184,8 @@ class Selector:
             raise TypeError('A resource name, a category, or EVERYTHING (or a predicate) is required.')
         if version is not None and not version:
             raise ValueError('The API version cannot be empty.')
+        if '/' in (group or '') or '/' in (version or ''):
+            raise ValueError(f'The group and the version must not contain slashes: {group!r}, {version!r}.')
 
         object.__setattr__(self, 'group', group)
         object.__setattr__(self, 'version', version)
@@ -270,6 +272,8 @@ def _parse_positionals(args: tuple[str | Marker, ...]) -> tuple[str | None, str 
     *api, name = args
     if isinstance(name, str) and not name:
         raise ValueError('The resource name cannot be empty.')
+    if isinstance(name, str) and '/' in name:
+        raise ValueError(f'The resource name must be the last argument, not a group/version: {name!r}.')
     if any(isinstance(part, Marker) for part in api):
         raise TypeError(f'EVERYTHING can only be in place of the resource name (the last one): {args!r}.')
     api_parts = [part for part in api if isinstance(part, str)]

@@ -1,0 +1,162 @@
+"""
+Reading objects: one object by its name, or all objects of a resource page by page.
+
+Listing applies the server-side selectors configured for the resource in
+``settings.watching.label_selectors``, ``field_selectors``, and ``shard_selectors``,
+and fetches the objects in pages of ``settings.watching.chunk_size`` (all at once if None).
+"""
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+from kopf._clients import api, errors
+from kopf._clients.vault import Vault
+from kopf._cogs.configs.networking import ClientSettings, get_selectors
+from kopf._cogs.structs.bodies import RawBody
+from kopf._cogs.structs.references import EVERYTHING, Resource
+
+default_logger = logging.getLogger(__name__)
+
+
+def _resource_names(resource: Resource) -> list[str]:
+    # The most specific names first: a selector for "pods" must win over one for EVERYTHING.
+    names = [resource.name, f'{resource.plural}.{resource.version}.{resource.group}'.strip('.'),
+             resource.plural]
+    if resource.kind:
+        names.append(resource.kind)
+    if resource.singular:
+        names.append(resource.singular)
+    names.extend(sorted(resource.shortcuts))
+    return names
+
+
+def render_selector(selector: Any) -> str | None:
+    """
+    Render a selector into the query-string syntax of the API.
+
+    A string goes as is. A mapping of labels renders ``key=value`` for values, a bare ``key``
+    (the label must exist) for ``None`` and ``True``, ``!key`` (must not exist) for ``False``,
+    and ``key in (a,b)`` for collections of values. A collection of strings is joined with commas.
+    """
+    if selector is None:
+        return None
+    elif isinstance(selector, str):
+        return selector or None
+    elif isinstance(selector, Mapping):
+        parts: list[str] = []
+        for key, value in selector.items():
+            if value is None or value is True:
+                parts.append(str(key))
+            elif value is False:
+                parts.append(f'!{key}')
+            elif isinstance(value, str):
+                parts.append(f'{key}={value}')
+            elif isinstance(value, Iterable):
+                parts.append(f'{key} in ({",".join(str(v) for v in value)})')
+            else:
+                parts.append(f'{key}={value}')
+        return ','.join(parts) or None
+    elif isinstance(selector, Iterable):
+        return ','.join(str(part) for part in selector) or None
+    else:
+        raise TypeError(f'Unsupported selector: {selector!r}')
+
+
+def _find_selector(mapping: Mapping[Any, Any], resource: Resource) -> str | None:
+    selector = get_selectors(mapping, _resource_names(resource))
+    if selector is None and EVERYTHING in mapping:
+        selector = mapping[EVERYTHING]
+    return render_selector(selector)
+
+
+def build_selector_params(settings: ClientSettings, resource: Resource) -> dict[str, str]:
+    """The ``labelSelector`` & ``fieldSelector`` query params for the resource, as configured."""
+    params: dict[str, str] = {}
+    label_selectors = [
+        _find_selector(settings.watching.label_selectors, resource),
+        _find_selector(settings.watching.shard_selectors, resource),
+    ]
+    label_selector = ','.join(selector for selector in label_selectors if selector)
+    field_selector = _find_selector(settings.watching.field_selectors, resource)
+    if label_selector:
+        params['labelSelector'] = label_selector
+    if field_selector:
+        params['fieldSelector'] = field_selector
+    return params
+
+
+def _complete_item(item: dict[str, Any], *, api_version: str, kind: str | None) -> RawBody:
+    # Items of lists come without apiVersion & kind, unlike the objects of watch-streams.
+    # Add them, so that the consumers see the same shape of objects from both sources.
+    item.setdefault('apiVersion', api_version)
+    if kind:
+        item.setdefault('kind', kind)
+    return cast(RawBody, item)
+
+
+async def read_obj(
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        logger: api.Logger | None = None,
+) -> RawBody:
+    """Read one object; a missing one raises :class:`~kopf._clients.errors.APINotFoundError`."""
+    url = resource.get_url(namespace=namespace, name=name)
+    data = await api.request('GET', url, settings=settings, vault=vault, logger=logger)
+    return cast(RawBody, data)
+
+
+async def list_objs(
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        resource: Resource,
+        namespace: str | None,
+        logger: api.Logger | None = None,
+) -> tuple[list[RawBody], str | None]:
+    """
+    List all objects of a resource in a namespace (or cluster-wide with None), following the pages.
+
+    Returns the objects and the resource version of the list: a watch-stream can start from it
+    to see all changes after the listing. If the continuation token of the pages expires midway
+    (HTTP 410), the listing restarts from the first page: the pages are consistent only together.
+    """
+    actual_logger: api.Logger = logger if logger is not None else default_logger
+    url = resource.get_url(namespace=namespace)
+    params = build_selector_params(settings, resource)
+    chunk_size = settings.watching.chunk_size
+    if chunk_size:
+        params['limit'] = str(int(chunk_size))
+
+    items: list[RawBody] = []
+    resource_version: str | None = None
+    continue_token: str | None = None
+    while True:
+        page_params = dict(params, **({'continue': continue_token} if continue_token else {}))
+        try:
+            data = await api.request('GET', url, params=page_params, settings=settings, vault=vault,
+                                     logger=actual_logger)
+        except errors.APIGoneError:
+            if continue_token is None:
+                raise
+            actual_logger.warning(f'The listing of {resource} has expired midway; restarting it.')
+            items, continue_token = [], None
+            continue
+
+        data = data if isinstance(data, Mapping) else {}
+        list_kind = data.get('kind')
+        item_kind = resource.kind or (list_kind[:-4] if isinstance(list_kind, str) and
+                                      list_kind.endswith('List') else None)
+        for item in data.get('items') or []:
+            if isinstance(item, dict):
+                items.append(_complete_item(item, api_version=resource.api_version, kind=item_kind))
+
+        metadata = data.get('metadata') or {}
+        resource_version = metadata.get('resourceVersion') or resource_version
+        continue_token = metadata.get('continue') or None
+        if not continue_token:
+            break
+    return items, resource_version

@@ -1,0 +1,261 @@
+"""
+Watching the objects of a resource: an endless stream of their states, surviving all disconnects.
+
+:func:`infinite_watch` yields, in order:
+
+* For every (re)listing: each existing object as ``{'type': None, 'object': {...}}``,
+  followed by :data:`Bookmark.LISTED`. The listing is atomic: it is never interrupted by other
+  events, and it is never partial. Objects known to the consumer but absent in the listing
+  are gone (deleted while the stream was not watching): the consumer should forget them when
+  it sees ``LISTED``. The first listing happens at start; later ones happen when the server
+  says that the history is too old to resume from (HTTP 410 Gone, as a status or as an ERROR event).
+* Watch-events as the server sends them: ``{'type': 'ADDED'|'MODIFIED'|'DELETED', 'object': {...}}``.
+
+The service lines of the stream are consumed internally: BOOKMARKs advance the resource version
+from which the stream resumes after a reconnect; ERRORs lead to a relisting (410), a reconnect (5xx),
+or an :class:`~kopf._clients.errors.APIError` (other codes, e.g. 403 when the permissions are revoked).
+
+The stream reconnects (after ``settings.watching.reconnect_backoff``) from the last known resource
+version when the server closes it (e.g. by ``settings.watching.server_timeout``), when the client-side
+``client_timeout`` is reached, when the connection breaks, or when the stream is silent for longer than
+``inactivity_timeout`` (the server sends bookmarks every minute, so silence means a dead connection).
+Lines cut midway by a broken connection are dropped; unparseable lines are skipped with a warning.
+
+With ``settings.watching.initial_streaming``, the listing is done by the watch request itself
+(``sendInitialEvents=true``) instead of a separate list request; the consumer sees no difference.
+If the server does not support it, the watcher falls back to the list-then-watch mode.
+"""
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, cast
+
+import aiohttp
+
+from kopf._clients import api, errors, fetching
+from kopf._clients.vault import Vault
+from kopf._cogs.configs.networking import ClientSettings
+from kopf._cogs.structs.bodies import RawBody, RawEvent, RawInput
+from kopf._cogs.structs.references import Resource
+
+default_logger = logging.getLogger(__name__)
+
+# The annotation on the bookmark that ends the initial events of a streaming list.
+INITIAL_EVENTS_END = 'k8s.io/initial-events-end'
+
+
+class Bookmark(enum.Enum):
+    """Markers in the stream of watch-events, in addition to the events themselves."""
+
+    LISTED = 'LISTED'
+    """All objects of a (re)listing have been yielded; those not among them do not exist anymore."""
+
+
+class _Relist(Exception):
+    """An internal signal: the resource version is too old (410 Gone), a fresh listing is needed."""
+
+
+def _get_resource_version(obj: Mapping[str, Any]) -> str | None:
+    metadata = obj.get('metadata')
+    value = metadata.get('resourceVersion') if isinstance(metadata, Mapping) else None
+    return str(value) if value else None
+
+
+def get_watch_timeout(settings: ClientSettings) -> aiohttp.ClientTimeout:
+    """The client-side timeouts of a watch request: the total lifetime and the connection handshake."""
+    connect_timeout = settings.watching.connect_timeout
+    if connect_timeout is None:
+        connect_timeout = settings.networking.connect_timeout
+    if connect_timeout is None:
+        connect_timeout = settings.networking.request_timeout
+    return aiohttp.ClientTimeout(total=settings.watching.client_timeout, sock_connect=connect_timeout)
+
+
+def build_watch_params(
+        settings: ClientSettings,
+        resource: Resource,
+        *,
+        since: str | None,
+        streaming: bool = False,
+) -> dict[str, str]:
+    """The query params of one watch request."""
+    params = {'watch': 'true', 'allowWatchBookmarks': 'true'}
+    params.update(fetching.build_selector_params(settings, resource))
+    if since is not None:
+        params['resourceVersion'] = since
+    if settings.watching.server_timeout is not None:
+        params['timeoutSeconds'] = str(int(settings.watching.server_timeout))
+    if streaming:
+        params['sendInitialEvents'] = 'true'
+        params['resourceVersionMatch'] = 'NotOlderThan'
+    return params
+
+
+async def _read_lines(
+        response: aiohttp.ClientResponse,
+        *,
+        inactivity_timeout: float | None,
+        what: str,
+        logger: api.Logger,
+) -> AsyncGenerator[RawInput, None]:
+    """
+    Split a streamed response into JSON lines until the stream ends, breaks, or goes silent.
+
+    The end, the break, and the silence are not errors: the caller reconnects in all cases.
+    """
+    buffer = bytearray()
+    while True:
+        timeout_scope = asyncio.timeout(inactivity_timeout)
+        try:
+            async with timeout_scope:
+                chunk = await response.content.readany()
+        except TimeoutError:
+            if timeout_scope.expired():
+                logger.debug(f'The watch-stream has been silent for {inactivity_timeout}s; '
+                             f'reconnecting: {what}')
+            else:
+                logger.debug(f'The watch-stream has reached its client-side timeout: {what}')
+            chunk = b''
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
+            logger.debug(f'The watch-stream has been disconnected: {what} -> {e!r}')
+            chunk = b''
+
+        if not chunk:  # EOF or the end of our patience.
+            if buffer.strip():
+                logger.warning(f'The watch-stream has ended in the middle of a line; dropping it: {what}')
+            return
+
+        buffer.extend(chunk)
+        *lines, rest = buffer.split(b'\n')
+        buffer = bytearray(rest)
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                logger.warning(f'Skipping an unparseable line in the watch-stream: {line[:200]!r}')
+                continue
+            if not isinstance(data, dict) or not isinstance(data.get('type'), str) \
+                    or not isinstance(data.get('object'), dict):
+                logger.warning(f'Skipping an unrecognised line in the watch-stream: {line[:200]!r}')
+                continue
+            yield cast(RawInput, data)
+
+
+async def _watch_once(
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        resource: Resource,
+        namespace: str | None,
+        since: str | None,
+        streaming: bool,
+        logger: api.Logger,
+) -> AsyncGenerator[RawInput, None]:
+    """One watch request: yield its raw lines until the stream ends in any way; 410 becomes _Relist."""
+    url = resource.get_url(namespace=namespace)
+    params = build_watch_params(settings, resource, since=since, streaming=streaming)
+    what = f'{resource} in {namespace!r}' if namespace is not None else f'{resource} cluster-wide'
+    try:
+        async with api.stream('GET', url, params=params, client_timeout=get_watch_timeout(settings),
+                              settings=settings, vault=vault, logger=logger) as response:
+            async for line in _read_lines(response, inactivity_timeout=settings.watching.inactivity_timeout,
+                                          what=what, logger=logger):
+                yield line
+    except errors.APIGoneError as e:
+        raise _Relist() from e
+
+
+async def infinite_watch(
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        resource: Resource,
+        namespace: str | None,
+        logger: api.Logger | None = None,
+) -> AsyncGenerator[RawEvent | Bookmark, None]:
+    """
+    List & watch the objects of a resource forever; see the module's description for the contract.
+
+    ``namespace=None`` means cluster-wide (or a cluster-scoped resource).
+    The stream ends only with an exception (e.g. when the resource is gone or permissions are
+    revoked) or when the consumer stops iterating.
+    """
+    actual_logger: api.Logger = logger if logger is not None else default_logger
+    streaming = bool(settings.watching.initial_streaming)
+    resource_version: str | None = None
+    first_request = True
+
+    while True:
+        if not first_request:
+            await asyncio.sleep(settings.watching.reconnect_backoff)
+        first_request = False
+
+        # The classic list-then-watch mode: the listing is a separate request.
+        if resource_version is None and not streaming:
+            objs, resource_version = await fetching.list_objs(
+                settings=settings, vault=vault, resource=resource, namespace=namespace, logger=actual_logger)
+            for obj in objs:
+                yield {'type': None, 'object': obj}
+            yield Bookmark.LISTED
+
+        # In the streaming mode, the initial objects are held until the listing is complete.
+        listing: list[RawBody] | None = [] if resource_version is None else None
+        watch_lines = _watch_once(settings=settings, vault=vault, resource=resource,
+                                  namespace=namespace, since=resource_version,
+                                  streaming=listing is not None, logger=actual_logger)
+        try:
+            # Close the stream promptly on any exit (relisting, errors, the consumer stopping).
+            async with contextlib.aclosing(watch_lines):
+                async for line in watch_lines:
+                    event_type = line['type']
+                    payload = line['object']
+                    new_version = _get_resource_version(payload)
+
+                    if event_type == 'ERROR':
+                        code = payload.get('code')
+                        if code == 410:
+                            raise _Relist()
+                        if isinstance(code, int) and 400 <= code < 500:
+                            raise errors.make_error(code, payload)
+                        actual_logger.warning(f'The watch-stream has reported an error: {payload}')
+                        break
+
+                    elif event_type == 'BOOKMARK':
+                        annotations = payload.get('metadata', {}).get('annotations') or {}
+                        if listing is not None and annotations.get(INITIAL_EVENTS_END) == 'true':
+                            for listed_obj in listing:
+                                yield {'type': None, 'object': listed_obj}
+                            yield Bookmark.LISTED
+                            listing = None
+                        resource_version = new_version or resource_version
+
+                    elif event_type in ('ADDED', 'MODIFIED', 'DELETED'):
+                        if listing is not None:
+                            listing.append(cast(RawBody, payload))
+                        else:
+                            yield cast(RawEvent, {'type': event_type, 'object': payload})
+                            resource_version = new_version or resource_version
+
+                    else:
+                        actual_logger.warning(f'Skipping an unknown type of watch-event: {event_type!r}')
+
+        except _Relist:
+            actual_logger.debug(f'The resource version of {resource} is too old; relisting.')
+            resource_version = None
+
+        except errors.APIClientError as e:
+            # Old servers or disabled feature gates reject the streaming lists: list-then-watch instead.
+            if listing is None or e.status not in (400, 422):
+                raise
+            actual_logger.warning(f'The streaming lists are not supported by the server; '
+                                  f'falling back to list-then-watch: {e}')
+            streaming = False
+
+        # A streaming listing interrupted midway is discarded: a partial listing means nothing.
+        if listing is not None:
+            resource_version = None

@@ -1,0 +1,302 @@
+"""
+The object store: current objects, one global resourceVersion, watch history and live watchers.
+
+Stored bodies are never modified in place: every change stores a new dict (that shares the
+unchanged branches with the old one). This allows handing the same body to the HTTP responses,
+the watch history and the watchers without copying, and encoding each version only once.
+
+Everything here is synchronous and runs on the emulator's event loop, so that each mutation is
+atomic with regard to the others and the events are always delivered in resourceVersion order.
+"""
+import asyncio
+import collections
+import json
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from kopf.testing.emulator import selectors
+from kopf.testing.emulator.resources import ResourceInfo, StorageKey
+
+EventType = Literal['ADDED', 'MODIFIED', 'DELETED']
+ObjectRef = tuple[StorageKey, str, str]  # (storage key, namespace or "", name)
+
+
+def encode(body: Any) -> bytes:
+    return json.dumps(body, separators=(',', ':')).encode()
+
+
+def with_resource_version(body: dict[str, Any], resource_version: int) -> dict[str, Any]:
+    return {**body, 'metadata': {**body.get('metadata', {}), 'resourceVersion': str(resource_version)}}
+
+
+def with_api_version(body: dict[str, Any], api_version: str) -> dict[str, Any]:
+    return body if body.get('apiVersion') == api_version else {**body, 'apiVersion': api_version}
+
+
+class StoredObject:
+    """An object as stored, with its JSON encoding made once at storing time."""
+
+    __slots__ = ('body', 'encoded')
+
+    def __init__(self, body: dict[str, Any], encoded: bytes | None = None) -> None:
+        self.body = body
+        self.encoded = encoded if encoded is not None else encode(body)
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body['metadata'].get('namespace') or '')
+
+    @property
+    def name(self) -> str:
+        return str(self.body['metadata']['name'])
+
+    def encoded_as(self, api_version: str) -> bytes:
+        if self.body.get('apiVersion') == api_version:
+            return self.encoded
+        return encode(with_api_version(self.body, api_version))
+
+
+class WatchEvent:
+    """One change in the history of a resource; its wire form is built once for all watchers."""
+
+    __slots__ = ('_line', 'body', 'encoded', 'old_body', 'resource_version', 'type')
+
+    def __init__(self, type: EventType, body: dict[str, Any], encoded: bytes, resource_version: int,
+                 old_body: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.body = body  # for DELETED: the last state of the object with the deletion's resourceVersion
+        self.encoded = encoded
+        self.resource_version = resource_version
+        self.old_body = old_body  # for MODIFIED only: to tell watchers with selectors what stopped matching
+        self._line: bytes | None = None
+
+    def line(self) -> bytes:
+        if self._line is None:
+            self._line = b'{"type":"' + self.type.encode() + b'","object":' + self.encoded + b'}\n'
+        return self._line
+
+
+def event_line(type: str, body: dict[str, Any]) -> bytes:
+    return b'{"type":"' + type.encode() + b'","object":' + encode(body) + b'}\n'
+
+
+class Watcher:
+    """One open watch stream: its filters, and the encoded events waiting to be written to it."""
+
+    def __init__(
+            self,
+            info: ResourceInfo,
+            *,
+            namespace: str | None,
+            label_selector: selectors.LabelSelector,
+            field_selector: selectors.FieldSelector,
+            path: str,
+    ) -> None:
+        self.info = info
+        self.api_version = info.api_version
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.path = path
+        self.pending: list[bytes] = []
+        self.wakeup = asyncio.Event()
+        self.closed = False
+        self.aborted = False
+        self._filtered = bool(namespace is not None or label_selector or field_selector)
+
+    def matches(self, body: dict[str, Any]) -> bool:
+        metadata = body.get('metadata', {})
+        if self.namespace is not None and metadata.get('namespace') != self.namespace:
+            return False
+        if self.label_selector and not selectors.labels_match(self.label_selector, metadata.get('labels')):
+            return False
+        return not self.field_selector or selectors.fields_match(self.field_selector, body)
+
+    def push(self, line: bytes) -> None:
+        self.pending.append(line)
+        self.wakeup.set()
+
+    def offer(self, event: WatchEvent) -> None:
+        """Queue the event as this watcher sees it: filters can turn it into ADDED or DELETED."""
+        if not self._filtered:
+            if event.body.get('apiVersion') == self.api_version:
+                self.push(event.line())
+            else:
+                self.push(event_line(event.type, with_api_version(event.body, self.api_version)))
+            return
+
+        matches_now = self.matches(event.body)
+        matched_before = event.old_body is not None and self.matches(event.old_body)
+        if event.type != 'MODIFIED':
+            if matches_now:
+                self.push(self._line_for(event.type, event))
+        elif matches_now and matched_before:
+            self.push(self._line_for('MODIFIED', event))
+        elif matches_now:
+            self.push(self._line_for('ADDED', event))
+        elif matched_before and event.old_body is not None:
+            # Like real API servers: the last state that matched, but at the new resourceVersion.
+            last_seen = with_resource_version(event.old_body, event.resource_version)
+            self.push(event_line('DELETED', with_api_version(last_seen, self.api_version)))
+
+    def _line_for(self, type: str, event: WatchEvent) -> bytes:
+        if type == event.type and event.body.get('apiVersion') == self.api_version:
+            return event.line()
+        return event_line(type, with_api_version(event.body, self.api_version))
+
+    def close(self, *, abort: bool = False) -> None:
+        self.closed = True
+        self.aborted = self.aborted or abort
+        self.wakeup.set()
+
+
+class ResourceState:
+    """The objects, the retained history and the watchers of one storage (group and plural)."""
+
+    def __init__(self, history_limit: int) -> None:
+        self.objects: dict[str, dict[str, StoredObject]] = {}  # namespace ("" if none) -> name -> object
+        self.history: collections.deque[WatchEvent] = collections.deque(maxlen=history_limit)
+        self.replayable_after = 0  # all events with resourceVersion above it are still in the history
+        self.watchers: set[Watcher] = set()
+        self.count = 0
+
+    def remember(self, event: WatchEvent) -> None:
+        history = self.history
+        if history.maxlen is not None and len(history) >= history.maxlen:
+            self.replayable_after = history[0].resource_version
+        history.append(event)
+        for watcher in self.watchers:
+            watcher.offer(event)
+
+
+class ObjectStore:
+    """All stored objects of all resources, with the global resourceVersion counter."""
+
+    def __init__(self, *, history_limit: int = 10_000) -> None:
+        self.history_limit = history_limit
+        self.last_resource_version = 0
+        self._states: dict[StorageKey, ResourceState] = {}
+        self._namespace_counts: collections.Counter[str] = collections.Counter()
+        self._dependents: dict[str, set[ObjectRef]] = {}
+        self._uids: set[str] = set()
+
+    def next_resource_version(self) -> int:
+        self.last_resource_version += 1
+        return self.last_resource_version
+
+    def state(self, key: StorageKey) -> ResourceState:
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = ResourceState(self.history_limit)
+        return state
+
+    def states(self) -> Iterator[tuple[StorageKey, ResourceState]]:
+        yield from list(self._states.items())
+
+    def get(self, key: StorageKey, namespace: str | None, name: str) -> StoredObject | None:
+        state = self._states.get(key)
+        if state is None:
+            return None
+        return state.objects.get(namespace or '', {}).get(name)
+
+    def objects(self, key: StorageKey, namespace: str | None = None) -> Iterator[StoredObject]:
+        """The current objects, sorted by namespace and name (the order of lists and continue tokens)."""
+        state = self._states.get(key)
+        if state is None:
+            return
+        if namespace is not None:
+            by_name = state.objects.get(namespace, {})
+            for name in sorted(by_name):
+                yield by_name[name]
+        else:
+            for found_namespace in sorted(state.objects):
+                by_name = state.objects[found_namespace]
+                for name in sorted(by_name):
+                    yield by_name[name]
+
+    def count(self, key: StorageKey) -> int:
+        state = self._states.get(key)
+        return state.count if state is not None else 0
+
+    def count_in_namespace(self, namespace: str) -> int:
+        return self._namespace_counts[namespace]
+
+    def uid_exists(self, uid: str) -> bool:
+        return uid in self._uids
+
+    def dependents_of(self, uid: str) -> list[ObjectRef]:
+        return sorted(self._dependents.get(uid, ()))
+
+    def put(self, key: StorageKey, body: dict[str, Any], old_body: dict[str, Any] | None) -> StoredObject:
+        """Store a new or changed object (its resourceVersion already set) and notify the watchers."""
+        stored = StoredObject(body)
+        metadata = body['metadata']
+        namespace = metadata.get('namespace') or ''
+        name = metadata['name']
+        state = self.state(key)
+        by_name = state.objects.setdefault(namespace, {})
+        if name not in by_name:
+            state.count += 1
+            if namespace:
+                self._namespace_counts[namespace] += 1
+        by_name[name] = stored
+        if old_body is None:
+            self._uids.add(str(metadata.get('uid')))
+        self._index_owners(key, namespace, name, old_body, body)
+        event_type: EventType = 'ADDED' if old_body is None else 'MODIFIED'
+        state.remember(WatchEvent(event_type, body, stored.encoded, int(metadata['resourceVersion']), old_body))
+        return stored
+
+    def remove(self, key: StorageKey, body: dict[str, Any]) -> bytes:
+        """Forget an object and notify the watchers; the body is its last state with a new resourceVersion."""
+        metadata = body['metadata']
+        namespace = metadata.get('namespace') or ''
+        name = metadata['name']
+        state = self.state(key)
+        by_name = state.objects.get(namespace, {})
+        if by_name.pop(name, None) is not None:
+            state.count -= 1
+            if namespace:
+                self._namespace_counts[namespace] -= 1
+        if not by_name:
+            state.objects.pop(namespace, None)
+        self._uids.discard(str(metadata.get('uid')))
+        self._index_owners(key, namespace, name, body, None)
+        encoded = encode(body)
+        state.remember(WatchEvent('DELETED', body, encoded, int(metadata['resourceVersion'])))
+        return encoded
+
+    def _index_owners(self, key: StorageKey, namespace: str, name: str,
+                      old_body: dict[str, Any] | None, new_body: dict[str, Any] | None) -> None:
+        old_uids = _owner_uids(old_body)
+        new_uids = _owner_uids(new_body)
+        if old_uids == new_uids:
+            return
+        ref: ObjectRef = (key, namespace, name)
+        for uid in old_uids - new_uids:
+            refs = self._dependents.get(uid)
+            if refs is not None:
+                refs.discard(ref)
+                if not refs:
+                    del self._dependents[uid]
+        for uid in new_uids - old_uids:
+            self._dependents.setdefault(uid, set()).add(ref)
+
+    def forget_history(self) -> None:
+        """Drop the retained history, so that watching from any past resourceVersion fails with 410 Gone."""
+        for state in self._states.values():
+            state.history.clear()
+            state.replayable_after = self.last_resource_version
+
+    def watchers(self) -> list[Watcher]:
+        return [watcher for state in self._states.values() for watcher in state.watchers]
+
+
+def _owner_uids(body: dict[str, Any] | None) -> frozenset[str]:
+    if body is None:
+        return frozenset()
+    references = body['metadata'].get('ownerReferences')
+    if not references:
+        return frozenset()
+    return frozenset(str(reference['uid']) for reference in references
+                     if isinstance(reference, dict) and reference.get('uid'))

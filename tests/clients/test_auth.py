@@ -1,0 +1,171 @@
+import os
+import pathlib
+import ssl
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import aiohttp.test_utils
+import kmock
+import pytest
+
+from kopf._clients import api, auth
+from kopf._clients.vault import Vault
+from kopf._cogs.configs.networking import StandaloneClientSettings
+from kopf._cogs.structs.credentials import ConnectionInfo
+
+pytestmark = pytest.mark.looptime
+
+CERTS = pathlib.Path(__file__).parent / 'certs'
+
+
+@pytest.fixture
+async def tls_server() -> AsyncIterator[tuple[kmock.RawHandler, str]]:
+    """A mock server over HTTPS that requires a client certificate signed by the test CA."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(CERTS / 'ca.crt'))
+    context.load_cert_chain(CERTS / 'server.crt', CERTS / 'server.key')
+    context.verify_mode = ssl.CERT_REQUIRED
+
+    class TLSServer(aiohttp.test_utils.RawTestServer):
+        async def start_server(self, *args: Any, **kwargs: Any) -> None:
+            await super().start_server(*args, ssl=context, **kwargs)
+
+    server_cls = TLSServer
+    async with kmock.RawHandler(strict=True) as handler, kmock.Server(handler, server_cls=server_cls) as server:
+        handler['get /api'] << (lambda req: {'peer': req._raw_request.transport.get_extra_info('peercert')})
+        yield handler, str(server.url).rstrip('/')
+
+
+def _kopf_tmpdirs() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith('kopf-')}
+
+
+async def test_tls_with_data(tls_server: tuple[kmock.RawHandler, str]) -> None:
+    handler, url = tls_server
+    assert url.startswith('https://')
+    info = ConnectionInfo(
+        server=url,
+        ca_data=(CERTS / 'ca.crt').read_bytes(),
+        certificate_data=(CERTS / 'client.crt').read_bytes(),
+        private_key_data=(CERTS / 'client.key').read_bytes(),
+    )
+    tmpdirs_before = _kopf_tmpdirs()
+    async with Vault({'main': info}) as vault:
+        result = await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
+    subject = dict(pair[0] for pair in result['peer']['subject'])
+    assert subject == {'commonName': 'kopf-test-client'}
+    assert _kopf_tmpdirs() == tmpdirs_before  # the secrets are not left on the disk
+
+
+async def test_tls_with_paths(tls_server: tuple[kmock.RawHandler, str]) -> None:
+    handler, url = tls_server
+    info = ConnectionInfo(
+        server=url,
+        ca_path=str(CERTS / 'ca.crt'),
+        certificate_path=str(CERTS / 'client.crt'),
+        private_key_path=str(CERTS / 'client.key'),
+    )
+    async with Vault({'main': info}) as vault:
+        result = await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
+    subject = dict(pair[0] for pair in result['peer']['subject'])
+    assert subject == {'commonName': 'kopf-test-client'}
+
+
+async def test_tls_insecure_skips_server_verification(tls_server: tuple[kmock.RawHandler, str]) -> None:
+    handler, url = tls_server
+    info = ConnectionInfo(
+        server=url,
+        insecure=True,
+        certificate_path=str(CERTS / 'client.crt'),
+        private_key_path=str(CERTS / 'client.key'),
+    )
+    async with Vault({'main': info}) as vault:
+        await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
+    assert len(handler) == 1
+
+
+async def test_tls_unknown_ca_fails(tls_server: tuple[kmock.RawHandler, str]) -> None:
+    handler, url = tls_server
+    settings = StandaloneClientSettings()
+    settings.networking.error_backoffs = []
+    info = ConnectionInfo(
+        server=url,
+        certificate_path=str(CERTS / 'client.crt'),
+        private_key_path=str(CERTS / 'client.key'),
+    )
+    async with Vault({'main': info}) as vault:
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):
+            await api.request('GET', '/api', settings=settings, vault=vault)
+    assert len(handler) == 0
+
+
+async def test_tls_without_client_certificate_fails(tls_server: tuple[kmock.RawHandler, str]) -> None:
+    handler, url = tls_server
+    settings = StandaloneClientSettings()
+    settings.networking.error_backoffs = []
+    info = ConnectionInfo(server=url, ca_path=str(CERTS / 'ca.crt'))
+    async with Vault({'main': info}) as vault:
+        with pytest.raises(aiohttp.ClientError):
+            await api.request('GET', '/api', settings=settings, vault=vault)
+    assert len(handler) == 0
+
+
+def test_ssl_context_flags() -> None:
+    context = auth.make_ssl_context(ConnectionInfo(server='https://x', insecure=True))
+    assert context.verify_mode == ssl.CERT_NONE
+    assert not context.check_hostname
+
+    context = auth.make_ssl_context(ConnectionInfo(server='https://x', ca_path=str(CERTS / 'ca.crt')))
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert [cert['subject'] for cert in context.get_ca_certs()] == [((('commonName', 'kopf-test-ca'),),)]
+
+
+def test_broken_private_key_data_not_leaked() -> None:
+    secret = b'-----BEGIN PRIVATE KEY-----\nTOP-SECRET-KEY-MATERIAL\n-----END PRIVATE KEY-----\n'
+    info = ConnectionInfo(server='https://x', certificate_data=(CERTS / 'client.crt').read_bytes(),
+                          private_key_data=secret)
+    tmpdirs_before = _kopf_tmpdirs()
+    with pytest.raises(ssl.SSLError) as exc_info:
+        auth.make_ssl_context(info)
+    assert b'TOP-SECRET' not in str(exc_info.value).encode()
+    assert _kopf_tmpdirs() == tmpdirs_before
+
+
+@pytest.mark.parametrize('info, expected', [
+    (ConnectionInfo(server='https://x'), None),
+    (ConnectionInfo(server='https://x', token='t'), 'Bearer t'),
+    (ConnectionInfo(server='https://x', token='t', scheme='Digest'), 'Digest t'),
+    (ConnectionInfo(server='https://x', username='u', password='p'), 'Basic dTpw'),
+    (ConnectionInfo(server='https://x', username='u'), 'Basic dTo='),
+])
+def test_authorization_header(info: ConnectionInfo, expected: str | None) -> None:
+    headers = auth.make_headers(info)
+    assert headers.get('Authorization') == expected
+    assert headers['User-Agent'] == 'kopf'
+
+
+@pytest.mark.parametrize('info_flag, settings_flag, expected', [
+    (False, False, False),
+    (True, False, True),
+    (False, True, True),
+])
+async def test_trust_env(info_flag: bool, settings_flag: bool, expected: bool) -> None:
+    context = auth.APIContext(ConnectionInfo(server='http://x', trust_env=info_flag), trust_env=settings_flag)
+    try:
+        assert context.session.trust_env is expected
+        assert context.session.connector is not None
+        assert context.session.connector.limit == 0  # unlimited
+    finally:
+        await context.close()
+
+
+async def test_proxy_url(kmock: kmock.RawHandler, server: str) -> None:
+    # The mock server plays the proxy: plain-HTTP requests via a proxy go with the full URL.
+    kmock['get /api'] << {'proxied': True}
+    info = ConnectionInfo(server='http://cluster.example.com:8080', proxy_url=server)
+    async with Vault({'main': info}) as vault:
+        result = await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
+    assert result == {'proxied': True}
+    assert kmock[0].headers['Host'] == 'cluster.example.com:8080'
