@@ -15,7 +15,8 @@ from .conftest import SECRET_TOKEN, with_token
 pytestmark = pytest.mark.looptime
 
 
-async def test_request_contract(kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault) -> None:
+async def test_request_contract(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
+                                vault: Vault) -> None:
     kmock['post /apis/kopf.dev/v1/namespaces/ns1/kopfexamples'] << {'metadata': {'name': 'x'}}
 
     result = await api.request('POST', '/apis/kopf.dev/v1/namespaces/ns1/kopfexamples',
@@ -185,16 +186,18 @@ async def test_429_enforced_retry_after(kmock: kmock.RawHandler, settings: Stand
     assert looptime == 3
 
 
-async def test_429_retry_after_from_status_details(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
-                                                   vault: Vault, looptime: float) -> None:
+async def test_429_retry_after_from_status_details(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+) -> None:
     kmock['get /api'][:1] << 429 << {'kind': 'Status', 'code': 429, 'details': {'retryAfterSeconds': 4}}
     kmock['get /api'][1:] << {}
     await api.request('GET', '/api', settings=settings, vault=vault)
     assert looptime == 4
 
 
-async def test_429_without_retry_after_uses_backoffs(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
-                                                     vault: Vault, looptime: float) -> None:
+async def test_429_without_retry_after_uses_backoffs(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+) -> None:
     kmock['get /api'] << 429
     with pytest.raises(errors.APITooManyRequestsError):
         await api.request('GET', '/api', settings=settings, vault=vault)
@@ -234,7 +237,7 @@ async def test_request_timeout_exhausted(kmock: kmock.RawHandler, settings: Stan
 
 async def test_401_relogin_then_success(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
                                         info: ConnectionInfo, looptime: float) -> None:
-    kmock['get /api', kmock.headers({'Authorization': 'Bearer old'})] << 401 << {'kind': 'Status', 'code': 401}
+    kmock['get /api', kmock.headers({'Authorization': 'Bearer old'})] << 401 << {'kind': 'Status'}
     kmock['get /api', kmock.headers({'Authorization': 'Bearer new'})] << {'ok': True}
     relogins: list[int] = []
 
@@ -353,8 +356,10 @@ async def test_stream_keeps_session_open_while_used(
         kmock: kmock.RawHandler, settings: StandaloneClientSettings, info: ConnectionInfo,
 ) -> None:
     kmock['get /stream'] << (b'hello\n', lambda: asyncio.sleep(1), b'world\n')
-    async with Vault({VaultKey('main'): info}) as vault:
-        async with api.stream('GET', '/stream', settings=settings, vault=vault) as resp:
-            # Another request invalidates the credentials in the middle of the stream.
-            await vault.invalidate('main', info)
-            assert await resp.read() == b'hello\nworld\n'
+    async with (
+        Vault({VaultKey('main'): info}) as vault,
+        api.stream('GET', '/stream', settings=settings, vault=vault) as resp,
+    ):
+        # Another request invalidates the credentials in the middle of the stream.
+        await vault.invalidate('main', info)
+        assert await resp.read() == b'hello\nworld\n'

@@ -31,8 +31,10 @@ async def tls_server() -> AsyncIterator[tuple[kmock.RawHandler, str]]:
         async def start_server(self, *args: Any, **kwargs: Any) -> None:
             await super().start_server(*args, ssl=context, **kwargs)
 
-    server_cls = TLSServer
-    async with kmock.RawHandler(strict=True) as handler, kmock.Server(handler, server_cls=server_cls) as server:
+    async with (
+        kmock.RawHandler(strict=True) as handler,
+        kmock.Server(handler, server_cls=TLSServer) as server,
+    ):
         handler['get /api'] << (lambda req: {'peer': req._raw_request.transport.get_extra_info('peercert')})
         yield handler, str(server.url).rstrip('/')
 
@@ -42,7 +44,7 @@ def _kopf_tmpdirs() -> set[str]:
 
 
 async def test_tls_with_data(tls_server: tuple[kmock.RawHandler, str]) -> None:
-    handler, url = tls_server
+    _, url = tls_server
     assert url.startswith('https://')
     info = ConnectionInfo(
         server=url,
@@ -59,7 +61,7 @@ async def test_tls_with_data(tls_server: tuple[kmock.RawHandler, str]) -> None:
 
 
 async def test_tls_with_paths(tls_server: tuple[kmock.RawHandler, str]) -> None:
-    handler, url = tls_server
+    _, url = tls_server
     info = ConnectionInfo(
         server=url,
         ca_path=str(CERTS / 'ca.crt'),

@@ -20,6 +20,9 @@ from kopf._clients.logins import (
     login_with_kubeconfig,
     login_with_service_account,
 )
+from kopf._clients.vault import (
+    Vault,
+)
 from kopf._cogs.configs.networking import (
     NetworkingSettings,
     WatchingSettings,
@@ -150,6 +153,7 @@ __all__ = [
     'Resource',
     'Spec',
     'Status',
+    'Vault',
     'WatchingSettings',
     'adjust_namespace',
     'adopt',

@@ -29,7 +29,7 @@ import aiohttp
 from kopf._clients import auth, errors
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
-from kopf._cogs.structs.credentials import LoginError
+from kopf._cogs.structs.credentials import ConnectionInfo, LoginError
 
 _T = TypeVar('_T')
 
@@ -58,10 +58,10 @@ def iter_backoffs(backoffs: BackoffsSpec | None) -> Iterator[float]:
     return iter(backoffs)
 
 
-def _context_factory(settings: ClientSettings) -> tuple[Callable[[Any], auth.APIContext], str]:
+def _context_factory(settings: ClientSettings) -> tuple[Callable[[ConnectionInfo], auth.APIContext], str]:
     trust_env = bool(settings.networking.trust_env)
 
-    def factory(info: Any) -> auth.APIContext:
+    def factory(info: ConnectionInfo) -> auth.APIContext:
         return auth.APIContext(info, trust_env=trust_env)
 
     # Different settings must not share the same session: distinguish the cached objects by purpose.

@@ -96,7 +96,8 @@ class Vault:
 
     def __init__(
             self,
-            __src: Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo] | None = None,
+            src: Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo] | None = None,
+            /,
             *,
             relogin: ReloginFn | None = None,
     ) -> None:
@@ -112,8 +113,8 @@ class Vault:
         # Notified on every change, so that waiters for readiness/emptiness can re-check the state.
         self._changed: asyncio.Condition | None = None
 
-        if __src is not None:
-            self._add(__src)
+        if src is not None:
+            self._add(src)
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__}: {len(self._items)} credentials>'
@@ -178,7 +179,8 @@ class Vault:
 
     async def populate(
             self,
-            __src: Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo],
+            src: Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo],
+            /,
     ) -> None:
         """
         Add new credentials or replace the existing ones under the same keys.
@@ -187,7 +189,7 @@ class Vault:
         without a callback, this call completes it: successfully if usable credentials exist now,
         or with :class:`LoginError` for all waiting consumers if not.
         """
-        replaced = self._add(__src)
+        replaced = self._add(src)
         await self._drop(replaced)
         if self._relogin is None and self._round is not None and not self._round.done():
             self._finish_round(self._round)

@@ -137,11 +137,11 @@ async def _read_lines(
             try:
                 data = json.loads(line)
             except ValueError:
-                logger.warning(f'Skipping an unparseable line in the watch-stream: {line[:200]!r}')
+                logger.warning(f'Skipping an unparseable line in the watch-stream: {bytes(line[:200])!r}')
                 continue
             if not isinstance(data, dict) or not isinstance(data.get('type'), str) \
                     or not isinstance(data.get('object'), dict):
-                logger.warning(f'Skipping an unrecognised line in the watch-stream: {line[:200]!r}')
+                logger.warning(f'Skipping an unrecognised line in the watch-stream: {bytes(line[:200])!r}')
                 continue
             yield cast(RawInput, data)
 

@@ -1,3 +1,37 @@
 """
 Tools for testing operators: ``KopfRunner`` and an in-process Kubernetes API emulator.
+
+The names are resolved on first access, so that importing ``kopf.testing`` (as the pytest
+plugin does in every test session) stays cheap.
 """
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kopf.testing.emulator import ApiError as ApiError
+    from kopf.testing.emulator import KubernetesEmulator as KubernetesEmulator
+    from kopf.testing.emulator import RequestCounter as RequestCounter
+    from kopf.testing.emulator import RequestKey as RequestKey
+
+# Public name -> the module that defines it.
+_LAZY_NAMES: dict[str, str] = {
+    'KubernetesEmulator': 'kopf.testing.emulator',
+    'RequestCounter': 'kopf.testing.emulator',
+    'RequestKey': 'kopf.testing.emulator',
+    'ApiError': 'kopf.testing.emulator',
+}
+
+__all__ = [
+    'ApiError',
+    'KubernetesEmulator',
+    'RequestCounter',
+    'RequestKey',
+]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name = _LAZY_NAMES[name]
+    except KeyError:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}') from None
+    return getattr(importlib.import_module(module_name), name)

@@ -112,11 +112,10 @@ def method_not_allowed(message: str) -> ApiError:
     return ApiError(405, message, details={})
 
 
-def unsupported_media_type(content_type: str, accepted: Sequence[str]) -> ApiError:
+def unsupported_media_type(accepted: Sequence[str]) -> ApiError:
     return ApiError(
         415,
-        f'the body of the request was in an unknown format ({content_type or "none"})'
-        f' - accepted media types include: {", ".join(accepted)}',
+        f'the body of the request was in an unknown format - accepted media types include: {", ".join(accepted)}',
     )
 
 

@@ -179,7 +179,7 @@ class Operations:
             crd = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage_key, None, f'{info.plural}.{info.group}')
             if crd is not None and crd.body['metadata'].get('deletionTimestamp'):
                 raise errors.method_not_allowed(
-                    f'create not allowed while custom resource definition is terminating')
+                    'create not allowed while custom resource definition is terminating')
         if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
             self._crd_resources(body)
         if self.store.get(info.storage_key, namespace, name) is not None:
@@ -249,7 +249,7 @@ class Operations:
         patch_type = PATCH_CONTENT_TYPES.get(content_type)
         if patch_type is None or (patch_type == 'strategic' and info.custom):
             accepted = _CUSTOM_PATCH_CONTENT_TYPES if info.custom else tuple(PATCH_CONTENT_TYPES)
-            raise errors.unsupported_media_type(content_type, accepted)
+            raise errors.unsupported_media_type(accepted)
         document = decode_yaml_body(raw) if patch_type == 'apply' else decode_json_body(raw)
         if patch_type == 'apply':
             if not field_manager:
@@ -364,7 +364,7 @@ class Operations:
             else:
                 result.pop('status', None)
 
-        causes = validation.validate_metadata(metadata, info.name_rule, check_name=False)
+        causes = validation.validate_metadata(metadata, info.name_rule, check_name=False, previous=old_metadata)
         if old_metadata.get('deletionTimestamp'):
             added = [f for f in metadata.get('finalizers') or [] if f not in (old_metadata.get('finalizers') or [])]
             if added:

@@ -176,7 +176,7 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[ResourceInfo]:
     if not isinstance(spec, dict):
         raise CrdError([('spec', 'Required value')])
     group = spec.get('group')
-    names = spec.get('names') if isinstance(spec.get('names'), dict) else {}
+    names: dict[str, Any] = spec['names'] if isinstance(spec.get('names'), dict) else {}
     plural = names.get('plural')
     kind = names.get('kind')
     singular = names.get('singular') or (kind.lower() if isinstance(kind, str) else None)

@@ -45,7 +45,6 @@ class LabelRequirement:
                     return False
                 (limit,) = (int(value) for value in self.values)
                 return actual > limit if self.operator == '>' else actual < limit
-        return False  # pragma: no cover  # all operators are handled above
 
 
 LabelSelector = tuple[LabelRequirement, ...]
@@ -102,7 +101,7 @@ def parse_label_selector(text: str) -> LabelSelector:
             key = match['key']
             values = [value.strip() for value in match['values'].split(',')] if match['values'].strip() else []
             if not values and match['op'] == 'in':
-                raise SelectorError(f'unable to parse requirement: for "in" operator, values set can\'t be empty')
+                raise SelectorError('unable to parse requirement: for "in" operator, values set can\'t be empty')
             _check_key(key)
             for value in values:
                 _check_value(value)

@@ -99,8 +99,21 @@ def label_value_problems(value: str) -> list[str]:
     return problems
 
 
-def validate_metadata(metadata: Mapping[str, Any], name_rule: NameRule, *, check_name: bool = True) -> list[Cause]:
-    """All problems of the generic metadata fields of an object about to be stored."""
+def validate_metadata(
+        metadata: Mapping[str, Any],
+        name_rule: NameRule,
+        *,
+        check_name: bool = True,
+        previous: Mapping[str, Any] | None = None,
+) -> list[Cause]:
+    """
+    All problems of the generic metadata fields of an object about to be stored.
+
+    With the ``previous`` metadata given, the fields that are the very same objects as there
+    are not checked again: stored objects are immutable, so they were checked when stored.
+    """
+    if previous is not None:
+        metadata = {key: value for key, value in metadata.items() if previous.get(key) is not value}
     causes: list[Cause] = []
     name = metadata.get('name')
     if check_name:
@@ -125,7 +138,7 @@ def validate_metadata(metadata: Mapping[str, Any], name_rule: NameRule, *, check
                                         reason='FieldValueTypeInvalid'))
                 else:
                     for problem in label_value_problems(value):
-                        causes.append(Cause(f'metadata.labels', f'Invalid value: {_quote(value)}: {problem}'))
+                        causes.append(Cause('metadata.labels', f'Invalid value: {_quote(value)}: {problem}'))
 
     annotations = metadata.get('annotations')
     if annotations is not None:

@@ -1,0 +1,169 @@
+"""
+Request accounting and fault injection: what tests use to observe and to disturb an operator.
+
+Both are safe to use from any thread: the emulator may serve in its own thread while a test
+configures faults or reads the counters from another.
+"""
+import collections
+import dataclasses
+import re
+import threading
+from typing import NamedTuple
+
+
+class RequestKey(NamedTuple):
+    """What a request did, as counted: the verb and the object (or collection) it addressed."""
+
+    verb: str  # get, list, watch, create, update, patch, delete, deletecollection; "discovery" otherwise
+    group: str
+    resource: str  # the plural name; empty for non-resource requests
+    subresource: str  # e.g. "status"; empty if none
+    namespace: str  # empty for cluster-scoped objects and cluster-wide requests
+    name: str  # empty for collections
+
+
+class RequestCounter:
+    """
+    Counts the API requests by verb and by the addressed object.
+
+    ``count()`` sums the requests matching all given criteria, e.g.
+    ``count('patch', 'kopfexamples', name='kex1')``: the PATCH requests to one object.
+    """
+
+    def __init__(self) -> None:
+        self._counts: collections.Counter[RequestKey] = collections.Counter()
+
+    def record(self, key: RequestKey) -> None:
+        self._counts[key] += 1
+
+    def reset(self) -> None:
+        self._counts.clear()
+
+    def snapshot(self) -> dict[RequestKey, int]:
+        return dict(self._counts)  # copying is atomic in CPython, unlike iterating
+
+    @property
+    def total(self) -> int:
+        return sum(self.snapshot().values())
+
+    def by_verb(self) -> dict[str, int]:
+        result: collections.Counter[str] = collections.Counter()
+        for key, count in self.snapshot().items():
+            result[key.verb] += count
+        return dict(result)
+
+    def count(
+            self,
+            verb: str | None = None,
+            resource: str | None = None,
+            *,
+            group: str | None = None,
+            namespace: str | None = None,
+            name: str | None = None,
+            subresource: str | None = None,
+    ) -> int:
+        """
+        The number of requests that match all the given criteria (``None`` matches anything).
+
+        ``resource`` is a plural name, optionally with the group: ``kopfexamples.kopf.dev``.
+        """
+        if resource is not None and group is None and '.' in resource:
+            resource, group = resource.split('.', 1)
+        return sum(
+            count for key, count in self.snapshot().items()
+            if (verb is None or key.verb == verb)
+            and (resource is None or key.resource == resource)
+            and (group is None or key.group == group)
+            and (namespace is None or key.namespace == namespace)
+            and (name is None or key.name == name)
+            and (subresource is None or key.subresource == subresource)
+        )
+
+
+@dataclasses.dataclass
+class _Filter:
+    method: str | None
+    verb: str | None
+    path: re.Pattern[str] | None
+
+    def matches(self, method: str, verb: str, path: str) -> bool:
+        return ((self.method is None or self.method == method) and
+                (self.verb is None or self.verb == verb) and
+                (self.path is None or self.path.search(path) is not None))
+
+
+@dataclasses.dataclass
+class InjectedFailure:
+    """A planned failure of the requests matching a filter, for a number of times or until cleared."""
+
+    filter: _Filter
+    remaining: int | None
+    status: int
+    retry_after: float | None
+    message: str
+
+
+@dataclasses.dataclass
+class InjectedLatency:
+    filter: _Filter
+    remaining: int | None
+    seconds: float
+
+
+class FaultInjector:
+    """Planned failures and latencies, consumed by the requests that match them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures: list[InjectedFailure] = []
+        self._latencies: list[InjectedLatency] = []
+
+    @property
+    def armed(self) -> bool:
+        """A fast check for the request path: whether there is anything to inject at all."""
+        return bool(self._failures or self._latencies)
+
+    def add_failure(self, *, count: int | None, status: int, method: str | None, verb: str | None,
+                    path: str | None, retry_after: float | None, message: str | None) -> None:
+        message = message or f'the emulator injected a failure with HTTP {status}'
+        failure = InjectedFailure(_make_filter(method, verb, path), count, status, retry_after, message)
+        with self._lock:
+            self._failures.append(failure)
+
+    def add_latency(self, *, seconds: float, count: int | None, method: str | None, verb: str | None,
+                    path: str | None) -> None:
+        latency = InjectedLatency(_make_filter(method, verb, path), count, seconds)
+        with self._lock:
+            self._latencies.append(latency)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._failures.clear()
+            self._latencies.clear()
+
+    def take_latency(self, method: str, verb: str, path: str) -> float:
+        total = 0.0
+        with self._lock:
+            for latency in list(self._latencies):
+                if latency.filter.matches(method, verb, path):
+                    total += latency.seconds
+                    if latency.remaining is not None:
+                        latency.remaining -= 1
+                        if latency.remaining <= 0:
+                            self._latencies.remove(latency)
+        return total
+
+    def take_failure(self, method: str, verb: str, path: str) -> InjectedFailure | None:
+        with self._lock:
+            for failure in self._failures:
+                if failure.filter.matches(method, verb, path):
+                    if failure.remaining is not None:
+                        failure.remaining -= 1
+                        if failure.remaining <= 0:
+                            self._failures.remove(failure)
+                    return failure
+        return None
+
+
+def _make_filter(method: str | None, verb: str | None, path: str | None) -> _Filter:
+    return _Filter(method.upper() if method else None, verb, re.compile(path) if path is not None else None)

@@ -1,0 +1,488 @@
+"""
+The HTTP layer: URL routing, query parameters, content negotiation, discovery and watch streams.
+
+One low-level aiohttp handler serves everything: the URL space of the Kubernetes API is parsed
+by hand (cheaper than a router, and resources appear and disappear with CRDs anyway).
+"""
+import asyncio
+import base64
+import binascii
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from kopf.testing.emulator import errors, selectors
+from kopf.testing.emulator.faults import FaultInjector, RequestCounter, RequestKey
+from kopf.testing.emulator.operations import Operations, Outcome, decode_json_body, decode_yaml_body
+from kopf.testing.emulator.resources import ResourceInfo, ResourceRegistry
+from kopf.testing.emulator.store import ObjectStore, Watcher, encode, event_line
+
+logger = logging.getLogger(__name__)
+
+KUBERNETES_VERSION = {
+    'major': '1',
+    'minor': '32',
+    'gitVersion': 'v1.32.0-kopf-emulator',
+    'gitCommit': '0000000000000000000000000000000000000000',
+    'gitTreeState': 'clean',
+    'buildDate': '2025-01-01T00:00:00Z',
+    'goVersion': 'go1.23.0',
+    'compiler': 'gc',
+    'platform': 'linux/amd64',
+}
+_NAMESPACE_SUBRESOURCES = frozenset({'status', 'finalize'})
+_OBJECT_CONTENT_TYPES = ('application/json', 'application/yaml', 'application/vnd.kubernetes.protobuf')
+_JSON = 'application/json'
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """A parsed resource URL: ``/api(s)/{group}/{version}[/watch][/namespaces/{ns}]/{plural}[/{name}[/{sub}]]``."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+    watch: bool = False  # the deprecated /watch/ URL prefix
+
+
+def parse_route(path: str) -> Route | None:
+    """Parse a resource URL; ``None`` for anything else (discovery, health checks, unknown URLs)."""
+    parts = path.strip('/').split('/')
+    if parts[0] == 'api' and len(parts) >= 3:
+        group, version, rest = '', parts[1], parts[2:]
+    elif parts[0] == 'apis' and len(parts) >= 4:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    watch = rest[0] == 'watch'
+    if watch:
+        rest = rest[1:]
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == 'namespaces' and not (len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES):
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3 or not all(rest):
+        return None
+    return Route(group=group, version=version, plural=rest[0], namespace=namespace,
+                 name=rest[1] if len(rest) > 1 else None, subresource=rest[2] if len(rest) > 2 else None,
+                 watch=watch)
+
+
+def _verb(method: str, route: Route, query: Mapping[str, str]) -> str:
+    if method == 'GET':
+        if route.watch or query.get('watch') in ('true', '1'):
+            return 'watch'
+        return 'get' if route.name else 'list'
+    if method == 'POST':
+        return 'create'
+    if method == 'PUT':
+        return 'update'
+    if method == 'PATCH':
+        return 'patch'
+    if method == 'DELETE':
+        return 'delete' if route.name else 'deletecollection'
+    return method.lower()
+
+
+def _json_response(code: int, body: bytes, warnings: Sequence[str] = ()) -> web.Response:
+    response = web.Response(body=body, status=code, content_type=_JSON)
+    for warning in warnings:
+        response.headers.add('Warning', f'299 - "{warning}"')
+    return response
+
+
+def error_response(error: errors.ApiError) -> web.Response:
+    response = _json_response(error.code, encode(error.as_status()))
+    for header, value in error.headers.items():
+        response.headers[header] = value
+    return response
+
+
+def _content_type(request: web.BaseRequest) -> str:
+    return request.headers.get('Content-Type', '').split(';', 1)[0].strip().lower()
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    return query.get(name, '').lower() in ('true', '1')
+
+
+def _integer(query: Mapping[str, str], name: str) -> int | None:
+    text = query.get(name)
+    if text is None or text == '':
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise errors.bad_request(f'invalid value for {name}: {text!r}') from None
+    if value < 0:
+        raise errors.bad_request(f'{name} must not be negative: {text!r}')
+    return value
+
+
+@dataclasses.dataclass
+class WatchSettings:
+    bookmark_interval: float = 60.0
+    default_timeout: float | None = None  # a server-side limit for watches that do not ask for one
+
+
+class ApiHandler:
+    """The single request handler of the emulator's HTTP server."""
+
+    def __init__(self, *, registry: ResourceRegistry, store: ObjectStore, operations: Operations,
+                 counter: RequestCounter, faults: FaultInjector, watch_settings: WatchSettings) -> None:
+        self.registry = registry
+        self.store = store
+        self.operations = operations
+        self.counter = counter
+        self.faults = faults
+        self.watch_settings = watch_settings
+        self.server_address = ''
+        self._documents: dict[str, tuple[int, bytes | None]] = {}
+
+    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            path = request.path
+            method = request.method
+            route = parse_route(path)
+            if route is None:
+                verb = 'discovery'
+                self.counter.record(RequestKey(verb, '', '', '', '', ''))
+            else:
+                verb = _verb(method, route, request.query)
+                self.counter.record(RequestKey(verb, route.group, route.plural, route.subresource or '',
+                                               route.namespace or '', route.name or ''))
+            if self.faults.armed:
+                delay = self.faults.take_latency(method, verb, path)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                failure = self.faults.take_failure(method, verb, path)
+                if failure is not None:
+                    headers = {}
+                    details: dict[str, Any] = {}
+                    if failure.retry_after is not None:
+                        headers['Retry-After'] = str(max(0, round(failure.retry_after)))
+                        details['retryAfterSeconds'] = max(0, round(failure.retry_after))
+                    raise errors.ApiError(failure.status, failure.message, details=details, headers=headers)
+            if route is None:
+                return self._non_resource(method, path)
+            return await self._resource(request, route, verb)
+        except errors.ApiError as e:
+            return error_response(e)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(errors.ApiError(413, 'Request entity too large: limit is 3145728'))
+        except Exception as e:
+            logger.exception('The emulator failed to serve %s %s', request.method, request.path_qs)
+            return error_response(errors.internal_error(f'{type(e).__name__}: {e}'))
+
+    # ----------------------------------------------------------------------------------------
+    # Discovery & non-resource URLs.
+
+    def _non_resource(self, method: str, path: str) -> web.StreamResponse:
+        stripped = path.rstrip('/') or '/'
+        if stripped in ('/healthz', '/livez', '/readyz') or stripped.startswith(('/healthz/', '/livez/', '/readyz/')):
+            return web.Response(text='ok', content_type='text/plain')
+        if method != 'GET':
+            raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+        document = self._document(stripped)
+        if document is None:
+            raise errors.unknown_resource()
+        return _json_response(200, document)
+
+    def _document(self, path: str) -> bytes | None:
+        """A discovery or OpenAPI document, cached until the set of served resources changes."""
+        cached = self._documents.get(path)
+        if cached is not None and cached[0] == self.registry.generation:
+            return cached[1]
+        content = self._build_document(path)
+        encoded = encode(content) if content is not None else None
+        self._documents[path] = (self.registry.generation, encoded)
+        return encoded
+
+    def _build_document(self, path: str) -> dict[str, Any] | None:
+        parts = path.strip('/').split('/')
+        registry = self.registry
+        if path == '/version':
+            return KUBERNETES_VERSION
+        if path == '/api':
+            return {**registry.core_versions(), 'serverAddressByClientCIDRs': [
+                {'clientCIDR': '0.0.0.0/0', 'serverAddress': self.server_address}]}
+        if path == '/apis':
+            return registry.group_list()
+        if parts[0] == 'api' and len(parts) == 2:
+            return registry.resource_list('', parts[1])
+        if parts[0] == 'apis' and len(parts) == 2:
+            return registry.group_document(parts[1])
+        if parts[0] == 'apis' and len(parts) == 3:
+            return registry.resource_list(parts[1], parts[2])
+        if path == '/openapi/v3':
+            return registry.openapi_root()
+        if parts[:2] == ['openapi', 'v3'] and len(parts) == 4 and parts[2] == 'api':
+            return registry.openapi_document('', parts[3])
+        if parts[:2] == ['openapi', 'v3'] and len(parts) == 5 and parts[2] == 'apis':
+            return registry.openapi_document(parts[3], parts[4])
+        return None  # including /openapi/v2, which kubectl tolerates the absence of
+
+    # ----------------------------------------------------------------------------------------
+    # Resources.
+
+    async def _resource(self, request: web.BaseRequest, route: Route, verb: str) -> web.StreamResponse:
+        info = self.registry.lookup(route.group, route.version, route.plural)
+        if info is None:
+            raise errors.unknown_resource()
+        if route.namespace is not None and not info.namespaced:
+            raise errors.unknown_resource()
+        if route.subresource is not None and (route.subresource != 'status' or not info.has_status):
+            raise errors.unknown_resource()
+        namespace = route.namespace
+        name = route.name
+        query = request.query
+        if verb in ('get', 'list', 'watch'):
+            self._check_accept(request)
+        dry_run = 'dryRun' in query
+        if dry_run and query['dryRun'] != 'All':
+            raise errors.bad_request(f'Invalid value: "{query["dryRun"]}": supported values: "All"')
+
+        if info.namespaced and namespace is None and name is not None:
+            raise errors.unknown_resource()
+        if info.namespaced and namespace is None and verb not in ('list', 'watch'):
+            raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+
+        if verb == 'get':
+            assert name is not None
+            stored = self.operations.get(info, namespace, name)
+            return _json_response(200, stored.encoded_as(info.api_version))
+        if verb == 'list':
+            return _json_response(200, self._list(info, namespace, query))
+        if verb == 'watch':
+            return await self._watch(request, info, route)
+        if verb == 'create':
+            if name is not None:
+                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+            body = self._decode_object(request, await request.read())
+            outcome = await self.operations.create(info, namespace, body, dry_run=dry_run,
+                                                   field_manager=query.get('fieldManager'))
+            return self._outcome(outcome)
+        if verb == 'update':
+            if name is None:
+                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+            body = self._decode_object(request, await request.read())
+            outcome = await self.operations.update(info, namespace, name, body, subresource=route.subresource,
+                                                   dry_run=dry_run)
+            return self._outcome(outcome)
+        if verb == 'patch':
+            if name is None:
+                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+            outcome = await self.operations.patch(info, namespace, name, _content_type(request), await request.read(),
+                                                  subresource=route.subresource, dry_run=dry_run,
+                                                  field_manager=query.get('fieldManager'))
+            return self._outcome(outcome)
+        if verb in ('delete', 'deletecollection'):
+            if route.subresource is not None:
+                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+            options = self._delete_options(request, await request.read())
+            if name is not None:
+                outcome = await self.operations.delete(info, namespace, name, options, dry_run=dry_run)
+            else:
+                label_selector, field_selector = self._selectors(info, query)
+                outcome = await self.operations.delete_collection(info, namespace, label_selector, field_selector,
+                                                                  options, dry_run=dry_run)
+            return self._outcome(outcome)
+        raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+
+    @staticmethod
+    def _outcome(outcome: Outcome) -> web.Response:
+        return _json_response(outcome.code, outcome.encoded, outcome.warnings)
+
+    @staticmethod
+    def _check_accept(request: web.BaseRequest) -> None:
+        accept = request.headers.get('Accept', '')
+        if accept and 'json' not in accept and '*/*' not in accept and 'application/*' not in accept:
+            raise errors.ApiError(406, f'only the following media types are accepted: {_JSON}')
+
+    @staticmethod
+    def _decode_object(request: web.BaseRequest, raw: bytes) -> Any:
+        content_type = _content_type(request)
+        if content_type in ('', _JSON, '*/*'):
+            # Like real servers: no content type means the default one, JSON.
+            return decode_json_body(raw)
+        if content_type in ('application/yaml', 'application/x-yaml', 'text/yaml'):
+            return decode_yaml_body(raw)
+        raise errors.unsupported_media_type(_OBJECT_CONTENT_TYPES)
+
+    @staticmethod
+    def _delete_options(request: web.BaseRequest, raw: bytes) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if raw.strip():
+            content_type = _content_type(request)
+            decoded = decode_yaml_body(raw) if 'yaml' in content_type else decode_json_body(raw)
+            if not isinstance(decoded, dict):
+                raise errors.bad_request('the delete options must be a JSON object')
+            options.update(decoded)
+        query = request.query
+        if 'propagationPolicy' in query:
+            options['propagationPolicy'] = query['propagationPolicy']
+        if 'orphanDependents' in query:
+            options['orphanDependents'] = _flag(query, 'orphanDependents')
+        if 'gracePeriodSeconds' in query:
+            options['gracePeriodSeconds'] = _integer(query, 'gracePeriodSeconds')
+        policy = options.get('propagationPolicy')
+        if policy is not None and policy not in ('Orphan', 'Background', 'Foreground'):
+            raise errors.invalid('DeleteOptions', '', '', [errors.Cause(
+                'propagationPolicy', f'Unsupported value: "{policy}": supported values: '
+                                     f'"Foreground", "Background", "Orphan", "nil"', reason='FieldValueNotSupported')])
+        return options
+
+    @staticmethod
+    def _selectors(info: ResourceInfo, query: Mapping[str, str],
+                   ) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
+        try:
+            label_selector = selectors.parse_label_selector(query.get('labelSelector', ''))
+            field_selector = selectors.parse_field_selector(query.get('fieldSelector', ''),
+                                                            info.field_selector_paths)
+        except selectors.SelectorError as e:
+            raise errors.bad_request(str(e)) from None
+        return label_selector, field_selector
+
+    # ----------------------------------------------------------------------------------------
+    # Lists.
+
+    def _list(self, info: ResourceInfo, namespace: str | None, query: Mapping[str, str]) -> bytes:
+        label_selector, field_selector = self._selectors(info, query)
+        limit = _integer(query, 'limit') or 0
+        start: tuple[str, str] | None = None
+        token = query.get('continue')
+        if token:
+            try:
+                decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+                start = (str(decoded['start'][0]), str(decoded['start'][1]))
+            except (ValueError, KeyError, IndexError, TypeError, binascii.Error):
+                raise errors.bad_request('continue key is not valid: the token is malformed') from None
+
+        api_version = info.api_version
+        found = []
+        for stored in self.store.objects(info.storage_key, namespace):
+            if start is not None and (stored.namespace, stored.name) <= start:
+                continue
+            metadata = stored.body['metadata']
+            if label_selector and not selectors.labels_match(label_selector, metadata.get('labels')):
+                continue
+            if field_selector and not selectors.fields_match(field_selector, stored.body):
+                continue
+            found.append(stored)
+
+        list_metadata: dict[str, Any] = {'resourceVersion': str(self.store.last_resource_version)}
+        if limit and len(found) > limit:
+            last = found[limit - 1]
+            token_data = {'rv': self.store.last_resource_version, 'start': [last.namespace, last.name]}
+            list_metadata['continue'] = base64.urlsafe_b64encode(json.dumps(token_data).encode()).decode()
+            if not label_selector and not field_selector:
+                list_metadata['remainingItemCount'] = len(found) - limit
+            found = found[:limit]
+        return (b'{"kind":"' + info.list_kind.encode() + b'","apiVersion":"' + api_version.encode() +
+                b'","metadata":' + encode(list_metadata) + b',"items":[' +
+                b','.join(stored.encoded_as(api_version) for stored in found) + b']}')
+
+    # ----------------------------------------------------------------------------------------
+    # Watches.
+
+    async def _watch(self, request: web.BaseRequest, info: ResourceInfo, route: Route) -> web.StreamResponse:
+        query = request.query
+        label_selector, field_selector = self._selectors(info, query)
+        if route.name is not None:
+            field_selector += (selectors.FieldRequirement('metadata.name', False, route.name),)
+        timeout = _integer(query, 'timeoutSeconds')
+        allow_bookmarks = _flag(query, 'allowWatchBookmarks')
+        send_initial_events = _flag(query, 'sendInitialEvents')
+        resource_version = query.get('resourceVersion', '')
+        watcher = Watcher(info, namespace=route.namespace, label_selector=label_selector,
+                          field_selector=field_selector, path=request.path_qs)
+        state = self.store.state(info.storage_key)
+
+        # Everything until the watcher is subscribed is synchronous: no event can slip in between.
+        if send_initial_events or resource_version in ('', '0'):
+            for stored in self.store.objects(info.storage_key, route.namespace):
+                if watcher.matches(stored.body):
+                    watcher.pending.append(b'{"type":"ADDED","object":' + stored.encoded_as(info.api_version) + b'}\n')
+            if send_initial_events and allow_bookmarks:
+                watcher.pending.append(self._bookmark(info, initial_events_end=True))
+        else:
+            try:
+                since = int(resource_version)
+            except ValueError:
+                raise errors.bad_request(f'resourceVersion: Invalid value: "{resource_version}": '
+                                         f'must be an integer') from None
+            if since < state.replayable_after:
+                return await self._expired_watch(request, since, state.replayable_after)
+            replayed = []
+            for event in reversed(state.history):
+                if event.resource_version <= since:
+                    break
+                replayed.append(event)
+            for event in reversed(replayed):
+                watcher.offer(event)
+        state.watchers.add(watcher)
+
+        try:
+            response = web.StreamResponse(status=200, headers={'Content-Type': _JSON})
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            await self._stream(response, watcher, info, timeout=timeout, allow_bookmarks=allow_bookmarks)
+            if watcher.aborted:
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            await response.write_eof()
+            return response
+        finally:
+            state.watchers.discard(watcher)
+
+    async def _stream(self, response: web.StreamResponse, watcher: Watcher, info: ResourceInfo, *,
+                      timeout: int | None, allow_bookmarks: bool) -> None:
+        loop = asyncio.get_running_loop()
+        limit = timeout if timeout is not None else self.watch_settings.default_timeout
+        deadline = loop.time() + limit if limit is not None else None
+        interval = self.watch_settings.bookmark_interval
+        next_bookmark = loop.time() + interval if allow_bookmarks else None
+        while not watcher.closed:
+            if watcher.pending:
+                chunk = b''.join(watcher.pending)
+                watcher.pending.clear()
+                await response.write(chunk)
+                continue
+            watcher.wakeup.clear()
+            now = loop.time()
+            moments = [moment for moment in (deadline, next_bookmark) if moment is not None]
+            delay = max(0.0, min(moments) - now) if moments else None
+            try:
+                await asyncio.wait_for(watcher.wakeup.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                break
+            if next_bookmark is not None and now >= next_bookmark:
+                watcher.push(self._bookmark(info))
+                next_bookmark = now + interval
+
+    def _bookmark(self, info: ResourceInfo, *, initial_events_end: bool = False) -> bytes:
+        metadata: dict[str, Any] = {'resourceVersion': str(self.store.last_resource_version)}
+        if initial_events_end:
+            metadata['annotations'] = {'k8s.io/initial-events-end': 'true'}
+        return event_line('BOOKMARK', {'kind': info.kind, 'apiVersion': info.api_version, 'metadata': metadata})
+
+    @staticmethod
+    async def _expired_watch(request: web.BaseRequest, since: int, oldest: int) -> web.StreamResponse:
+        """Like real servers: a successful response with one ERROR event saying 410 Gone."""
+        error = errors.expired(f'too old resource version: {since} ({oldest})')
+        response = web.StreamResponse(status=200, headers={'Content-Type': _JSON})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(event_line('ERROR', error.as_status()))
+        await response.write_eof()
+        return response

@@ -1,0 +1,124 @@
+import datetime
+import logging
+import re
+
+import kmock
+import pytest
+
+from kopf._clients import events
+from kopf._clients.vault import Vault
+from kopf._cogs.configs.networking import StandaloneClientSettings
+
+pytestmark = pytest.mark.looptime
+
+REF = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'name': 'kex1', 'uid': 'uid-1', 'namespace': 'ns1'}
+
+
+async def test_post_event_contract(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
+                                   vault: Vault) -> None:
+    kmock['post /api/v1/namespaces/ns1/events'] << {'metadata': {'name': 'kopf-event-abc'}}
+
+    result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Warning',
+                                     reason='SomeReason', message='Some message',
+                                     component='my-op', instance='pod-1', name_prefix='my-op-')
+
+    assert result == {'metadata': {'name': 'kopf-event-abc'}}
+    assert len(kmock) == 1
+    request = kmock[0]
+    assert request.method == 'POST'
+    assert request.url.path == '/api/v1/namespaces/ns1/events'
+    assert request.params == {}
+    assert request.headers['Content-Type'] == 'application/json'
+    data = dict(request.data)
+    timestamps = {key: data.pop(key) for key in ['firstTimestamp', 'lastTimestamp', 'eventTime']}
+    assert data == {
+        'apiVersion': 'v1',
+        'kind': 'Event',
+        'metadata': {'namespace': 'ns1', 'generateName': 'my-op-'},
+        'action': 'Action',
+        'type': 'Warning',
+        'reason': 'SomeReason',
+        'message': 'Some message',
+        'reportingComponent': 'my-op',
+        'reportingInstance': 'pod-1',
+        'source': {'component': 'my-op'},
+        'involvedObject': REF,
+        'count': 1,
+    }
+    assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ', timestamps['firstTimestamp'])
+    assert timestamps['lastTimestamp'] == timestamps['firstTimestamp']
+    assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z', timestamps['eventTime'])
+    assert timestamps['eventTime'].startswith(timestamps['firstTimestamp'][:-1])
+
+
+def test_event_defaults_and_timestamps() -> None:
+    now = datetime.datetime(2020, 12, 31, 23, 59, 59, 123456, tzinfo=datetime.UTC)
+    body = events.build_event(ref=REF, type='Normal', reason='R', now=now)
+    assert body['metadata'] == {'namespace': 'ns1', 'generateName': 'kopf-event-'}
+    assert body['reportingComponent'] == 'kopf'
+    assert body['reportingInstance'] == 'dev'
+    assert body['source'] == {'component': 'kopf'}
+    assert body['message'] == ''
+    assert body['firstTimestamp'] == body['lastTimestamp'] == '2020-12-31T23:59:59Z'
+    assert body['eventTime'] == '2020-12-31T23:59:59.123456Z'
+
+
+async def test_cluster_scoped_objects_go_to_default_namespace(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+) -> None:
+    kmock['post /api/v1/namespaces/default/events'] << {}
+    ref = {'apiVersion': 'v1', 'kind': 'Node', 'name': 'node1', 'uid': 'uid-2'}
+    await events.post_event(settings=settings, vault=vault, ref=ref, type='Normal', reason='R')
+    assert kmock[0].url.path == '/api/v1/namespaces/default/events'
+    assert kmock[0].data['involvedObject'] == ref
+    assert kmock[0].data['metadata']['namespace'] == 'default'
+
+
+async def test_long_messages_are_cut(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
+                                     vault: Vault) -> None:
+    kmock['post /api/v1/namespaces/ns1/events'] << {}
+    await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
+                            message='x' * 2000)
+    message = kmock[0].data['message']
+    assert len(message) == 1024
+    assert message.endswith('...')
+
+
+@pytest.mark.parametrize('api_version', ['v1', 'events.k8s.io/v1'])
+async def test_no_events_for_events(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
+                                    vault: Vault, api_version: str) -> None:
+    ref = {'apiVersion': api_version, 'kind': 'Event', 'name': 'e1', 'namespace': 'ns1'}
+    result = await events.post_event(settings=settings, vault=vault, ref=ref, type='Normal', reason='R')
+    assert result is None
+    assert len(kmock) == 0
+
+
+async def test_missing_namespace_is_quiet(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
+                                          vault: Vault, caplog: pytest.LogCaptureFixture) -> None:
+    kmock['post /api/v1/namespaces/ns1/events'] << 404 << {'kind': 'Status', 'code': 404}
+    caplog.set_level(logging.DEBUG)
+    for _ in range(10):
+        result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R')
+        assert result is None
+    assert len(kmock) == 10  # no retries
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+async def test_other_failures_are_logged_not_raised(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        caplog: pytest.LogCaptureFixture, looptime: float,
+) -> None:
+    settings.networking.error_backoffs = [1]
+    kmock['post /api/v1/namespaces/ns1/events'][:1] << 403 << {'kind': 'Status', 'code': 403}
+    kmock['post /api/v1/namespaces/ns1/events'][1:] << 500 << {'kind': 'Status', 'code': 500}
+
+    for reason in ['R1', 'R2']:
+        assert await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal',
+                                       reason=reason) is None
+
+    assert len(kmock) == 3  # 1x 403 without retries, 2x 500 with one retry
+    assert looptime == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert 'Failed to post an event' in warnings[0] and 'HTTP 403' in warnings[0]
+    assert 'Failed to post an event' in warnings[1] and 'HTTP 500' in warnings[1]
