@@ -10,6 +10,7 @@ The run is repeated with open watch streams on the same resource, which receive 
 
     python benchmarks/emulator_patch.py [--seconds 5] [--connections 32] [--objects 100] [--watchers 10]
 """
+
 import argparse
 import asyncio
 import json
@@ -32,9 +33,17 @@ CRD = {
         'group': 'kopf.dev',
         'scope': 'Namespaced',
         'names': {'plural': 'benchmarks', 'singular': 'benchmark', 'kind': 'Benchmark'},
-        'versions': [{'name': 'v1', 'served': True, 'storage': True, 'subresources': {'status': {}},
-                      'schema': {'openAPIV3Schema': {'type': 'object',
-                                                     'x-kubernetes-preserve-unknown-fields': True}}}],
+        'versions': [
+            {
+                'name': 'v1',
+                'served': True,
+                'storage': True,
+                'subresources': {'status': {}},
+                'schema': {
+                    'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}
+                },
+            }
+        ],
     },
 }
 OBJECTS_PATH = '/apis/kopf.dev/v1/namespaces/default/benchmarks'
@@ -53,10 +62,13 @@ class Connection:
         reader, writer = await asyncio.open_connection(host, port)
         return cls(reader, writer, f'{host}:{port}')
 
-    async def request(self, method: str, path: str, body: bytes = b'',
-                      content_type: str = 'application/json') -> tuple[int, bytes]:
-        head = (f'{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: {content_type}\r\n'
-                f'Content-Length: {len(body)}\r\n\r\n').encode()
+    async def request(
+        self, method: str, path: str, body: bytes = b'', content_type: str = 'application/json'
+    ) -> tuple[int, bytes]:
+        head = (
+            f'{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: {content_type}\r\n'
+            f'Content-Length: {len(body)}\r\n\r\n'
+        ).encode()
         self.writer.write(head + body)
         status_and_headers = await self.reader.readuntil(b'\r\n\r\n')
         lines = status_and_headers.split(b'\r\n')
@@ -85,11 +97,12 @@ async def _watch(host: str, port: int, path: str, received: list[int]) -> None:
         writer.close()
 
 
-async def _load(host: str, port: int, *, seconds: float, connections: int, objects: int, watchers: int,
-                label: str) -> float:
+async def _load(
+    host: str, port: int, *, seconds: float, connections: int, objects: int, watchers: int, label: str
+) -> float:
     setup = await Connection.open(host, port)
     try:
-        status, payload = await setup.request('GET', '/apis/kopf.dev/v1/namespaces/default/benchmarks?limit=1')
+        _, payload = await setup.request('GET', '/apis/kopf.dev/v1/namespaces/default/benchmarks?limit=1')
         version = json.loads(payload)['metadata']['resourceVersion']
     finally:
         setup.close()
@@ -108,8 +121,9 @@ async def _load(host: str, port: int, *, seconds: float, connections: int, objec
         while time.perf_counter() < deadline:
             name = f'object-{number % objects}'
             body = b'{"spec":{"counter":%d}}' % number
-            status, _ = await connection.request('PATCH', f'{OBJECTS_PATH}/{name}', body,
-                                                 'application/merge-patch+json')
+            status, _ = await connection.request(
+                'PATCH', f'{OBJECTS_PATH}/{name}', body, 'application/merge-patch+json'
+            )
             if status != 200:
                 failures[0] += 1
             counts[index] += 1
@@ -125,8 +139,10 @@ async def _load(host: str, port: int, *, seconds: float, connections: int, objec
     await asyncio.gather(*watch_tasks, return_exceptions=True)
     total = sum(counts)
     rate = total / elapsed
-    print(f'{label}: {total} PATCH requests in {elapsed:.2f}s = {rate:,.0f} requests/second '
-          f'({failures[0]} failed; {received[0]} events received by {watchers} watchers)')
+    print(
+        f'{label}: {total} PATCH requests in {elapsed:.2f}s = {rate:,.0f} requests/second '
+        f'({failures[0]} failed; {received[0]} events received by {watchers} watchers)'
+    )
     return rate
 
 
@@ -134,11 +150,16 @@ async def _prepare(host: str, port: int, objects: int) -> None:
     connection = await Connection.open(host, port)
     try:
         status, payload = await connection.request(
-            'POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', json.dumps(CRD).encode())
+            'POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', json.dumps(CRD).encode()
+        )
         assert status == 201, payload
         for index in range(objects):
-            body = {'apiVersion': 'kopf.dev/v1', 'kind': 'Benchmark', 'metadata': {'name': f'object-{index}'},
-                    'spec': {'counter': 0, 'field': 'value'}}
+            body = {
+                'apiVersion': 'kopf.dev/v1',
+                'kind': 'Benchmark',
+                'metadata': {'name': f'object-{index}'},
+                'spec': {'counter': 0, 'field': 'value'},
+            }
             status, payload = await connection.request('POST', OBJECTS_PATH, json.dumps(body).encode())
             assert status == 201, payload
     finally:
@@ -151,7 +172,9 @@ def _pin_to_core(core: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument('--seconds', type=float, default=5.0, help='duration of each run')
     parser.add_argument('--connections', type=int, default=32, help='concurrent keep-alive connections')
     parser.add_argument('--objects', type=int, default=100, help='how many objects to patch round-robin')
@@ -164,11 +187,21 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory() as directory:
         kubeconfig = pathlib.Path(directory) / 'kubeconfig'
-        command = [sys.executable, '-m', 'kopf.testing.emulator', '--port', '0', '--kubeconfig', str(kubeconfig)]
+        command = [
+            sys.executable,
+            '-m',
+            'kopf.testing.emulator',
+            '--port',
+            '0',
+            '--kubeconfig',
+            str(kubeconfig),
+        ]
         if server_core is not None:
-            server = subprocess.Popen(command, preexec_fn=lambda: _pin_to_core(server_core))
+            server = subprocess.Popen(
+                command, preexec_fn=lambda: _pin_to_core(server_core), stderr=subprocess.DEVNULL
+            )
         else:
-            server = subprocess.Popen(command)
+            server = subprocess.Popen(command, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 30
             while not kubeconfig.exists():
@@ -180,19 +213,41 @@ def main(argv: list[str] | None = None) -> None:
             assert url.hostname is not None and url.port is not None
             if client_core is not None:
                 _pin_to_core(client_core)
-            print(f'Server pinned to core {server_core}, client to core {client_core}; '
-                  f'{arguments.connections} connections, {arguments.objects} objects.')
+            print(
+                f'Server pinned to core {server_core}, client to core {client_core}; '
+                f'{arguments.connections} connections, {arguments.objects} objects.'
+            )
 
             async def run() -> None:
                 assert url.hostname is not None and url.port is not None
                 await _prepare(url.hostname, url.port, arguments.objects)
-                await _load(url.hostname, url.port, seconds=1.0, connections=arguments.connections,
-                            objects=arguments.objects, watchers=0, label='warm-up')
-                await _load(url.hostname, url.port, seconds=arguments.seconds, connections=arguments.connections,
-                            objects=arguments.objects, watchers=0, label='no watchers')
-                await _load(url.hostname, url.port, seconds=arguments.seconds, connections=arguments.connections,
-                            objects=arguments.objects, watchers=arguments.watchers,
-                            label=f'{arguments.watchers} watchers')
+                await _load(
+                    url.hostname,
+                    url.port,
+                    seconds=1.0,
+                    connections=arguments.connections,
+                    objects=arguments.objects,
+                    watchers=0,
+                    label='warm-up',
+                )
+                await _load(
+                    url.hostname,
+                    url.port,
+                    seconds=arguments.seconds,
+                    connections=arguments.connections,
+                    objects=arguments.objects,
+                    watchers=0,
+                    label='no watchers',
+                )
+                await _load(
+                    url.hostname,
+                    url.port,
+                    seconds=arguments.seconds,
+                    connections=arguments.connections,
+                    objects=arguments.objects,
+                    watchers=arguments.watchers,
+                    label=f'{arguments.watchers} watchers',
+                )
 
             asyncio.run(run())
         finally:

@@ -63,6 +63,38 @@ from kopf._cogs.structs.references import (
     EVERYTHING,
     Resource,
 )
+from kopf._core.actions.errors import (
+    AdmissionError,
+    HandlerRetriesError,
+    HandlerTimeoutError,
+    PermanentError,
+    TemporaryError,
+)
+from kopf._core.intents.configuration import (
+    OperatorSettings,
+)
+from kopf._core.intents.filters import (
+    ABSENT,
+    PRESENT,
+    MetaFilterToken,
+    all_,
+    any_,
+    none_,
+    not_,
+)
+from kopf._core.intents.handlers import (
+    ErrorsMode,
+    HandlerId,
+    Reason,
+)
+from kopf._core.intents.memos import (
+    Memo,
+)
+from kopf._core.intents.registries import (
+    OperatorRegistry,
+    get_default_registry,
+    set_default_registry,
+)
 from kopf._kits.hierarchies import (
     ObjectReference,
     OwnerReference,
@@ -75,6 +107,15 @@ from kopf._kits.hierarchies import (
     label,
     remove_owner_reference,
 )
+from kopf.on import (
+    daemon,
+    index,
+    register,
+    subhandler,
+    timer,
+)
+
+from kopf import on  # isort: skip  (the module itself is public: `kopf.on.create(...)`)
 
 # The upper distributions' names are declared for type checkers here once their modules exist
 # (``if TYPE_CHECKING: from kopf._webhooks.servers import WebhookServer as WebhookServer``);
@@ -128,7 +169,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    'ABSENT',
     'EVERYTHING',
+    'PRESENT',
+    'AdmissionError',
     'Annotations',
     'Body',
     'BodyEssence',
@@ -136,36 +180,59 @@ __all__ = [
     'Diff',
     'DiffItem',
     'DiffOperation',
+    'ErrorsMode',
     'FieldPath',
     'FieldSpec',
+    'HandlerId',
+    'HandlerRetriesError',
+    'HandlerTimeoutError',
     'Labels',
     'Logger',
     'LoginError',
+    'Memo',
     'Meta',
+    'MetaFilterToken',
     'NetworkingSettings',
     'ObjectReference',
+    'OperatorRegistry',
+    'OperatorSettings',
     'OwnerReference',
     'Patch',
     'PatchFn',
+    'PermanentError',
     'RawBody',
     'RawEvent',
     'RawEventType',
+    'Reason',
     'Resource',
     'Spec',
     'Status',
+    'TemporaryError',
     'Vault',
     'WatchingSettings',
     'adjust_namespace',
     'adopt',
+    'all_',
+    'any_',
     'append_owner_reference',
     'build_object_reference',
     'build_owner_reference',
+    'daemon',
+    'get_default_registry',
     'harmonize_naming',
+    'index',
     'label',
     'login_via_async_client',
     'login_via_client',
     'login_via_pykube',
     'login_with_kubeconfig',
     'login_with_service_account',
+    'none_',
+    'not_',
+    'on',
+    'register',
     'remove_owner_reference',
+    'set_default_registry',
+    'subhandler',
+    'timer',
 ]

@@ -4,11 +4,11 @@ Tools for testing operators: ``KopfRunner`` and an in-process Kubernetes API emu
 The names are resolved on first access, so that importing ``kopf.testing`` (as the pytest
 plugin does in every test session) stays cheap.
 """
+
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kopf.testing.emulator import ApiError as ApiError
     from kopf.testing.emulator import KubernetesEmulator as KubernetesEmulator
     from kopf.testing.emulator import RequestCounter as RequestCounter
     from kopf.testing.emulator import RequestKey as RequestKey
@@ -18,11 +18,9 @@ _LAZY_NAMES: dict[str, str] = {
     'KubernetesEmulator': 'kopf.testing.emulator',
     'RequestCounter': 'kopf.testing.emulator',
     'RequestKey': 'kopf.testing.emulator',
-    'ApiError': 'kopf.testing.emulator',
 }
 
 __all__ = [
-    'ApiError',
     'KubernetesEmulator',
     'RequestCounter',
     'RequestKey',

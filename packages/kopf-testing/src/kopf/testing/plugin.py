@@ -8,6 +8,7 @@ Kopf included, talks to the emulator without further configuration.
 
 This module is imported by pytest in every test session: it imports nothing heavy at the top.
 """
+
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -18,8 +19,10 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def k8s_emulator(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory,
-                 ) -> Iterator['KubernetesEmulator']:
+def k8s_emulator(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator['KubernetesEmulator']:
     """A running Kubernetes API emulator with ``KUBECONFIG`` set to its kubeconfig file."""
     from kopf.testing.emulator import KubernetesEmulator
 

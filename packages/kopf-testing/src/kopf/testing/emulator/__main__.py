@@ -1,6 +1,7 @@
 """
 Serve the emulator until SIGINT/SIGTERM: ``python -m kopf.testing.emulator --port PORT --kubeconfig PATH``.
 """
+
 import argparse
 import asyncio
 import signal
@@ -16,12 +17,21 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument('--host', default='127.0.0.1', help='the address to listen on (default: %(default)s)')
     parser.add_argument('--port', type=int, default=0, help='the port to listen on; 0 picks a free one')
-    parser.add_argument('--kubeconfig', default=None,
-                        help='where to write a kubeconfig for the emulator once it listens')
-    parser.add_argument('--bookmark-interval', type=float, default=60.0,
-                        help='seconds between BOOKMARK events of watches (default: %(default)s)')
-    parser.add_argument('--history-limit', type=int, default=10_000,
-                        help='watch events retained per resource before 410 Gone (default: %(default)s)')
+    parser.add_argument(
+        '--kubeconfig', default=None, help='where to write a kubeconfig for the emulator once it listens'
+    )
+    parser.add_argument(
+        '--bookmark-interval',
+        type=float,
+        default=60.0,
+        help='seconds between BOOKMARK events of watches (default: %(default)s)',
+    )
+    parser.add_argument(
+        '--history-limit',
+        type=int,
+        default=10_000,
+        help='watch events retained per resource before 410 Gone (default: %(default)s)',
+    )
     return parser.parse_args(argv)
 
 
@@ -30,12 +40,19 @@ async def _serve(arguments: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signal_number, stopped.set)
-    emulator = KubernetesEmulator(host=arguments.host, port=arguments.port, kubeconfig_path=arguments.kubeconfig,
-                                  bookmark_interval=arguments.bookmark_interval,
-                                  history_limit=arguments.history_limit)
+    emulator = KubernetesEmulator(
+        host=arguments.host,
+        port=arguments.port,
+        kubeconfig_path=arguments.kubeconfig,
+        bookmark_interval=arguments.bookmark_interval,
+        history_limit=arguments.history_limit,
+    )
     async with emulator:
-        print(f'The Kubernetes API emulator serves at {emulator.url}; kubeconfig: {emulator.kubeconfig_path}',
-              file=sys.stderr, flush=True)
+        print(
+            f'The Kubernetes API emulator serves at {emulator.url}; kubeconfig: {emulator.kubeconfig_path}',
+            file=sys.stderr,
+            flush=True,
+        )
         await stopped.wait()
 
 

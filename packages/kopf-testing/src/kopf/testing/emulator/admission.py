@@ -8,6 +8,7 @@ one, and their JSON-patches are applied; then the validating ones. Denials becom
 with the webhook's message and code; warnings become ``Warning`` headers of the response;
 unreachable webhooks obey their ``failurePolicy``.
 """
+
 import base64
 import binascii
 import dataclasses
@@ -68,8 +69,10 @@ class AdmissionController:
     @property
     def active(self) -> bool:
         """Whether any webhook configuration exists: if not, requests skip admission entirely."""
-        return bool(self._store.count(VALIDATING_WEBHOOK_CONFIGURATIONS.storage_key) or
-                    self._store.count(MUTATING_WEBHOOK_CONFIGURATIONS.storage_key))
+        return bool(
+            self._store.count(VALIDATING_WEBHOOK_CONFIGURATIONS.storage_key)
+            or self._store.count(MUTATING_WEBHOOK_CONFIGURATIONS.storage_key)
+        )
 
     async def close(self) -> None:
         if self._session is not None:
@@ -86,16 +89,26 @@ class AdmissionController:
             patch = response.get('patch')
             if patch:
                 if response.get('patchType', 'JSONPatch') != 'JSONPatch':
-                    raise errors.internal_error(f'the webhook "{webhook.get("name")}" returned '
-                                                f'an unsupported patchType {response.get("patchType")!r}')
+                    raise errors.internal_error(
+                        f'the webhook "{webhook.get("name")}" returned '
+                        f'an unsupported patchType {response.get("patchType")!r}'
+                    )
                 try:
                     operations = json.loads(base64.b64decode(patch))
                     obj = patches.apply_json_patch(obj, operations)
-                except (ValueError, binascii.Error, patches.PatchFormatError, patches.PatchApplicationError) as e:
+                except (
+                    ValueError,
+                    binascii.Error,
+                    patches.PatchFormatError,
+                    patches.PatchApplicationError,
+                ) as e:
                     raise errors.internal_error(
-                        f'the patch of the webhook "{webhook.get("name")}" could not be applied: {e}') from None
+                        f'the patch of the webhook "{webhook.get("name")}" could not be applied: {e}'
+                    ) from None
                 if not isinstance(obj, dict):
-                    raise errors.internal_error(f'the webhook "{webhook.get("name")}" produced an invalid object')
+                    raise errors.internal_error(
+                        f'the webhook "{webhook.get("name")}" produced an invalid object'
+                    )
         assert obj is not None or request.obj is None
         return obj if obj is not None else {}
 
@@ -119,8 +132,10 @@ class AdmissionController:
             return False
         if object_selector:
             candidates = [obj for obj in (request.obj, request.old_obj) if obj is not None]
-            if not any(selectors.labels_match(object_selector, obj.get('metadata', {}).get('labels'))
-                       for obj in candidates):
+            if not any(
+                selectors.labels_match(object_selector, obj.get('metadata', {}).get('labels'))
+                for obj in candidates
+            ):
                 return False
         namespace_selector = selectors.label_selector_from_struct(webhook.get('namespaceSelector'))
         if namespace_selector is None:
@@ -138,8 +153,9 @@ class AdmissionController:
                 return False
         return True
 
-    async def _review(self, webhook: dict[str, Any], request: AdmissionRequest,
-                      warnings: list[str]) -> dict[str, Any] | None:
+    async def _review(
+        self, webhook: dict[str, Any], request: AdmissionRequest, warnings: list[str]
+    ) -> dict[str, Any] | None:
         """Call one webhook; return its response if it allowed the request, ``None`` if ignored."""
         name = str(webhook.get('name', ''))
         try:
@@ -159,12 +175,16 @@ class AdmissionController:
         url = client_config.get('url')
         service = client_config.get('service')
         if not url and isinstance(service, dict):
-            url = (f'https://{service.get("name")}.{service.get("namespace")}.svc:{service.get("port", 443)}'
-                   f'{service.get("path", "")}')
+            url = (
+                f'https://{service.get("name")}.{service.get("namespace")}.svc:{service.get("port", 443)}'
+                f'{service.get("path", "")}'
+            )
         if not url:
             raise _WebhookFailure('the webhook has neither a URL nor a service')
         review_versions = webhook.get('admissionReviewVersions') or ['v1']
-        review_version = 'v1' if 'v1' in review_versions else 'v1beta1' if 'v1beta1' in review_versions else None
+        review_version = (
+            'v1' if 'v1' in review_versions else 'v1beta1' if 'v1beta1' in review_versions else None
+        )
         if review_version is None:
             raise _WebhookFailure(f'no supported AdmissionReview version in {review_versions!r}')
         timeout = float(webhook.get('timeoutSeconds') or 10)
@@ -177,10 +197,17 @@ class AdmissionController:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
-            ssl_context = self._ssl_context(str(client_config.get('caBundle') or '')) if url.startswith(
-                'https:') else None
-            async with self._session.post(url, json=review, ssl=ssl_context if ssl_context is not None else True,
-                                          timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            ssl_context = (
+                self._ssl_context(str(client_config.get('caBundle') or ''))
+                if url.startswith('https:')
+                else None
+            )
+            async with self._session.post(
+                url,
+                json=review,
+                ssl=ssl_context if ssl_context is not None else True,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response:
                 if response.status != 200:
                     raise _WebhookFailure(f'the server responded with HTTP {response.status}')
                 answer = await response.json(content_type=None)

@@ -5,6 +5,7 @@ Every failure inside the emulator is raised as :class:`ApiError` and rendered by
 the helpers below build the common ones with the wording real API servers use, so that clients
 which parse the messages or the reasons behave the same as against a real cluster.
 """
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,13 +33,13 @@ class ApiError(Exception):
     """A failed API request, rendered to the client as a ``kind: Status`` object."""
 
     def __init__(
-            self,
-            code: int,
-            message: str,
-            *,
-            reason: str | None = None,
-            details: Mapping[str, Any] | None = None,
-            headers: Mapping[str, str] | None = None,
+        self,
+        code: int,
+        message: str,
+        *,
+        reason: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -76,8 +77,9 @@ def _qualified(plural: str, group: str) -> str:
 
 
 def not_found(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(404, f'{_qualified(plural, group)} "{name}" not found',
-                    details=_resource_details(plural, group, name))
+    return ApiError(
+        404, f'{_qualified(plural, group)} "{name}" not found', details=_resource_details(plural, group, name)
+    )
 
 
 def unknown_resource() -> ApiError:
@@ -85,18 +87,30 @@ def unknown_resource() -> ApiError:
 
 
 def already_exists(plural: str, group: str, name: str) -> ApiError:
-    return ApiError(409, f'{_qualified(plural, group)} "{name}" already exists',
-                    reason='AlreadyExists', details=_resource_details(plural, group, name))
+    return ApiError(
+        409,
+        f'{_qualified(plural, group)} "{name}" already exists',
+        reason='AlreadyExists',
+        details=_resource_details(plural, group, name),
+    )
 
 
 def conflict(plural: str, group: str, name: str, explanation: str) -> ApiError:
-    return ApiError(409, f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": {explanation}',
-                    reason='Conflict', details=_resource_details(plural, group, name))
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": {explanation}',
+        reason='Conflict',
+        details=_resource_details(plural, group, name),
+    )
 
 
 def modified_conflict(plural: str, group: str, name: str) -> ApiError:
-    return conflict(plural, group, name,
-                    'the object has been modified; please apply your changes to the latest version and try again')
+    return conflict(
+        plural,
+        group,
+        name,
+        'the object has been modified; please apply your changes to the latest version and try again',
+    )
 
 
 def bad_request(message: str) -> ApiError:
@@ -104,8 +118,11 @@ def bad_request(message: str) -> ApiError:
 
 
 def forbidden(plural: str, group: str, name: str, explanation: str) -> ApiError:
-    return ApiError(403, f'{_qualified(plural, group)} "{name}" is forbidden: {explanation}',
-                    details=_resource_details(plural, group, name))
+    return ApiError(
+        403,
+        f'{_qualified(plural, group)} "{name}" is forbidden: {explanation}',
+        details=_resource_details(plural, group, name),
+    )
 
 
 def method_not_allowed(message: str) -> ApiError:
@@ -115,7 +132,8 @@ def method_not_allowed(message: str) -> ApiError:
 def unsupported_media_type(accepted: Sequence[str]) -> ApiError:
     return ApiError(
         415,
-        f'the body of the request was in an unknown format - accepted media types include: {", ".join(accepted)}',
+        'the body of the request was in an unknown format - accepted media types include: '
+        + ', '.join(accepted),
     )
 
 
@@ -148,8 +166,13 @@ def invalid(kind: str, group: str, name: str, causes: Sequence[Cause]) -> ApiErr
     details: dict[str, Any] = {'name': name, 'kind': kind, 'causes': [cause.as_dict() for cause in causes]}
     if group:
         details['group'] = group
-    return ApiError(422, f'{kind}.{group} "{name}" is invalid: {summary}' if group
-                    else f'{kind} "{name}" is invalid: {summary}', details=details)
+    return ApiError(
+        422,
+        f'{kind}.{group} "{name}" is invalid: {summary}'
+        if group
+        else f'{kind} "{name}" is invalid: {summary}',
+        details=details,
+    )
 
 
 def unprocessable(message: str) -> ApiError:

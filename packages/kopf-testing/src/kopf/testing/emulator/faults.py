@@ -4,6 +4,7 @@ Request accounting and fault injection: what tests use to observe and to disturb
 Both are safe to use from any thread: the emulator may serve in its own thread while a test
 configures faults or reads the counters from another.
 """
+
 import collections
 import dataclasses
 import re
@@ -53,14 +54,14 @@ class RequestCounter:
         return dict(result)
 
     def count(
-            self,
-            verb: str | None = None,
-            resource: str | None = None,
-            *,
-            group: str | None = None,
-            namespace: str | None = None,
-            name: str | None = None,
-            subresource: str | None = None,
+        self,
+        verb: str | None = None,
+        resource: str | None = None,
+        *,
+        group: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
     ) -> int:
         """
         The number of requests that match all the given criteria (``None`` matches anything).
@@ -70,7 +71,8 @@ class RequestCounter:
         if resource is not None and group is None and '.' in resource:
             resource, group = resource.split('.', 1)
         return sum(
-            count for key, count in self.snapshot().items()
+            count
+            for key, count in self.snapshot().items()
             if (verb is None or key.verb == verb)
             and (resource is None or key.resource == resource)
             and (group is None or key.group == group)
@@ -87,9 +89,11 @@ class _Filter:
     path: re.Pattern[str] | None
 
     def matches(self, method: str, verb: str, path: str) -> bool:
-        return ((self.method is None or self.method == method) and
-                (self.verb is None or self.verb == verb) and
-                (self.path is None or self.path.search(path) is not None))
+        return (
+            (self.method is None or self.method == method)
+            and (self.verb is None or self.verb == verb)
+            and (self.path is None or self.path.search(path) is not None)
+        )
 
 
 @dataclasses.dataclass
@@ -123,15 +127,25 @@ class FaultInjector:
         """A fast check for the request path: whether there is anything to inject at all."""
         return bool(self._failures or self._latencies)
 
-    def add_failure(self, *, count: int | None, status: int, method: str | None, verb: str | None,
-                    path: str | None, retry_after: float | None, message: str | None) -> None:
+    def add_failure(
+        self,
+        *,
+        count: int | None,
+        status: int,
+        method: str | None,
+        verb: str | None,
+        path: str | None,
+        retry_after: float | None,
+        message: str | None,
+    ) -> None:
         message = message or f'the emulator injected a failure with HTTP {status}'
         failure = InjectedFailure(_make_filter(method, verb, path), count, status, retry_after, message)
         with self._lock:
             self._failures.append(failure)
 
-    def add_latency(self, *, seconds: float, count: int | None, method: str | None, verb: str | None,
-                    path: str | None) -> None:
+    def add_latency(
+        self, *, seconds: float, count: int | None, method: str | None, verb: str | None, path: str | None
+    ) -> None:
         latency = InjectedLatency(_make_filter(method, verb, path), count, seconds)
         with self._lock:
             self._latencies.append(latency)

@@ -4,6 +4,7 @@ The HTTP layer: URL routing, query parameters, content negotiation, discovery an
 One low-level aiohttp handler serves everything: the URL space of the Kubernetes API is parsed
 by hand (cheaper than a router, and resources appear and disappear with CRDs anyway).
 """
+
 import asyncio
 import base64
 import binascii
@@ -15,11 +16,11 @@ from typing import Any
 
 from aiohttp import web
 
-from kopf.testing.emulator import errors, selectors
+from kopf.testing.emulator import errors, selectors, tables
 from kopf.testing.emulator.faults import FaultInjector, RequestCounter, RequestKey
 from kopf.testing.emulator.operations import Operations, Outcome, decode_json_body, decode_yaml_body
 from kopf.testing.emulator.resources import ResourceInfo, ResourceRegistry
-from kopf.testing.emulator.store import ObjectStore, Watcher, encode, event_line
+from kopf.testing.emulator.store import ObjectStore, Watcher, encode, event_line, with_api_version
 
 logger = logging.getLogger(__name__)
 
@@ -35,13 +36,18 @@ KUBERNETES_VERSION = {
     'platform': 'linux/amd64',
 }
 _NAMESPACE_SUBRESOURCES = frozenset({'status', 'finalize'})
-_OBJECT_CONTENT_TYPES = ('application/json', 'application/yaml', 'application/vnd.kubernetes.protobuf')
+_OBJECT_CONTENT_TYPES = ('application/json', 'application/yaml')  # protobuf is not supported
 _JSON = 'application/json'
+MAX_BODY_SIZE = 3 * 1024 * 1024  # as in real API servers
 
 
 @dataclasses.dataclass(frozen=True)
 class Route:
-    """A parsed resource URL: ``/api(s)/{group}/{version}[/watch][/namespaces/{ns}]/{plural}[/{name}[/{sub}]]``."""
+    """
+    A parsed resource URL.
+
+    ``/api(s)/{group}/{version}[/watch][/namespaces/{ns}]/{plural}[/{name}[/{sub}]]``
+    """
 
     group: str
     version: str
@@ -65,13 +71,23 @@ def parse_route(path: str) -> Route | None:
     if watch:
         rest = rest[1:]
     namespace: str | None = None
-    if len(rest) >= 3 and rest[0] == 'namespaces' and not (len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES):
+    if (
+        len(rest) >= 3
+        and rest[0] == 'namespaces'
+        and not (len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES)
+    ):
         namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 3 or not all(rest):
         return None
-    return Route(group=group, version=version, plural=rest[0], namespace=namespace,
-                 name=rest[1] if len(rest) > 1 else None, subresource=rest[2] if len(rest) > 2 else None,
-                 watch=watch)
+    return Route(
+        group=group,
+        version=version,
+        plural=rest[0],
+        namespace=namespace,
+        name=rest[1] if len(rest) > 1 else None,
+        subresource=rest[2] if len(rest) > 2 else None,
+        watch=watch,
+    )
 
 
 def _verb(method: str, route: Route, query: Mapping[str, str]) -> str:
@@ -134,8 +150,16 @@ class WatchSettings:
 class ApiHandler:
     """The single request handler of the emulator's HTTP server."""
 
-    def __init__(self, *, registry: ResourceRegistry, store: ObjectStore, operations: Operations,
-                 counter: RequestCounter, faults: FaultInjector, watch_settings: WatchSettings) -> None:
+    def __init__(
+        self,
+        *,
+        registry: ResourceRegistry,
+        store: ObjectStore,
+        operations: Operations,
+        counter: RequestCounter,
+        faults: FaultInjector,
+        watch_settings: WatchSettings,
+    ) -> None:
         self.registry = registry
         self.store = store
         self.operations = operations
@@ -143,7 +167,7 @@ class ApiHandler:
         self.faults = faults
         self.watch_settings = watch_settings
         self.server_address = ''
-        self._documents: dict[str, tuple[int, bytes | None]] = {}
+        self._documents: dict[str, tuple[int, bytes]] = {}
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
@@ -155,8 +179,16 @@ class ApiHandler:
                 self.counter.record(RequestKey(verb, '', '', '', '', ''))
             else:
                 verb = _verb(method, route, request.query)
-                self.counter.record(RequestKey(verb, route.group, route.plural, route.subresource or '',
-                                               route.namespace or '', route.name or ''))
+                self.counter.record(
+                    RequestKey(
+                        verb,
+                        route.group,
+                        route.plural,
+                        route.subresource or '',
+                        route.namespace or '',
+                        route.name or '',
+                    )
+                )
             if self.faults.armed:
                 delay = self.faults.take_latency(method, verb, path)
                 if delay > 0:
@@ -175,7 +207,7 @@ class ApiHandler:
         except errors.ApiError as e:
             return error_response(e)
         except web.HTTPRequestEntityTooLarge:
-            return error_response(errors.ApiError(413, 'Request entity too large: limit is 3145728'))
+            return error_response(errors.ApiError(413, f'Request entity too large: limit is {MAX_BODY_SIZE}'))
         except Exception as e:
             logger.exception('The emulator failed to serve %s %s', request.method, request.path_qs)
             return error_response(errors.internal_error(f'{type(e).__name__}: {e}'))
@@ -185,7 +217,9 @@ class ApiHandler:
 
     def _non_resource(self, method: str, path: str) -> web.StreamResponse:
         stripped = path.rstrip('/') or '/'
-        if stripped in ('/healthz', '/livez', '/readyz') or stripped.startswith(('/healthz/', '/livez/', '/readyz/')):
+        if stripped in ('/healthz', '/livez', '/readyz') or stripped.startswith(
+            ('/healthz/', '/livez/', '/readyz/')
+        ):
             return web.Response(text='ok', content_type='text/plain')
         if method != 'GET':
             raise errors.method_not_allowed('the server does not allow this method on the requested resource')
@@ -200,7 +234,9 @@ class ApiHandler:
         if cached is not None and cached[0] == self.registry.generation:
             return cached[1]
         content = self._build_document(path)
-        encoded = encode(content) if content is not None else None
+        if content is None:
+            return None  # not cached: arbitrary unknown URLs must not grow the cache
+        encoded = encode(content)
         self._documents[path] = (self.registry.generation, encoded)
         return encoded
 
@@ -210,8 +246,12 @@ class ApiHandler:
         if path == '/version':
             return KUBERNETES_VERSION
         if path == '/api':
-            return {**registry.core_versions(), 'serverAddressByClientCIDRs': [
-                {'clientCIDR': '0.0.0.0/0', 'serverAddress': self.server_address}]}
+            return {
+                **registry.core_versions(),
+                'serverAddressByClientCIDRs': [
+                    {'clientCIDR': '0.0.0.0/0', 'serverAddress': self.server_address}
+                ],
+            }
         if path == '/apis':
             return registry.group_list()
         if parts[0] == 'api' and len(parts) == 2:
@@ -256,42 +296,69 @@ class ApiHandler:
         if verb == 'get':
             assert name is not None
             stored = self.operations.get(info, namespace, name)
+            table_version = tables.table_version(request.headers.get('Accept', ''))
+            if table_version is not None:
+                table = tables.make_table(
+                    info,
+                    [with_api_version(stored.body, info.api_version)],
+                    version=table_version,
+                    include_object=query.get('includeObject', ''),
+                )
+                return _json_response(200, encode(table))
             return _json_response(200, stored.encoded_as(info.api_version))
         if verb == 'list':
-            return _json_response(200, self._list(info, namespace, query))
+            return _json_response(200, self._list(info, namespace, query, request.headers.get('Accept', '')))
         if verb == 'watch':
             return await self._watch(request, info, route)
         if verb == 'create':
             if name is not None:
-                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+                raise errors.method_not_allowed(
+                    'the server does not allow this method on the requested resource'
+                )
             body = self._decode_object(request, await request.read())
-            outcome = await self.operations.create(info, namespace, body, dry_run=dry_run,
-                                                   field_manager=query.get('fieldManager'))
+            outcome = await self.operations.create(
+                info, namespace, body, dry_run=dry_run, field_manager=query.get('fieldManager')
+            )
             return self._outcome(outcome)
         if verb == 'update':
             if name is None:
-                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+                raise errors.method_not_allowed(
+                    'the server does not allow this method on the requested resource'
+                )
             body = self._decode_object(request, await request.read())
-            outcome = await self.operations.update(info, namespace, name, body, subresource=route.subresource,
-                                                   dry_run=dry_run)
+            outcome = await self.operations.update(
+                info, namespace, name, body, subresource=route.subresource, dry_run=dry_run
+            )
             return self._outcome(outcome)
         if verb == 'patch':
             if name is None:
-                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
-            outcome = await self.operations.patch(info, namespace, name, _content_type(request), await request.read(),
-                                                  subresource=route.subresource, dry_run=dry_run,
-                                                  field_manager=query.get('fieldManager'))
+                raise errors.method_not_allowed(
+                    'the server does not allow this method on the requested resource'
+                )
+            outcome = await self.operations.patch(
+                info,
+                namespace,
+                name,
+                _content_type(request),
+                await request.read(),
+                subresource=route.subresource,
+                dry_run=dry_run,
+                field_manager=query.get('fieldManager'),
+            )
             return self._outcome(outcome)
         if verb in ('delete', 'deletecollection'):
             if route.subresource is not None:
-                raise errors.method_not_allowed('the server does not allow this method on the requested resource')
+                raise errors.method_not_allowed(
+                    'the server does not allow this method on the requested resource'
+                )
             options = self._delete_options(request, await request.read())
             if name is not None:
                 outcome = await self.operations.delete(info, namespace, name, options, dry_run=dry_run)
             else:
                 label_selector, field_selector = self._selectors(info, query)
-                outcome = await self.operations.delete_collection(info, namespace, label_selector, field_selector,
-                                                                  options, dry_run=dry_run)
+                outcome = await self.operations.delete_collection(
+                    info, namespace, label_selector, field_selector, options, dry_run=dry_run
+                )
             return self._outcome(outcome)
         raise errors.method_not_allowed('the server does not allow this method on the requested resource')
 
@@ -333,18 +400,31 @@ class ApiHandler:
             options['gracePeriodSeconds'] = _integer(query, 'gracePeriodSeconds')
         policy = options.get('propagationPolicy')
         if policy is not None and policy not in ('Orphan', 'Background', 'Foreground'):
-            raise errors.invalid('DeleteOptions', '', '', [errors.Cause(
-                'propagationPolicy', f'Unsupported value: "{policy}": supported values: '
-                                     f'"Foreground", "Background", "Orphan", "nil"', reason='FieldValueNotSupported')])
+            raise errors.invalid(
+                'DeleteOptions',
+                '',
+                '',
+                [
+                    errors.Cause(
+                        'propagationPolicy',
+                        f'Unsupported value: "{policy}": supported values: '
+                        f'"Foreground", "Background", "Orphan", "nil"',
+                        reason='FieldValueNotSupported',
+                    )
+                ],
+            )
         return options
 
     @staticmethod
-    def _selectors(info: ResourceInfo, query: Mapping[str, str],
-                   ) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
+    def _selectors(
+        info: ResourceInfo,
+        query: Mapping[str, str],
+    ) -> tuple[selectors.LabelSelector, selectors.FieldSelector]:
         try:
             label_selector = selectors.parse_label_selector(query.get('labelSelector', ''))
-            field_selector = selectors.parse_field_selector(query.get('fieldSelector', ''),
-                                                            info.field_selector_paths)
+            field_selector = selectors.parse_field_selector(
+                query.get('fieldSelector', ''), info.field_selector_paths
+            )
         except selectors.SelectorError as e:
             raise errors.bad_request(str(e)) from None
         return label_selector, field_selector
@@ -352,7 +432,9 @@ class ApiHandler:
     # ----------------------------------------------------------------------------------------
     # Lists.
 
-    def _list(self, info: ResourceInfo, namespace: str | None, query: Mapping[str, str]) -> bytes:
+    def _list(
+        self, info: ResourceInfo, namespace: str | None, query: Mapping[str, str], accept: str
+    ) -> bytes:
         label_selector, field_selector = self._selectors(info, query)
         limit = _integer(query, 'limit') or 0
         start: tuple[str, str] | None = None
@@ -384,9 +466,27 @@ class ApiHandler:
             if not label_selector and not field_selector:
                 list_metadata['remainingItemCount'] = len(found) - limit
             found = found[:limit]
-        return (b'{"kind":"' + info.list_kind.encode() + b'","apiVersion":"' + api_version.encode() +
-                b'","metadata":' + encode(list_metadata) + b',"items":[' +
-                b','.join(stored.encoded_as(api_version) for stored in found) + b']}')
+        table_version = tables.table_version(accept)
+        if table_version is not None:
+            table = tables.make_table(
+                info,
+                [with_api_version(stored.body, api_version) for stored in found],
+                version=table_version,
+                include_object=query.get('includeObject', ''),
+                list_metadata=list_metadata,
+            )
+            return encode(table)
+        return (
+            b'{"kind":"'
+            + info.list_kind.encode()
+            + b'","apiVersion":"'
+            + api_version.encode()
+            + b'","metadata":'
+            + encode(list_metadata)
+            + b',"items":['
+            + b','.join(stored.encoded_as(api_version) for stored in found)
+            + b']}'
+        )
 
     # ----------------------------------------------------------------------------------------
     # Watches.
@@ -396,27 +496,46 @@ class ApiHandler:
         label_selector, field_selector = self._selectors(info, query)
         if route.name is not None:
             field_selector += (selectors.FieldRequirement('metadata.name', False, route.name),)
-        timeout = _integer(query, 'timeoutSeconds')
+        timeout_seconds = _integer(query, 'timeoutSeconds')
         allow_bookmarks = _flag(query, 'allowWatchBookmarks')
         send_initial_events = _flag(query, 'sendInitialEvents')
         resource_version = query.get('resourceVersion', '')
-        watcher = Watcher(info, namespace=route.namespace, label_selector=label_selector,
-                          field_selector=field_selector, path=request.path_qs)
+        table_version = tables.table_version(request.headers.get('Accept', ''))
+        include_object = query.get('includeObject', '')
+
+        def as_table(body: dict[str, Any]) -> dict[str, Any]:
+            assert table_version is not None
+            return tables.make_table(info, [body], version=table_version, include_object=include_object)
+
+        watcher = Watcher(
+            info,
+            namespace=route.namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            path=request.path_qs,
+            transform=as_table if table_version is not None else None,
+        )
         state = self.store.state(info.storage_key)
 
         # Everything until the watcher is subscribed is synchronous: no event can slip in between.
         if send_initial_events or resource_version in ('', '0'):
             for stored in self.store.objects(info.storage_key, route.namespace):
-                if watcher.matches(stored.body):
-                    watcher.pending.append(b'{"type":"ADDED","object":' + stored.encoded_as(info.api_version) + b'}\n')
+                if not watcher.matches(stored.body):
+                    continue
+                if watcher.transform is not None:
+                    watcher.pending.append(watcher.render('ADDED', stored.body))
+                else:
+                    encoded = stored.encoded_as(info.api_version)
+                    watcher.pending.append(b'{"type":"ADDED","object":' + encoded + b'}\n')
             if send_initial_events and allow_bookmarks:
                 watcher.pending.append(self._bookmark(info, initial_events_end=True))
         else:
             try:
                 since = int(resource_version)
             except ValueError:
-                raise errors.bad_request(f'resourceVersion: Invalid value: "{resource_version}": '
-                                         f'must be an integer') from None
+                raise errors.bad_request(
+                    f'resourceVersion: Invalid value: "{resource_version}": must be an integer'
+                ) from None
             if since < state.replayable_after:
                 return await self._expired_watch(request, since, state.replayable_after)
             replayed = []
@@ -432,7 +551,9 @@ class ApiHandler:
             response = web.StreamResponse(status=200, headers={'Content-Type': _JSON})
             response.enable_chunked_encoding()
             await response.prepare(request)
-            await self._stream(response, watcher, info, timeout=timeout, allow_bookmarks=allow_bookmarks)
+            await self._stream(
+                response, watcher, info, timeout_seconds=timeout_seconds, allow_bookmarks=allow_bookmarks
+            )
             if watcher.aborted:
                 if request.transport is not None:
                     request.transport.abort()
@@ -442,10 +563,18 @@ class ApiHandler:
         finally:
             state.watchers.discard(watcher)
 
-    async def _stream(self, response: web.StreamResponse, watcher: Watcher, info: ResourceInfo, *,
-                      timeout: int | None, allow_bookmarks: bool) -> None:
+    async def _stream(
+        self,
+        response: web.StreamResponse,
+        watcher: Watcher,
+        info: ResourceInfo,
+        *,
+        timeout_seconds: int | None,
+        allow_bookmarks: bool,
+    ) -> None:
         loop = asyncio.get_running_loop()
-        limit = timeout if timeout is not None else self.watch_settings.default_timeout
+        # Like real servers, zero means no limit requested (so, the server's own limit).
+        limit = timeout_seconds if timeout_seconds else self.watch_settings.default_timeout
         deadline = loop.time() + limit if limit is not None else None
         interval = self.watch_settings.bookmark_interval
         next_bookmark = loop.time() + interval if allow_bookmarks else None
@@ -474,7 +603,9 @@ class ApiHandler:
         metadata: dict[str, Any] = {'resourceVersion': str(self.store.last_resource_version)}
         if initial_events_end:
             metadata['annotations'] = {'k8s.io/initial-events-end': 'true'}
-        return event_line('BOOKMARK', {'kind': info.kind, 'apiVersion': info.api_version, 'metadata': metadata})
+        return event_line(
+            'BOOKMARK', {'kind': info.kind, 'apiVersion': info.api_version, 'metadata': metadata}
+        )
 
     @staticmethod
     async def _expired_watch(request: web.BaseRequest, since: int, oldest: int) -> web.StreamResponse:

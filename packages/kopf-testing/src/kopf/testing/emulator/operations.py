@@ -9,6 +9,7 @@ objects of a deleted CRD, and of owned objects (garbage collection by ``ownerRef
 All decisions and commits are synchronous; the only awaits are the admission webhook calls,
 after which the object is re-checked and the operation retried if it was changed meanwhile.
 """
+
 import json
 import random
 import time
@@ -39,10 +40,20 @@ PATCH_CONTENT_TYPES: dict[str, PatchType] = {
     'application/strategic-merge-patch+json': 'strategic',
     'application/apply-patch+yaml': 'apply',
 }
-_CUSTOM_PATCH_CONTENT_TYPES = ('application/json-patch+json', 'application/merge-patch+json',
-                               'application/apply-patch+yaml')
-_SYSTEM_METADATA = ('uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds',
-                    'generation', 'resourceVersion')
+_CUSTOM_PATCH_CONTENT_TYPES = (
+    'application/json-patch+json',
+    'application/merge-patch+json',
+    'application/apply-patch+yaml',
+)
+_SYSTEM_METADATA = (
+    'uid',
+    'creationTimestamp',
+    'deletionTimestamp',
+    'deletionGracePeriodSeconds',
+    'generation',
+    'resourceVersion',
+)
+_UNDELETABLE_NAMESPACES = frozenset({'default', 'kube-system', 'kube-public'})
 _GENERATED_NAME_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789'
 _MAX_ATTEMPTS = 10  # of re-applying an update when the object changed during the admission calls
 
@@ -56,15 +67,16 @@ class Outcome:
 
     __slots__ = ('body', 'code', 'encoded', 'warnings')
 
-    def __init__(self, code: int, body: dict[str, Any], encoded: bytes | None = None,
-                 warnings: Sequence[str] = ()) -> None:
+    def __init__(
+        self, code: int, body: dict[str, Any], encoded: bytes | None = None, warnings: Sequence[str] = ()
+    ) -> None:
         self.code = code
         self.body = body
         self.encoded = encoded if encoded is not None else encode(body)
         self.warnings = list(warnings)
 
 
-def decode_json_body(raw: bytes, *, what: str = 'the object') -> Any:
+def decode_json_body(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
@@ -81,7 +93,9 @@ def decode_yaml_body(raw: bytes) -> Any:
 class Operations:
     """Create, update, patch and delete objects with the API server's conventions."""
 
-    def __init__(self, registry: ResourceRegistry, store: ObjectStore, admission: AdmissionController) -> None:
+    def __init__(
+        self, registry: ResourceRegistry, store: ObjectStore, admission: AdmissionController
+    ) -> None:
         self.registry = registry
         self.store = store
         self.admission = admission
@@ -98,32 +112,57 @@ class Operations:
     # ----------------------------------------------------------------------------------------
     # Creating.
 
-    async def create(self, info: ResourceInfo, namespace: str | None, body: Any, *,
-                     dry_run: bool = False, field_manager: str | None = None) -> Outcome:
+    async def create(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+    ) -> Outcome:
         body = self._check_new_body(info, body)
         metadata = dict(body.get('metadata') or {})
         if info.namespaced:
             if metadata.get('namespace') and metadata['namespace'] != namespace:
-                raise errors.bad_request('the namespace of the provided object does not match '
-                                         'the namespace sent on the request')
+                raise errors.bad_request(
+                    'the namespace of the provided object does not match the namespace sent on the request'
+                )
             metadata['namespace'] = namespace
         else:
             metadata.pop('namespace', None)
-        if not metadata.get('name') and isinstance(metadata.get('generateName'), str) and metadata['generateName']:
-            metadata['name'] = metadata['generateName'] + ''.join(random.choices(_GENERATED_NAME_ALPHABET, k=5))
+        if (
+            not metadata.get('name')
+            and isinstance(metadata.get('generateName'), str)
+            and metadata['generateName']
+        ):
+            metadata['name'] = metadata['generateName'] + ''.join(
+                random.choices(_GENERATED_NAME_ALPHABET, k=5)
+            )
         for field in (*_SYSTEM_METADATA, 'managedFields', 'selfLink'):
             metadata.pop(field, None)
         body = {**body, 'apiVersion': info.api_version, 'kind': info.kind, 'metadata': metadata}
         if info.custom and info.has_status:
-            body.pop('status', None)  # like real servers: the status of custom objects is not settable on creation
+            # Like real servers: the status of custom objects is not settable on creation.
+            body.pop('status', None)
 
         self._validate_for_create(info, namespace, body)
         warnings: list[str] = []
         if self.admission.active:
-            request = AdmissionRequest(info=info, operation='CREATE', namespace=namespace,
-                                       name=metadata.get('name', ''), obj=body, old_obj=None, dry_run=dry_run,
-                                       options={'kind': 'CreateOptions', 'apiVersion': 'meta.k8s.io/v1',
-                                                **({'fieldManager': field_manager} if field_manager else {})})
+            request = AdmissionRequest(
+                info=info,
+                operation='CREATE',
+                namespace=namespace,
+                name=metadata.get('name', ''),
+                obj=body,
+                old_obj=None,
+                dry_run=dry_run,
+                options={
+                    'kind': 'CreateOptions',
+                    'apiVersion': 'meta.k8s.io/v1',
+                    **({'fieldManager': field_manager} if field_manager else {}),
+                },
+            )
             body = await self.admission.mutate(request, warnings)
             body = self._restore_identity(info, body, metadata)
             self._validate_for_create(info, namespace, body)
@@ -136,16 +175,11 @@ class Operations:
         resource_version = self.store.next_resource_version()
         body['metadata']['resourceVersion'] = str(resource_version)
         stored = self.store.put(info.storage_key, body, None)
-        self._after_stored(info, None, body)
+        self._after_stored(info, body)
         return Outcome(201, body, stored.encoded_as(info.api_version), warnings)
 
-    def _check_new_body(self, info: ResourceInfo, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise errors.bad_request('the body of the request must be a JSON object')
-        if 'kind' not in body or not body['kind']:
-            raise errors.bad_request(f"Object 'Kind' is missing in '{_abbreviated(body)}'")
-        if 'apiVersion' not in body or not body['apiVersion']:
-            raise errors.bad_request(f"Object 'apiVersion' is missing in '{_abbreviated(body)}'")
+    def _check_new_body(self, info: ResourceInfo, raw_body: Any) -> dict[str, Any]:
+        body = _with_default_type(info, raw_body)
         self._check_type(info, body)
         if body.get('metadata') is not None and not isinstance(body['metadata'], dict):
             raise errors.bad_request('the metadata of the provided object must be an object')
@@ -153,12 +187,16 @@ class Operations:
 
     def _check_type(self, info: ResourceInfo, body: dict[str, Any]) -> None:
         if body.get('kind') != info.kind:
-            raise errors.bad_request(f'the kind of the provided object ({body.get("kind")}) '
-                                     f'does not match the expected kind ({info.kind})')
+            raise errors.bad_request(
+                f'the kind of the provided object ({body.get("kind")}) '
+                f'does not match the expected kind ({info.kind})'
+            )
         group = str(body.get('apiVersion', '')).rpartition('/')[0]
         if group != info.group:
-            raise errors.bad_request(f'the API version in the data ({body.get("apiVersion")}) does not match '
-                                     f'the expected API version ({info.api_version})')
+            raise errors.bad_request(
+                f'the API version in the data ({body.get("apiVersion")}) does not match '
+                f'the expected API version ({info.api_version})'
+            )
 
     def _validate_for_create(self, info: ResourceInfo, namespace: str | None, body: dict[str, Any]) -> None:
         metadata = body['metadata']
@@ -172,14 +210,18 @@ class Operations:
             if namespace_object is None:
                 raise errors.not_found('namespaces', '', namespace)
             if namespace_object.body['metadata'].get('deletionTimestamp'):
-                raise errors.forbidden(info.plural, info.group, name,
-                                       f'unable to create new content in namespace {namespace} '
-                                       f'because it is being terminated')
+                raise errors.forbidden(
+                    info.plural,
+                    info.group,
+                    name,
+                    f'unable to create new content in namespace {namespace} because it is being terminated',
+                )
         if info.custom:
             crd = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage_key, None, f'{info.plural}.{info.group}')
             if crd is not None and crd.body['metadata'].get('deletionTimestamp'):
                 raise errors.method_not_allowed(
-                    'create not allowed while custom resource definition is terminating')
+                    'create not allowed while custom resource definition is terminating'
+                )
         if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
             self._crd_resources(body)
         if self.store.get(info.storage_key, namespace, name) is not None:
@@ -190,8 +232,12 @@ class Operations:
             return resources_from_crd(body)
         except CrdError as e:
             causes = [errors.Cause(field, message) for field, message in e.problems]
-            raise errors.invalid(CUSTOM_RESOURCE_DEFINITIONS.kind, CUSTOM_RESOURCE_DEFINITIONS.group,
-                                 str(body.get('metadata', {}).get('name', '')), causes) from None
+            raise errors.invalid(
+                CUSTOM_RESOURCE_DEFINITIONS.kind,
+                CUSTOM_RESOURCE_DEFINITIONS.group,
+                str(body.get('metadata', {}).get('name', '')),
+                causes,
+            ) from None
 
     def _prepare_created(self, info: ResourceInfo, body: dict[str, Any]) -> dict[str, Any]:
         """Fill in what the server owns. The result is a fresh dict the caller may still modify."""
@@ -203,7 +249,10 @@ class Operations:
             metadata.pop(field, None)
         prepared = {**body, 'metadata': metadata}
         if info.storage_key == NAMESPACES.storage_key:
-            metadata['labels'] = {**(metadata.get('labels') or {}), 'kubernetes.io/metadata.name': metadata['name']}
+            metadata['labels'] = {
+                **(metadata.get('labels') or {}),
+                'kubernetes.io/metadata.name': metadata['name'],
+            }
             prepared['spec'] = {'finalizers': ['kubernetes'], **(prepared.get('spec') or {})}
             prepared['status'] = {'phase': 'Active'}
         elif info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
@@ -214,8 +263,12 @@ class Operations:
         """After mutating webhooks: the identity of the object cannot be changed by them."""
         if not isinstance(body, dict) or not isinstance(body.get('metadata'), dict):
             raise errors.internal_error('a mutating webhook produced an invalid object')
-        restored = {**body, 'apiVersion': info.api_version, 'kind': info.kind,
-                    'metadata': {**body['metadata'], 'name': metadata.get('name')}}
+        restored = {
+            **body,
+            'apiVersion': info.api_version,
+            'kind': info.kind,
+            'metadata': {**body['metadata'], 'name': metadata.get('name')},
+        }
         if info.namespaced:
             restored['metadata']['namespace'] = metadata.get('namespace')
         return restored
@@ -223,29 +276,49 @@ class Operations:
     # ----------------------------------------------------------------------------------------
     # Updating and patching.
 
-    async def update(self, info: ResourceInfo, namespace: str | None, name: str, body: Any, *,
-                     subresource: str | None = None, dry_run: bool = False) -> Outcome:
-        if not isinstance(body, dict):
-            raise errors.bad_request('the body of the request must be a JSON object')
-        if not body.get('kind'):
-            raise errors.bad_request(f"Object 'Kind' is missing in '{_abbreviated(body)}'")
-        if not body.get('apiVersion'):
-            raise errors.bad_request(f"Object 'apiVersion' is missing in '{_abbreviated(body)}'")
+    async def update(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Outcome:
+        body = _with_default_type(info, body)
         self._check_type(info, body)
         metadata = body.get('metadata')
-        if info.custom and (not isinstance(metadata, dict) or not metadata.get('resourceVersion')):
-            raise errors.invalid(info.kind, info.group, name, [errors.Cause(
-                'metadata.resourceVersion', 'Invalid value: 0x0: must be specified for an update')])
         for _ in range(_MAX_ATTEMPTS):
             current = self.get(info, namespace, name)
+            if info.custom and (not isinstance(metadata, dict) or not metadata.get('resourceVersion')):
+                raise errors.invalid(
+                    info.kind,
+                    info.group,
+                    name,
+                    [
+                        errors.Cause(
+                            'metadata.resourceVersion', 'Invalid value: 0x0: must be specified for an update'
+                        )
+                    ],
+                )
             outcome = await self._update_from(info, current, body, subresource=subresource, dry_run=dry_run)
             if outcome is not None:
                 return outcome
         raise errors.modified_conflict(info.plural, info.group, name)
 
-    async def patch(self, info: ResourceInfo, namespace: str | None, name: str, content_type: str, raw: bytes, *,
-                    subresource: str | None = None, dry_run: bool = False, field_manager: str | None = None,
-                    ) -> Outcome:
+    async def patch(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        raw: bytes,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        field_manager: str | None = None,
+    ) -> Outcome:
         patch_type = PATCH_CONTENT_TYPES.get(content_type)
         if patch_type is None or (patch_type == 'strategic' and info.custom):
             accepted = _CUSTOM_PATCH_CONTENT_TYPES if info.custom else tuple(PATCH_CONTENT_TYPES)
@@ -253,15 +326,20 @@ class Operations:
         document = decode_yaml_body(raw) if patch_type == 'apply' else decode_json_body(raw)
         if patch_type == 'apply':
             if not field_manager:
-                raise errors.bad_request('PATCH requests with apply-patch content type must include fieldManager')
+                raise errors.bad_request(
+                    'PATCH requests with apply-patch content type must include fieldManager'
+                )
             if not isinstance(document, dict):
                 raise errors.bad_request('the applied configuration must be an object')
             if self.store.get(info.storage_key, namespace, name) is None:
                 applied_name = (document.get('metadata') or {}).get('name')
                 if applied_name != name:
-                    raise errors.bad_request(f'the name of the object ({applied_name}) does not match '
-                                             f'the name on the URL ({name})')
-                return await self.create(info, namespace, document, dry_run=dry_run, field_manager=field_manager)
+                    raise errors.bad_request(
+                        f'the name of the object ({applied_name}) does not match the name on the URL ({name})'
+                    )
+                return await self.create(
+                    info, namespace, document, dry_run=dry_run, field_manager=field_manager
+                )
         elif patch_type in ('merge', 'strategic') and not isinstance(document, dict):
             raise errors.bad_request('the patch must be a JSON object')
 
@@ -281,23 +359,39 @@ class Operations:
                 raise errors.unprocessable(str(e)) from None
             if not isinstance(patched, dict):
                 raise errors.bad_request('the patched object must be a JSON object')
-            outcome = await self._update_from(info, current, patched, subresource=subresource, dry_run=dry_run)
+            outcome = await self._update_from(
+                info, current, patched, subresource=subresource, dry_run=dry_run
+            )
             if outcome is not None:
                 return outcome
         raise errors.modified_conflict(info.plural, info.group, name)
 
-    async def _update_from(self, info: ResourceInfo, current: StoredObject, new_body: dict[str, Any], *,
-                           subresource: str | None, dry_run: bool) -> Outcome | None:
+    async def _update_from(
+        self,
+        info: ResourceInfo,
+        current: StoredObject,
+        new_body: dict[str, Any],
+        *,
+        subresource: str | None,
+        dry_run: bool,
+    ) -> Outcome | None:
         """Apply a new state to the current object; ``None`` if the object changed while awaiting."""
         old = current.body
         result = self._prepare_update(info, old, new_body, subresource)
         warnings: list[str] = []
         if result is not None and self.admission.active:
             metadata = old['metadata']
-            request = AdmissionRequest(info=info, operation='UPDATE', subresource=subresource,
-                                       namespace=metadata.get('namespace'), name=metadata['name'],
-                                       obj=result, old_obj=old, dry_run=dry_run,
-                                       options={'kind': 'UpdateOptions', 'apiVersion': 'meta.k8s.io/v1'})
+            request = AdmissionRequest(
+                info=info,
+                operation='UPDATE',
+                subresource=subresource,
+                namespace=metadata.get('namespace'),
+                name=metadata['name'],
+                obj=result,
+                old_obj=old,
+                dry_run=dry_run,
+                options={'kind': 'UpdateOptions', 'apiVersion': 'meta.k8s.io/v1'},
+            )
             mutated = await self.admission.mutate(request, warnings)
             if mutated is not result:
                 result = self._prepare_update(info, old, mutated, subresource)
@@ -309,8 +403,9 @@ class Operations:
             return Outcome(200, old, current.encoded_as(info.api_version), warnings)
         return self._commit_update(info, current, result, dry_run=dry_run, warnings=warnings)
 
-    def _prepare_update(self, info: ResourceInfo, old: dict[str, Any], new: Any,
-                        subresource: str | None) -> dict[str, Any] | None:
+    def _prepare_update(
+        self, info: ResourceInfo, old: dict[str, Any], new: Any, subresource: str | None
+    ) -> dict[str, Any] | None:
         """The object to store after an update, or ``None`` if nothing changes."""
         if not isinstance(new, dict):
             raise errors.bad_request('the object must be a JSON object')
@@ -320,20 +415,27 @@ class Operations:
         if not isinstance(new_metadata, dict):
             raise errors.bad_request(f'the name of the object () does not match the name on the URL ({name})')
         if new_metadata.get('name') != name:
-            raise errors.bad_request(f'the name of the object ({new_metadata.get("name")}) '
-                                     f'does not match the name on the URL ({name})')
+            raise errors.bad_request(
+                f'the name of the object ({new_metadata.get("name")}) '
+                f'does not match the name on the URL ({name})'
+            )
         if info.namespaced and new_metadata.get('namespace') not in (None, '', old_metadata.get('namespace')):
-            raise errors.bad_request('the namespace of the provided object does not match '
-                                     'the namespace sent on the request')
+            raise errors.bad_request(
+                'the namespace of the provided object does not match the namespace sent on the request'
+            )
         self._check_type(info, new)
         new_version = new_metadata.get('resourceVersion')
         if new_version and new_version != old_metadata.get('resourceVersion'):
             raise errors.modified_conflict(info.plural, info.group, name)
         new_uid = new_metadata.get('uid')
         if new_uid and new_uid != old_metadata.get('uid'):
-            raise errors.conflict(info.plural, info.group, name,
-                                  f'Precondition failed: UID in precondition: {new_uid}, '
-                                  f'UID in object meta: {old_metadata.get("uid")}')
+            raise errors.conflict(
+                info.plural,
+                info.group,
+                name,
+                f'Precondition failed: UID in precondition: {new_uid}, '
+                f'UID in object meta: {old_metadata.get("uid")}',
+            )
 
         if subresource == 'status':
             result = {**old}
@@ -341,7 +443,6 @@ class Operations:
                 result['status'] = new['status']
             else:
                 result.pop('status', None)
-            result['apiVersion'] = info.api_version
             return None if result == old else result
 
         metadata = dict(new_metadata)
@@ -357,21 +458,30 @@ class Operations:
             metadata.pop('namespace', None)
         metadata.pop('managedFields', None)
         metadata.pop('selfLink', None)
-        result = {**new, 'apiVersion': info.api_version, 'kind': info.kind, 'metadata': metadata}
+        # The stored version stays as it was: all versions of a resource are the same (no conversion).
+        result = {**new, 'apiVersion': old['apiVersion'], 'kind': info.kind, 'metadata': metadata}
         if info.has_status:
             if 'status' in old:
                 result['status'] = old['status']
             else:
                 result.pop('status', None)
 
-        causes = validation.validate_metadata(metadata, info.name_rule, check_name=False, previous=old_metadata)
+        causes = validation.validate_metadata(
+            metadata, info.name_rule, check_name=False, previous=old_metadata
+        )
         if old_metadata.get('deletionTimestamp'):
-            added = [f for f in metadata.get('finalizers') or [] if f not in (old_metadata.get('finalizers') or [])]
+            added = [
+                f for f in metadata.get('finalizers') or [] if f not in (old_metadata.get('finalizers') or [])
+            ]
             if added:
-                causes.append(errors.Cause(
-                    'metadata.finalizers',
-                    f'Forbidden: no new finalizers can be added if the object is being deleted, '
-                    f'found new finalizers {json.dumps(added)}', reason='FieldValueForbidden'))
+                causes.append(
+                    errors.Cause(
+                        'metadata.finalizers',
+                        f'Forbidden: no new finalizers can be added if the object is being deleted, '
+                        f'found new finalizers {json.dumps(added)}',
+                        reason='FieldValueForbidden',
+                    )
+                )
         if causes:
             raise errors.invalid(info.kind, info.group, name, causes)
         if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
@@ -386,11 +496,21 @@ class Operations:
             metadata['generation'] = int(old_metadata.get('generation') or 0) + 1
         return result
 
-    def _commit_update(self, info: ResourceInfo, current: StoredObject, result: dict[str, Any], *,
-                       dry_run: bool, warnings: list[str]) -> Outcome:
+    def _commit_update(
+        self,
+        info: ResourceInfo,
+        current: StoredObject,
+        result: dict[str, Any],
+        *,
+        dry_run: bool,
+        warnings: list[str],
+    ) -> Outcome:
         metadata = result['metadata']
-        if metadata.get('deletionTimestamp') and not metadata.get('finalizers') and not self._has_contents(
-                info, result):
+        if (
+            metadata.get('deletionTimestamp')
+            and not metadata.get('finalizers')
+            and not self._has_contents(info, result)
+        ):
             # The last finalizer is gone: real servers delete the object instead of storing the update.
             if dry_run:
                 return Outcome(200, result, warnings=warnings)
@@ -401,29 +521,44 @@ class Operations:
         resource_version = self.store.next_resource_version()
         result['metadata'] = {**metadata, 'resourceVersion': str(resource_version)}
         stored = self.store.put(info.storage_key, result, current.body)
-        self._after_stored(info, current.body, result)
+        self._after_stored(info, result)
         return Outcome(200, result, stored.encoded_as(info.api_version), warnings)
 
-    def _after_stored(self, info: ResourceInfo, old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+    def _after_stored(self, info: ResourceInfo, new: dict[str, Any]) -> None:
         if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
             self.registry.register_crd(new['metadata']['name'], resources_from_crd(new))
 
     # ----------------------------------------------------------------------------------------
     # Deleting.
 
-    async def delete(self, info: ResourceInfo, namespace: str | None, name: str, options: dict[str, Any], *,
-                     dry_run: bool = False) -> Outcome:
+    async def delete(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        name: str,
+        options: dict[str, Any],
+        *,
+        dry_run: bool = False,
+    ) -> Outcome:
         current = self.get(info, namespace, name)
+        if info.storage_key == NAMESPACES.storage_key and name in _UNDELETABLE_NAMESPACES:
+            raise errors.forbidden('namespaces', '', name, 'this namespace may not be deleted')
         preconditions = options.get('preconditions') or {}
         if not isinstance(preconditions, dict):
             raise errors.bad_request('preconditions must be an object')
         self._check_preconditions(info, current.body, preconditions)
         warnings: list[str] = []
         if self.admission.active:
-            request = AdmissionRequest(info=info, operation='DELETE', namespace=namespace, name=name,
-                                       obj=None, old_obj=current.body, dry_run=dry_run,
-                                       options={'kind': 'DeleteOptions', 'apiVersion': 'meta.k8s.io/v1',
-                                                **options})
+            request = AdmissionRequest(
+                info=info,
+                operation='DELETE',
+                namespace=namespace,
+                name=name,
+                obj=None,
+                old_obj=current.body,
+                dry_run=dry_run,
+                options={'kind': 'DeleteOptions', 'apiVersion': 'meta.k8s.io/v1', **options},
+            )
             await self.admission.validate(request, warnings)
             current = self.get(info, namespace, name)
             self._check_preconditions(info, current.body, preconditions)
@@ -436,9 +571,16 @@ class Operations:
         code = 202 if not deleted and options.get('orphanDependents') is False else 200
         return Outcome(code, with_api_version(body, info.api_version), warnings=warnings)
 
-    async def delete_collection(self, info: ResourceInfo, namespace: str | None,
-                                label_selector: selectors.LabelSelector, field_selector: selectors.FieldSelector,
-                                options: dict[str, Any], *, dry_run: bool = False) -> Outcome:
+    async def delete_collection(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        label_selector: selectors.LabelSelector,
+        field_selector: selectors.FieldSelector,
+        options: dict[str, Any],
+        *,
+        dry_run: bool = False,
+    ) -> Outcome:
         items: list[dict[str, Any]] = []
         warnings: list[str] = []
         for stored in list(self.store.objects(info.storage_key, namespace)):
@@ -448,30 +590,44 @@ class Operations:
             if not selectors.fields_match(field_selector, stored.body):
                 continue
             try:
-                outcome = await self.delete(info, metadata.get('namespace'), metadata['name'], options,
-                                            dry_run=dry_run)
+                outcome = await self.delete(
+                    info, metadata.get('namespace'), metadata['name'], options, dry_run=dry_run
+                )
             except errors.ApiError as e:
                 if e.code == 404:  # deleted meanwhile, e.g. as a dependent of another one
                     continue
                 raise
             items.append(outcome.body)
             warnings.extend(outcome.warnings)
-        body = {'kind': info.list_kind, 'apiVersion': info.api_version,
-                'metadata': {'resourceVersion': str(self.store.last_resource_version)}, 'items': items}
+        body = {
+            'kind': info.list_kind,
+            'apiVersion': info.api_version,
+            'metadata': {'resourceVersion': str(self.store.last_resource_version)},
+            'items': items,
+        }
         return Outcome(200, body, warnings=warnings)
 
-    def _check_preconditions(self, info: ResourceInfo, body: dict[str, Any], preconditions: dict[str, Any]) -> None:
+    def _check_preconditions(
+        self, info: ResourceInfo, body: dict[str, Any], preconditions: dict[str, Any]
+    ) -> None:
         metadata = body['metadata']
         uid = preconditions.get('uid')
         if uid and uid != metadata.get('uid'):
-            raise errors.conflict(info.plural, info.group, metadata['name'],
-                                  f'Precondition failed: UID in precondition: {uid}, '
-                                  f'UID in object meta: {metadata.get("uid")}')
+            raise errors.conflict(
+                info.plural,
+                info.group,
+                metadata['name'],
+                f'Precondition failed: UID in precondition: {uid}, UID in object meta: {metadata.get("uid")}',
+            )
         version = preconditions.get('resourceVersion')
         if version and version != metadata.get('resourceVersion'):
-            raise errors.conflict(info.plural, info.group, metadata['name'],
-                                  f'Precondition failed: ResourceVersion in precondition: {version}, '
-                                  f'ResourceVersion in object meta: {metadata.get("resourceVersion")}')
+            raise errors.conflict(
+                info.plural,
+                info.group,
+                metadata['name'],
+                f'Precondition failed: ResourceVersion in precondition: {version}, '
+                f'ResourceVersion in object meta: {metadata.get("resourceVersion")}',
+            )
 
     def _has_contents(self, info: ResourceInfo, body: dict[str, Any]) -> bool:
         """Whether a namespace still has objects, or a CRD still has custom objects (both block deletion)."""
@@ -490,9 +646,15 @@ class Operations:
         if metadata.get('deletionTimestamp'):
             return body, False
         resource_version = self.store.next_resource_version()
-        deleting: dict[str, Any] = {**body, 'metadata': {**metadata, 'deletionTimestamp': now_rfc3339(),
-                                                         'deletionGracePeriodSeconds': 0,
-                                                         'resourceVersion': str(resource_version)}}
+        deleting: dict[str, Any] = {
+            **body,
+            'metadata': {
+                **metadata,
+                'deletionTimestamp': now_rfc3339(),
+                'deletionGracePeriodSeconds': 0,
+                'resourceVersion': str(resource_version),
+            },
+        }
         if info.storage_key == NAMESPACES.storage_key:
             deleting['status'] = {**(body.get('status') or {}), 'phase': 'Terminating'}
         self.store.put(info.storage_key, deleting, body)
@@ -543,8 +705,11 @@ class Operations:
             if dependent is None:
                 continue
             # Like the garbage collector: objects with other owners still alive are kept.
-            owners = [ref.get('uid') for ref in dependent.body['metadata'].get('ownerReferences') or []
-                      if isinstance(ref, dict)]
+            owners = [
+                ref.get('uid')
+                for ref in dependent.body['metadata'].get('ownerReferences') or []
+                if isinstance(ref, dict)
+            ]
             if not any(self.store.uid_exists(str(uid)) for uid in owners):
                 self._delete_dependent(key, dependent)
 
@@ -553,9 +718,9 @@ class Operations:
         if stored is None:
             return
         metadata = stored.body['metadata']
-        if metadata.get('deletionTimestamp') and not metadata.get('finalizers'):
-            if not self._has_contents(container, stored.body):
-                self._remove(container, stored.body)
+        deleting = metadata.get('deletionTimestamp') and not metadata.get('finalizers')
+        if deleting and not self._has_contents(container, stored.body):
+            self._remove(container, stored.body)
 
     def _orphan_dependents(self, owner: dict[str, Any]) -> None:
         uid = owner['metadata'].get('uid')
@@ -563,10 +728,16 @@ class Operations:
             dependent = self.store.get(key, namespace, name)
             if dependent is None:
                 continue
-            references = [ref for ref in dependent.body['metadata'].get('ownerReferences') or []
-                          if not (isinstance(ref, dict) and ref.get('uid') == uid)]
-            metadata = {**dependent.body['metadata'], 'ownerReferences': references,
-                        'resourceVersion': str(self.store.next_resource_version())}
+            references = [
+                ref
+                for ref in dependent.body['metadata'].get('ownerReferences') or []
+                if not (isinstance(ref, dict) and ref.get('uid') == uid)
+            ]
+            metadata = {
+                **dependent.body['metadata'],
+                'ownerReferences': references,
+                'resourceVersion': str(self.store.next_resource_version()),
+            }
             if not references:
                 del metadata['ownerReferences']
             self.store.put(key, {**dependent.body, 'metadata': metadata}, dependent.body)
@@ -595,10 +766,20 @@ def _established_crd(crd: dict[str, Any]) -> dict[str, Any]:
     timestamp = str(crd.get('metadata', {}).get('creationTimestamp') or now_rfc3339())
     status = {
         'conditions': [
-            {'type': 'NamesAccepted', 'status': 'True', 'reason': 'NoConflicts',
-             'message': 'no conflicts found', 'lastTransitionTime': timestamp},
-            {'type': 'Established', 'status': 'True', 'reason': 'InitialNamesAccepted',
-             'message': 'the initial names have been accepted', 'lastTransitionTime': timestamp},
+            {
+                'type': 'NamesAccepted',
+                'status': 'True',
+                'reason': 'NoConflicts',
+                'message': 'no conflicts found',
+                'lastTransitionTime': timestamp,
+            },
+            {
+                'type': 'Established',
+                'status': 'True',
+                'reason': 'InitialNamesAccepted',
+                'message': 'the initial names have been accepted',
+                'lastTransitionTime': timestamp,
+            },
         ],
         'acceptedNames': names,
         'storedVersions': stored_versions,
@@ -608,6 +789,14 @@ def _established_crd(crd: dict[str, Any]) -> dict[str, Any]:
     return {**crd, 'spec': spec, 'status': status}
 
 
-def _abbreviated(body: Any) -> str:
-    text = json.dumps(body)
-    return text if len(text) <= 100 else text[:100] + '...'
+def _with_default_type(info: ResourceInfo, body: Any) -> dict[str, Any]:
+    """Like real servers, take the kind and apiVersion from the URL if the body has none."""
+    if not isinstance(body, dict):
+        raise errors.bad_request('the body of the request must be a JSON object')
+    if body.get('kind') and body.get('apiVersion'):
+        return body
+    return {
+        **body,
+        'kind': body.get('kind') or info.kind,
+        'apiVersion': body.get('apiVersion') or info.api_version,
+    }

@@ -5,6 +5,7 @@ All functions here treat their inputs as immutable and return new structures tha
 unchanged branch with the original. Stored objects are never modified in place anywhere in the
 emulator, so sharing is safe and saves the deep copies that would otherwise dominate a PATCH.
 """
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ class PatchApplicationError(ValueError):
 
 # --------------------------------------------------------------------------------------------
 # JSON merge-patch (RFC 7386).
+
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:
     if not isinstance(patch, dict):
@@ -36,6 +38,7 @@ def apply_merge_patch(target: Any, patch: Any) -> Any:
 
 # --------------------------------------------------------------------------------------------
 # JSON-patch (RFC 6902) with JSON pointers (RFC 6901).
+
 
 def parse_pointer(pointer: Any) -> list[str]:
     if not isinstance(pointer, str):
@@ -73,7 +76,7 @@ def _resolve(doc: Any, tokens: Sequence[str], pointer: str) -> Any:
 
 
 def _with_change(node: Any, tokens: Sequence[str], op: str, value: Any, pointer: str) -> Any:
-    """Return a copy of ``node`` with ``op`` applied at ``tokens``, copying only the containers on the path."""
+    """A copy of ``node`` with ``op`` applied at ``tokens``; only the containers on the path are copied."""
     token = tokens[0]
     if len(tokens) > 1:
         if isinstance(node, dict):
@@ -150,7 +153,8 @@ def apply_json_patch(doc: Any, operations: Any) -> Any:
                 actual = _resolve(doc, tokens, pointer)
                 if not json_equal(actual, operation['value']):
                     raise PatchApplicationError(
-                        f'testing value {pointer} failed: expected {operation["value"]!r}, found {actual!r}')
+                        f'testing value {pointer} failed: expected {operation["value"]!r}, found {actual!r}'
+                    )
             case 'move' | 'copy':
                 if 'from' not in operation:
                     raise PatchFormatError(f'the JSON-patch operation {op!r} at {pointer!r} has no "from"')
@@ -158,7 +162,7 @@ def apply_json_patch(doc: Any, operations: Any) -> Any:
                 source_tokens = parse_pointer(source)
                 value = _resolve(doc, source_tokens, source)
                 if op == 'move':
-                    if tokens[:len(source_tokens)] == source_tokens and len(tokens) > len(source_tokens):
+                    if tokens[: len(source_tokens)] == source_tokens and len(tokens) > len(source_tokens):
                         raise PatchApplicationError(f'cannot move {source!r} into its own child {pointer!r}')
                     if tokens == source_tokens:
                         continue
@@ -216,9 +220,12 @@ def apply_strategic_merge_patch(target: Any, patch: Any) -> Any:
 
 def _strip_directives(value: Any) -> Any:
     if isinstance(value, dict):
-        return {key: _strip_directives(item) for key, item in value.items()
-                if key not in (_DIRECTIVE, _RETAIN_KEYS) and not key.startswith(('$setElementOrder/',
-                                                                                  '$deleteFromPrimitiveList/'))}
+        return {
+            key: _strip_directives(item)
+            for key, item in value.items()
+            if key not in (_DIRECTIVE, _RETAIN_KEYS)
+            and not key.startswith(('$setElementOrder/', '$deleteFromPrimitiveList/'))
+        }
     if isinstance(value, list):
         return [_strip_directives(item) for item in value]
     return value
@@ -238,7 +245,7 @@ def _merge_map(target: Mapping[str, Any], patch: Mapping[str, Any]) -> Any:
         if key in (_DIRECTIVE, _RETAIN_KEYS) or key.startswith(_SET_ELEMENT_ORDER):
             continue
         if key.startswith(_DELETE_FROM_PRIMITIVE_LIST):
-            field = key[len(_DELETE_FROM_PRIMITIVE_LIST):]
+            field = key[len(_DELETE_FROM_PRIMITIVE_LIST) :]
             if not isinstance(value, list):
                 raise PatchFormatError(f'invalid value for {key!r}: a list is expected')
             current = result.get(field)
@@ -282,15 +289,26 @@ def _merge_list(field: str, current: Any, patch: list[Any]) -> list[Any]:
         return [_strip_directives(item) for item in patch if item.get(_DIRECTIVE) != 'replace']
 
     existing = [item for item in current if isinstance(item, dict)] if isinstance(current, list) else []
-    merge_key = next((key for key in candidates
-                      if any(key in item for item in [*patch, *existing] if isinstance(item, dict))),
-                     candidates[0])
+    merge_key = next(
+        (
+            key
+            for key in candidates
+            if any(key in item for item in [*patch, *existing] if isinstance(item, dict))
+        ),
+        candidates[0],
+    )
     merged_items: list[Any] = list(existing)
     for item in patch:
         if merge_key not in item:
             raise PatchFormatError(f'the list item of {field!r} has no merge key {merge_key!r}')
-        position = next((index for index, old in enumerate(merged_items)
-                         if isinstance(old, dict) and old.get(merge_key) == item[merge_key]), None)
+        position = next(
+            (
+                index
+                for index, old in enumerate(merged_items)
+                if isinstance(old, dict) and old.get(merge_key) == item[merge_key]
+            ),
+            None,
+        )
         if item.get(_DIRECTIVE) == 'delete':
             if position is not None:
                 del merged_items[position]

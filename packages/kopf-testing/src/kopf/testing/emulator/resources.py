@@ -4,6 +4,7 @@ The resources the emulator serves: the built-in ones and those registered by CRD
 A :class:`ResourceInfo` describes one resource in one API version. Several versions of the same
 group and plural (as multi-version CRDs have) share one storage: :attr:`ResourceInfo.storage_key`.
 """
+
 import dataclasses
 import hashlib
 import json
@@ -73,13 +74,15 @@ class ResourceInfo:
             entry['categories'] = list(self.categories)
         entries = [entry]
         if self.has_status:
-            entries.append({
-                'name': f'{self.plural}/status',
-                'singularName': '',
-                'namespaced': self.namespaced,
-                'kind': self.kind,
-                'verbs': list(SUBRESOURCE_VERBS),
-            })
+            entries.append(
+                {
+                    'name': f'{self.plural}/status',
+                    'singularName': '',
+                    'namespaced': self.namespaced,
+                    'kind': self.kind,
+                    'verbs': list(SUBRESOURCE_VERBS),
+                }
+            )
         return entries
 
 
@@ -87,63 +90,194 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _builtin(group: str, version: str, plural: str, kind: str, *, namespaced: bool = True,
-             short_names: tuple[str, ...] = (), categories: tuple[str, ...] = (), has_status: bool = False,
-             name_rule: NameRule = 'subdomain', selectable_fields: tuple[str, ...] = ()) -> ResourceInfo:
-    return ResourceInfo(group=group, version=version, plural=plural, singular=kind.lower(), kind=kind,
-                        namespaced=namespaced, short_names=short_names, categories=categories,
-                        has_status=has_status, name_rule=name_rule, selectable_fields=selectable_fields)
+def _builtin(
+    group: str,
+    version: str,
+    plural: str,
+    kind: str,
+    *,
+    namespaced: bool = True,
+    short_names: tuple[str, ...] = (),
+    categories: tuple[str, ...] = (),
+    has_status: bool = False,
+    name_rule: NameRule = 'subdomain',
+    selectable_fields: tuple[str, ...] = (),
+) -> ResourceInfo:
+    return ResourceInfo(
+        group=group,
+        version=version,
+        plural=plural,
+        singular=kind.lower(),
+        kind=kind,
+        namespaced=namespaced,
+        short_names=short_names,
+        categories=categories,
+        has_status=has_status,
+        name_rule=name_rule,
+        selectable_fields=selectable_fields,
+    )
 
 
-NAMESPACES = _builtin('', 'v1', 'namespaces', 'Namespace', namespaced=False, short_names=('ns',),
-                      has_status=True, name_rule='label', selectable_fields=('status.phase',))
+NAMESPACES = _builtin(
+    '',
+    'v1',
+    'namespaces',
+    'Namespace',
+    namespaced=False,
+    short_names=('ns',),
+    has_status=True,
+    name_rule='label',
+    selectable_fields=('status.phase',),
+)
 CUSTOM_RESOURCE_DEFINITIONS = _builtin(
-    'apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition',
-    namespaced=False, short_names=('crd', 'crds'), categories=('api-extensions',), has_status=True)
+    'apiextensions.k8s.io',
+    'v1',
+    'customresourcedefinitions',
+    'CustomResourceDefinition',
+    namespaced=False,
+    short_names=('crd', 'crds'),
+    categories=('api-extensions',),
+    has_status=True,
+)
 VALIDATING_WEBHOOK_CONFIGURATIONS = _builtin(
-    'admissionregistration.k8s.io', 'v1', 'validatingwebhookconfigurations', 'ValidatingWebhookConfiguration',
-    namespaced=False, categories=('api-extensions',))
+    'admissionregistration.k8s.io',
+    'v1',
+    'validatingwebhookconfigurations',
+    'ValidatingWebhookConfiguration',
+    namespaced=False,
+    categories=('api-extensions',),
+)
 MUTATING_WEBHOOK_CONFIGURATIONS = _builtin(
-    'admissionregistration.k8s.io', 'v1', 'mutatingwebhookconfigurations', 'MutatingWebhookConfiguration',
-    namespaced=False, categories=('api-extensions',))
+    'admissionregistration.k8s.io',
+    'v1',
+    'mutatingwebhookconfigurations',
+    'MutatingWebhookConfiguration',
+    namespaced=False,
+    categories=('api-extensions',),
+)
 
 BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
     NAMESPACES,
-    _builtin('', 'v1', 'pods', 'Pod', short_names=('po',), categories=('all',), has_status=True,
-             selectable_fields=('spec.nodeName', 'spec.restartPolicy', 'spec.schedulerName',
-                                'spec.serviceAccountName', 'spec.hostNetwork', 'status.phase',
-                                'status.podIP', 'status.nominatedNodeName')),
+    _builtin(
+        '',
+        'v1',
+        'pods',
+        'Pod',
+        short_names=('po',),
+        categories=('all',),
+        has_status=True,
+        selectable_fields=(
+            'spec.nodeName',
+            'spec.restartPolicy',
+            'spec.schedulerName',
+            'spec.serviceAccountName',
+            'spec.hostNetwork',
+            'status.phase',
+            'status.podIP',
+            'status.nominatedNodeName',
+        ),
+    ),
     _builtin('', 'v1', 'configmaps', 'ConfigMap', short_names=('cm',)),
     _builtin('', 'v1', 'secrets', 'Secret', selectable_fields=('type',)),
-    _builtin('', 'v1', 'services', 'Service', short_names=('svc',), categories=('all',), has_status=True,
-             name_rule='dns1035'),
+    _builtin(
+        '',
+        'v1',
+        'services',
+        'Service',
+        short_names=('svc',),
+        categories=('all',),
+        has_status=True,
+        name_rule='dns1035',
+    ),
     _builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',)),
-    _builtin('', 'v1', 'persistentvolumeclaims', 'PersistentVolumeClaim', short_names=('pvc',),
-             has_status=True),
-    _builtin('', 'v1', 'persistentvolumes', 'PersistentVolume', namespaced=False, short_names=('pv',),
-             has_status=True),
-    _builtin('', 'v1', 'nodes', 'Node', namespaced=False, short_names=('no',), has_status=True,
-             selectable_fields=('spec.unschedulable',)),
-    _builtin('', 'v1', 'events', 'Event', short_names=('ev',), name_rule='path-segment',
-             selectable_fields=('involvedObject.kind', 'involvedObject.namespace', 'involvedObject.name',
-                                'involvedObject.uid', 'involvedObject.apiVersion',
-                                'involvedObject.resourceVersion', 'involvedObject.fieldPath',
-                                'reason', 'reportingComponent', 'source', 'type')),
-    _builtin('events.k8s.io', 'v1', 'events', 'Event', short_names=('ev',), name_rule='path-segment',
-             selectable_fields=('regarding.kind', 'regarding.namespace', 'regarding.name', 'regarding.uid',
-                                'reason', 'reportingController', 'type')),
+    _builtin(
+        '', 'v1', 'persistentvolumeclaims', 'PersistentVolumeClaim', short_names=('pvc',), has_status=True
+    ),
+    _builtin(
+        '',
+        'v1',
+        'persistentvolumes',
+        'PersistentVolume',
+        namespaced=False,
+        short_names=('pv',),
+        has_status=True,
+    ),
+    _builtin(
+        '',
+        'v1',
+        'nodes',
+        'Node',
+        namespaced=False,
+        short_names=('no',),
+        has_status=True,
+        selectable_fields=('spec.unschedulable',),
+    ),
+    _builtin(
+        '',
+        'v1',
+        'events',
+        'Event',
+        short_names=('ev',),
+        name_rule='path-segment',
+        selectable_fields=(
+            'involvedObject.kind',
+            'involvedObject.namespace',
+            'involvedObject.name',
+            'involvedObject.uid',
+            'involvedObject.apiVersion',
+            'involvedObject.resourceVersion',
+            'involvedObject.fieldPath',
+            'reason',
+            'reportingComponent',
+            'source',
+            'type',
+        ),
+    ),
+    _builtin(
+        'events.k8s.io',
+        'v1',
+        'events',
+        'Event',
+        short_names=('ev',),
+        name_rule='path-segment',
+        selectable_fields=(
+            'regarding.kind',
+            'regarding.namespace',
+            'regarding.name',
+            'regarding.uid',
+            'reason',
+            'reportingController',
+            'type',
+        ),
+    ),
     CUSTOM_RESOURCE_DEFINITIONS,
     _builtin('coordination.k8s.io', 'v1', 'leases', 'Lease'),
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
-    _builtin('apps', 'v1', 'deployments', 'Deployment', short_names=('deploy',), categories=('all',),
-             has_status=True),
-    _builtin('apps', 'v1', 'statefulsets', 'StatefulSet', short_names=('sts',), categories=('all',),
-             has_status=True),
-    _builtin('apps', 'v1', 'daemonsets', 'DaemonSet', short_names=('ds',), categories=('all',),
-             has_status=True),
-    _builtin('apps', 'v1', 'replicasets', 'ReplicaSet', short_names=('rs',), categories=('all',),
-             has_status=True),
+    _builtin(
+        'apps',
+        'v1',
+        'deployments',
+        'Deployment',
+        short_names=('deploy',),
+        categories=('all',),
+        has_status=True,
+    ),
+    _builtin(
+        'apps',
+        'v1',
+        'statefulsets',
+        'StatefulSet',
+        short_names=('sts',),
+        categories=('all',),
+        has_status=True,
+    ),
+    _builtin(
+        'apps', 'v1', 'daemonsets', 'DaemonSet', short_names=('ds',), categories=('all',), has_status=True
+    ),
+    _builtin(
+        'apps', 'v1', 'replicasets', 'ReplicaSet', short_names=('rs',), categories=('all',), has_status=True
+    ),
     _builtin('batch', 'v1', 'jobs', 'Job', categories=('all',), has_status=True),
 )
 
@@ -187,28 +321,40 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[ResourceInfo]:
     elif '.' not in group:
         problems.append(('spec.group', f'Invalid value: "{group}": should be a domain with at least one dot'))
     if not isinstance(plural, str) or not re.fullmatch(r'[a-z0-9]([-a-z0-9]*[a-z0-9])?', plural):
-        problems.append(('spec.names.plural', f'Invalid value: {plural!r}: must be a lowercase DNS-1035 label'))
+        problems.append(
+            ('spec.names.plural', f'Invalid value: {plural!r}: must be a lowercase DNS-1035 label')
+        )
     if not isinstance(singular, str) or not re.fullmatch(r'[a-z0-9]([-a-z0-9]*[a-z0-9])?', singular):
         problems.append(('spec.names.singular', f'Invalid value: {singular!r}: must be a lowercase label'))
     if not isinstance(kind, str) or not kind:
         problems.append(('spec.names.kind', 'Required value'))
     if scope not in ('Namespaced', 'Cluster'):
-        problems.append(('spec.scope', f'Unsupported value: {scope!r}: supported values: "Cluster", "Namespaced"'))
+        problems.append(
+            ('spec.scope', f'Unsupported value: {scope!r}: supported values: "Cluster", "Namespaced"')
+        )
     if not isinstance(versions, list) or not versions or not all(isinstance(v, dict) for v in versions):
-        problems.append(('spec.versions', 'Invalid value: must have exactly one version marked as storage version'))
+        problems.append(
+            ('spec.versions', 'Invalid value: must have exactly one version marked as storage version')
+        )
     else:
         storage_count = sum(1 for v in versions if v.get('storage'))
         if storage_count != 1:
-            problems.append(('spec.versions',
-                             'Invalid value: must have exactly one version marked as storage version'))
+            problems.append(
+                ('spec.versions', 'Invalid value: must have exactly one version marked as storage version')
+            )
         for index, version in enumerate(versions):
             if not isinstance(version.get('name'), str) or not _is_dns_label(version['name']):
                 problems.append((f'spec.versions[{index}].name', 'Invalid value: must be a DNS-1035 label'))
     if not problems:
         expected_name = f'{plural}.{group}'
         if crd.get('metadata', {}).get('name') != expected_name:
-            problems.append(('metadata.name', f'Invalid value: "{crd.get("metadata", {}).get("name")}": '
-                                              f'must be spec.names.plural+"."+spec.group'))
+            problems.append(
+                (
+                    'metadata.name',
+                    f'Invalid value: "{crd.get("metadata", {}).get("name")}": '
+                    f'must be spec.names.plural+"."+spec.group',
+                )
+            )
     if problems:
         raise CrdError(problems)
 
@@ -225,20 +371,22 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[ResourceInfo]:
             if isinstance(field, dict) and field.get('jsonPath')
         )
         columns = version.get('additionalPrinterColumns') or spec.get('additionalPrinterColumns') or []
-        resources.append(ResourceInfo(
-            group=group,
-            version=version['name'],
-            plural=plural,
-            singular=singular,
-            kind=kind,
-            namespaced=scope == 'Namespaced',
-            short_names=tuple(str(name) for name in names.get('shortNames') or ()),
-            categories=tuple(str(name) for name in names.get('categories') or ()),
-            has_status=isinstance(subresources, dict) and 'status' in subresources,
-            custom=True,
-            selectable_fields=selectable,
-            printer_columns=tuple(column for column in columns if isinstance(column, dict)),
-        ))
+        resources.append(
+            ResourceInfo(
+                group=group,
+                version=version['name'],
+                plural=plural,
+                singular=singular,
+                kind=kind,
+                namespaced=scope == 'Namespaced',
+                short_names=tuple(str(name) for name in names.get('shortNames') or ()),
+                categories=tuple(str(name) for name in names.get('categories') or ()),
+                has_status=isinstance(subresources, dict) and 'status' in subresources,
+                custom=True,
+                selectable_fields=selectable,
+                printer_columns=tuple(column for column in columns if isinstance(column, dict)),
+            )
+        )
     return resources
 
 
@@ -311,8 +459,13 @@ class ResourceRegistry:
         if not group or not versions:
             return None
         entries = [{'groupVersion': f'{group}/{version}', 'version': version} for version in versions]
-        return {'kind': 'APIGroup', 'apiVersion': 'v1', 'name': group,
-                'versions': entries, 'preferredVersion': entries[0]}
+        return {
+            'kind': 'APIGroup',
+            'apiVersion': 'v1',
+            'name': group,
+            'versions': entries,
+            'preferredVersion': entries[0],
+        }
 
     def group_list(self) -> dict[str, Any]:
         groups = []
@@ -331,8 +484,12 @@ class ResourceRegistry:
         entries: list[dict[str, Any]] = []
         for info in sorted(infos, key=lambda info: info.plural):
             entries.extend(info.discovery_entries())
-        return {'kind': 'APIResourceList', 'apiVersion': 'v1',
-                'groupVersion': f'{group}/{version}' if group else version, 'resources': entries}
+        return {
+            'kind': 'APIResourceList',
+            'apiVersion': 'v1',
+            'groupVersion': f'{group}/{version}' if group else version,
+            'resources': entries,
+        }
 
     # ----------------------------------------------------------------------------------------
     # OpenAPI v3, only as much of it as kubectl needs: which operations each kind supports,
@@ -346,43 +503,77 @@ class ResourceRegistry:
         prefix = f'/apis/{group}/{version}' if group else f'/api/{version}'
         for info in sorted(infos, key=lambda info: info.plural):
             gvk = {'group': group, 'version': version, 'kind': info.kind}
-            item_path = (f'{prefix}/namespaces/{{namespace}}/{info.plural}/{{name}}' if info.namespaced
-                         else f'{prefix}/{info.plural}/{{name}}')
+            item_path = (
+                f'{prefix}/namespaces/{{namespace}}/{info.plural}/{{name}}'
+                if info.namespaced
+                else f'{prefix}/{info.plural}/{{name}}'
+            )
             # Strategic merge-patch is deliberately not advertised even for built-ins: kubectl would
             # then need full schemas to compute such patches; without it, kubectl falls back to
             # the patch strategies compiled into it, which the emulator understands.
-            content_types = ['application/json-patch+json', 'application/merge-patch+json',
-                             'application/apply-patch+yaml']
+            content_types = [
+                'application/json-patch+json',
+                'application/merge-patch+json',
+                'application/apply-patch+yaml',
+            ]
             parameters = [
                 {'name': name, 'in': 'query', 'schema': {'type': 'string', 'uniqueItems': True}}
                 for name in ('dryRun', 'fieldManager', 'fieldValidation', 'force')
             ]
             reference = {'$ref': f'#/components/schemas/{_schema_name(info)}'}
-            operation_base = {'tags': [f'{group or "core"}_{version}'], 'parameters': parameters,
-                              'x-kubernetes-group-version-kind': gvk}
+            operation_base = {
+                'tags': [f'{group or "core"}_{version}'],
+                'parameters': parameters,
+                'x-kubernetes-group-version-kind': gvk,
+            }
             paths[item_path] = {
-                'get': {**operation_base, 'operationId': f'read{info.kind}', 'parameters': [],
-                        'x-kubernetes-action': 'get',
-                        'responses': {'200': {'description': 'OK',
-                                              'content': {'application/json': {'schema': reference}}}}},
-                'put': {**operation_base, 'operationId': f'replace{info.kind}', 'x-kubernetes-action': 'put',
-                        'requestBody': {'content': {'*/*': {'schema': reference}}},
-                        'responses': {'200': {'description': 'OK'}}},
-                'patch': {**operation_base, 'operationId': f'patch{info.kind}', 'x-kubernetes-action': 'patch',
-                          'requestBody': {'content': {ct: {'schema': {'type': 'object'}} for ct in content_types}},
-                          'responses': {'200': {'description': 'OK'}}},
-                'delete': {**operation_base, 'operationId': f'delete{info.kind}', 'x-kubernetes-action': 'delete',
-                           'responses': {'200': {'description': 'OK'}}},
-                'parameters': [{'name': 'name', 'in': 'path', 'required': True, 'schema': {'type': 'string'}}],
+                'get': {
+                    **operation_base,
+                    'operationId': f'read{info.kind}',
+                    'parameters': [],
+                    'x-kubernetes-action': 'get',
+                    'responses': {
+                        '200': {'description': 'OK', 'content': {'application/json': {'schema': reference}}}
+                    },
+                },
+                'put': {
+                    **operation_base,
+                    'operationId': f'replace{info.kind}',
+                    'x-kubernetes-action': 'put',
+                    'requestBody': {'content': {'*/*': {'schema': reference}}},
+                    'responses': {'200': {'description': 'OK'}},
+                },
+                'patch': {
+                    **operation_base,
+                    'operationId': f'patch{info.kind}',
+                    'x-kubernetes-action': 'patch',
+                    'requestBody': {'content': {ct: {'schema': {'type': 'object'}} for ct in content_types}},
+                    'responses': {'200': {'description': 'OK'}},
+                },
+                'delete': {
+                    **operation_base,
+                    'operationId': f'delete{info.kind}',
+                    'x-kubernetes-action': 'delete',
+                    'responses': {'200': {'description': 'OK'}},
+                },
+                'parameters': [
+                    {'name': 'name', 'in': 'path', 'required': True, 'schema': {'type': 'string'}}
+                ],
             }
         schemas = {
-            _schema_name(info): {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True,
-                                 'x-kubernetes-group-version-kind': [{'group': group, 'version': version,
-                                                                      'kind': info.kind}]}
+            _schema_name(info): {
+                'type': 'object',
+                'x-kubernetes-preserve-unknown-fields': True,
+                'x-kubernetes-group-version-kind': [{'group': group, 'version': version, 'kind': info.kind}],
+            }
             for info in infos
         }
-        return {'openapi': '3.0.0', 'info': {'title': 'Kubernetes API emulator', 'version': 'v1.32.0'},
-                'paths': paths, 'components': {'schemas': schemas}}
+        return {
+            'openapi': '3.0.0',
+            'info': {'title': 'Kubernetes API emulator', 'version': 'v1.32.0'},
+            'paths': paths,
+            'components': {'schemas': schemas},
+        }
 
     def openapi_root(self) -> dict[str, Any]:
         paths: dict[str, Any] = {}
@@ -390,7 +581,9 @@ class ResourceRegistry:
             for version in versions:
                 prefix = f'apis/{group}/{version}' if group else f'api/{version}'
                 document = self.openapi_document(group, version)
-                digest = hashlib.sha512(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32].upper()
+                digest = (
+                    hashlib.sha512(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32].upper()
+                )
                 paths[prefix] = {'serverRelativeURL': f'/openapi/v3/{prefix}?hash={digest}'}
         return {'paths': paths}
 

@@ -5,6 +5,7 @@ Label selectors support ``=``, ``==``, ``!=``, ``in``, ``notin``, existence (``k
 non-existence (``!key``) and the numeric ``>``/``<``. Field selectors support ``=``, ``==``
 and ``!=`` on dotted paths; which paths are allowed is decided by the resource.
 """
+
 import dataclasses
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -50,7 +51,9 @@ class LabelRequirement:
 LabelSelector = tuple[LabelRequirement, ...]
 
 _SET_REQUIREMENT = re.compile(r'^\s*(?P<key>[^\s!=<>()]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)\s*$')
-_EQUALITY_REQUIREMENT = re.compile(r'^\s*(?P<key>[^\s!=<>()]+)\s*(?P<op>==|=|!=|>|<)\s*(?P<value>[^\s!=<>(),]*)\s*$')
+_EQUALITY_REQUIREMENT = re.compile(
+    r'^\s*(?P<key>[^\s!=<>()]+)\s*(?P<op>==|=|!=|>|<)\s*(?P<value>[^\s!=<>(),]*)\s*$'
+)
 _EXISTENCE_REQUIREMENT = re.compile(r'^\s*(?P<neg>!?)\s*(?P<key>[^\s!=<>()]+)\s*$')
 
 
@@ -86,7 +89,9 @@ def _check_key(key: str) -> None:
 def _check_value(value: str) -> None:
     problems = validation.label_value_problems(value)
     if problems:
-        raise SelectorError(f'unable to parse requirement: invalid label value: "{value}": {"; ".join(problems)}')
+        raise SelectorError(
+            f'unable to parse requirement: invalid label value: "{value}": {"; ".join(problems)}'
+        )
 
 
 def parse_label_selector(text: str) -> LabelSelector:
@@ -99,9 +104,13 @@ def parse_label_selector(text: str) -> LabelSelector:
             raise SelectorError(f'unable to parse requirement: found an empty requirement in {text!r}')
         if match := _SET_REQUIREMENT.match(part):
             key = match['key']
-            values = [value.strip() for value in match['values'].split(',')] if match['values'].strip() else []
+            values = (
+                [value.strip() for value in match['values'].split(',')] if match['values'].strip() else []
+            )
             if not values and match['op'] == 'in':
-                raise SelectorError('unable to parse requirement: for "in" operator, values set can\'t be empty')
+                raise SelectorError(
+                    'unable to parse requirement: for "in" operator, values set can\'t be empty'
+                )
             _check_key(key)
             for value in values:
                 _check_value(value)
@@ -113,8 +122,10 @@ def parse_label_selector(text: str) -> LabelSelector:
             op = match['op']
             if op in ('>', '<'):
                 if not re.fullmatch(r'-?\d+', value):
-                    raise SelectorError(f'unable to parse requirement: for "{op}" operator, '
-                                        f'the value must be an integer, got "{value}"')
+                    raise SelectorError(
+                        f'unable to parse requirement: for "{op}" operator, '
+                        f'the value must be an integer, got "{value}"'
+                    )
                 requirements.append(LabelRequirement(key, '>' if op == '>' else '<', frozenset([value])))
             else:
                 _check_value(value)
@@ -154,14 +165,23 @@ def label_selector_from_struct(struct: Any) -> LabelSelector | None:
     expressions = struct.get('matchExpressions') or []
     if not isinstance(expressions, list):
         return None
-    operators: dict[str, LabelOperator] = {'In': 'in', 'NotIn': 'notin', 'Exists': 'exists',
-                                           'DoesNotExist': '!exists'}
+    operators: dict[str, LabelOperator] = {
+        'In': 'in',
+        'NotIn': 'notin',
+        'Exists': 'exists',
+        'DoesNotExist': '!exists',
+    }
     for expression in expressions:
         if not isinstance(expression, dict) or expression.get('operator') not in operators:
             return None
         values = expression.get('values') or []
-        requirements.append(LabelRequirement(str(expression.get('key', '')), operators[expression['operator']],
-                                             frozenset(str(value) for value in values)))
+        requirements.append(
+            LabelRequirement(
+                str(expression.get('key', '')),
+                operators[expression['operator']],
+                frozenset(str(value) for value in values),
+            )
+        )
     return tuple(requirements)
 
 
@@ -223,11 +243,13 @@ def parse_field_selector(text: str, allowed_paths: Collection[str]) -> FieldSele
     for part in _split_unescaped(text, ','):
         match = _FIELD_REQUIREMENT.match(part.strip())
         if not match:
-            raise SelectorError(f'invalid selector: \'{text}\'; can\'t understand \'{part}\'')
+            raise SelectorError(f"invalid selector: '{text}'; can't understand '{part}'")
         path = match['path'].strip()
         if path not in allowed_paths:
-            raise SelectorError(f'"{path}" is not a known field selector: only '
-                                + ', '.join(f'"{allowed}"' for allowed in sorted(allowed_paths)))
+            raise SelectorError(
+                f'"{path}" is not a known field selector: only '
+                + ', '.join(f'"{allowed}"' for allowed in sorted(allowed_paths))
+            )
         requirements.append(FieldRequirement(path, match['op'] == '!=', match['value'].strip()))
     return tuple(requirements)
 

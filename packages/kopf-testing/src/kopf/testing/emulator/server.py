@@ -1,11 +1,13 @@
 """
 :class:`KubernetesEmulator`: the emulator as an HTTP server with its kubeconfig, in a loop or a thread.
 """
+
 import asyncio
 import concurrent.futures
 import json
 import os
 import pathlib
+import re
 import shutil
 import socket
 import tempfile
@@ -19,13 +21,12 @@ from aiohttp import web
 
 from kopf.testing.emulator.admission import AdmissionController
 from kopf.testing.emulator.faults import FaultInjector, RequestCounter
-from kopf.testing.emulator.handlers import ApiHandler, WatchSettings
+from kopf.testing.emulator.handlers import MAX_BODY_SIZE, ApiHandler, WatchSettings
 from kopf.testing.emulator.operations import Operations, now_rfc3339
 from kopf.testing.emulator.resources import NAMESPACES, ResourceRegistry
 from kopf.testing.emulator.store import ObjectStore
 
 _T = TypeVar('_T')
-_MAX_BODY_SIZE = 3 * 1024 * 1024  # as in real API servers
 _CONTEXT_NAME = 'kopf-emulator'
 
 
@@ -45,15 +46,15 @@ class KubernetesEmulator:
     """
 
     def __init__(
-            self,
-            *,
-            host: str = '127.0.0.1',
-            port: int = 0,
-            kubeconfig_path: str | os.PathLike[str] | None = None,
-            namespaces: Iterable[str] = ('default', 'kube-system'),
-            bookmark_interval: float = 60.0,
-            history_limit: int = 10_000,
-            watch_timeout: float | None = None,
+        self,
+        *,
+        host: str = '127.0.0.1',
+        port: int = 0,
+        kubeconfig_path: str | os.PathLike[str] | None = None,
+        namespaces: Iterable[str] = ('default', 'kube-system'),
+        bookmark_interval: float = 60.0,
+        history_limit: int = 10_000,
+        watch_timeout: float | None = None,
     ) -> None:
         """
         :param port: the port to listen on; 0 picks a free one (see :attr:`port` once started).
@@ -66,7 +67,9 @@ class KubernetesEmulator:
         """
         self.host = host
         self._requested_port = port
-        self._requested_kubeconfig_path = pathlib.Path(kubeconfig_path) if kubeconfig_path is not None else None
+        self._requested_kubeconfig_path = (
+            pathlib.Path(kubeconfig_path) if kubeconfig_path is not None else None
+        )
         self._initial_namespaces = tuple(namespaces)
         self.registry = ResourceRegistry()
         self.store = ObjectStore(history_limit=history_limit)
@@ -74,9 +77,17 @@ class KubernetesEmulator:
         self.operations = Operations(self.registry, self.store, self.admission)
         self.requests = RequestCounter()
         self.faults = FaultInjector()
-        self.watch_settings = WatchSettings(bookmark_interval=bookmark_interval, default_timeout=watch_timeout)
-        self._handler = ApiHandler(registry=self.registry, store=self.store, operations=self.operations,
-                                   counter=self.requests, faults=self.faults, watch_settings=self.watch_settings)
+        self.watch_settings = WatchSettings(
+            bookmark_interval=bookmark_interval, default_timeout=watch_timeout
+        )
+        self._handler = ApiHandler(
+            registry=self.registry,
+            store=self.store,
+            operations=self.operations,
+            counter=self.requests,
+            faults=self.faults,
+            watch_settings=self.watch_settings,
+        )
         self._runner: web.ServerRunner | None = None
         self._port: int | None = None
         self._kubeconfig_path: pathlib.Path | None = None
@@ -92,10 +103,16 @@ class KubernetesEmulator:
     def _seed_namespaces(self) -> None:
         for name in self._initial_namespaces:
             body = {
-                'apiVersion': 'v1', 'kind': 'Namespace',
-                'metadata': {'name': name, 'uid': f'namespace-{name}', 'creationTimestamp': now_rfc3339(),
-                             'generation': 1, 'labels': {'kubernetes.io/metadata.name': name},
-                             'resourceVersion': str(self.store.next_resource_version())},
+                'apiVersion': 'v1',
+                'kind': 'Namespace',
+                'metadata': {
+                    'name': name,
+                    'uid': f'namespace-{name}',
+                    'creationTimestamp': now_rfc3339(),
+                    'generation': 1,
+                    'labels': {'kubernetes.io/metadata.name': name},
+                    'resourceVersion': str(self.store.next_resource_version()),
+                },
                 'spec': {'finalizers': ['kubernetes']},
                 'status': {'phase': 'Active'},
             }
@@ -130,8 +147,12 @@ class KubernetesEmulator:
             'kind': 'Config',
             'clusters': [{'name': _CONTEXT_NAME, 'cluster': {'server': self.url}}],
             'users': [{'name': _CONTEXT_NAME, 'user': {}}],
-            'contexts': [{'name': _CONTEXT_NAME, 'context': {'cluster': _CONTEXT_NAME, 'user': _CONTEXT_NAME,
-                                                             'namespace': 'default'}}],
+            'contexts': [
+                {
+                    'name': _CONTEXT_NAME,
+                    'context': {'cluster': _CONTEXT_NAME, 'user': _CONTEXT_NAME, 'namespace': 'default'},
+                }
+            ],
             'current-context': _CONTEXT_NAME,
             'preferences': {},
         }
@@ -152,12 +173,16 @@ class KubernetesEmulator:
             sock.setblocking(False)
             loop = self._loop
 
-            def make_request(message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
-                return web.BaseRequest(message, payload, protocol, writer, task, loop,
-                                       client_max_size=_MAX_BODY_SIZE)
+            def make_request(
+                message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+            ) -> web.BaseRequest:
+                return web.BaseRequest(
+                    message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY_SIZE
+                )
 
-            server = web.Server(self._handler, request_factory=make_request, handler_cancellation=True,
-                                access_log=None)
+            server = web.Server(
+                self._handler, request_factory=make_request, handler_cancellation=True, access_log=None
+            )
             runner = web.ServerRunner(server, shutdown_timeout=1.0)
             await runner.setup()
             site = web.SockSite(runner, sock, backlog=1024)
@@ -186,8 +211,12 @@ class KubernetesEmulator:
         await self.start()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        traceback: types.TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+    ) -> None:
         await self.stop()
 
     def _write_kubeconfig(self) -> None:
@@ -208,8 +237,12 @@ class KubernetesEmulator:
         self.start_in_thread()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: types.TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+    ) -> None:
         self.stop_thread()
 
     def start_in_thread(self, timeout: float = 30.0) -> None:
@@ -274,15 +307,15 @@ class KubernetesEmulator:
     # Fault injection.
 
     def fail_requests(
-            self,
-            count: int | None = 1,
-            *,
-            status: int = 503,
-            method: str | None = None,
-            verb: str | None = None,
-            path: str | None = None,
-            retry_after: float | None = None,
-            message: str | None = None,
+        self,
+        count: int | None = 1,
+        *,
+        status: int = 503,
+        method: str | None = None,
+        verb: str | None = None,
+        path: str | None = None,
+        retry_after: float | None = None,
+        message: str | None = None,
     ) -> None:
         """
         Fail the next ``count`` matching requests (all of them if ``None``) with an error status.
@@ -294,17 +327,24 @@ class KubernetesEmulator:
         """
         if status == 429 and retry_after is None:
             retry_after = 1
-        self.faults.add_failure(count=count, status=status, method=method, verb=verb, path=path,
-                                retry_after=retry_after, message=message)
+        self.faults.add_failure(
+            count=count,
+            status=status,
+            method=method,
+            verb=verb,
+            path=path,
+            retry_after=retry_after,
+            message=message,
+        )
 
     def add_latency(
-            self,
-            seconds: float,
-            *,
-            count: int | None = None,
-            method: str | None = None,
-            verb: str | None = None,
-            path: str | None = None,
+        self,
+        seconds: float,
+        *,
+        count: int | None = None,
+        method: str | None = None,
+        verb: str | None = None,
+        path: str | None = None,
     ) -> None:
         """Delay the matching requests (the next ``count`` of them, or all until cleared)."""
         self.faults.add_latency(seconds=seconds, count=count, method=method, verb=verb, path=path)
@@ -320,7 +360,7 @@ class KubernetesEmulator:
         By default, the streams end cleanly, as when a real server closes them on its timeout;
         with ``abort=True``, the connections are broken mid-stream instead. Returns how many.
         """
-        import re
+
         pattern = re.compile(path) if path is not None else None
 
         def drop() -> int:
@@ -345,17 +385,22 @@ class KubernetesEmulator:
     # ----------------------------------------------------------------------------------------
     # Inspection, without an API client.
 
-    def get_object(self, plural: str, name: str, *, namespace: str | None = None,
-                   group: str = '') -> dict[str, Any] | None:
-        """A copy of a stored object, or ``None`` if there is no such object; ``plural`` may be ``plural.group``."""
+    def get_object(
+        self, plural: str, name: str, *, namespace: str | None = None, group: str = ''
+    ) -> dict[str, Any] | None:
+        """A copy of a stored object, or ``None`` if absent; ``plural`` may be ``plural.group``."""
         if not group and '.' in plural:
             plural, group = plural.split('.', 1)
         stored = self._in_loop(lambda: self.store.get((group, plural), namespace, name))
         return json.loads(stored.encoded) if stored is not None else None
 
-    def list_objects(self, plural: str, *, namespace: str | None = None, group: str = '') -> list[dict[str, Any]]:
+    def list_objects(
+        self, plural: str, *, namespace: str | None = None, group: str = ''
+    ) -> list[dict[str, Any]]:
         """Copies of the stored objects of a resource (in a namespace, or everywhere if ``None``)."""
         if not group and '.' in plural:
             plural, group = plural.split('.', 1)
-        encoded = self._in_loop(lambda: [stored.encoded for stored in self.store.objects((group, plural), namespace)])
+        encoded = self._in_loop(
+            lambda: [stored.encoded for stored in self.store.objects((group, plural), namespace)]
+        )
         return [json.loads(item) for item in encoded]

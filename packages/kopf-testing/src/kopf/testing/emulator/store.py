@@ -8,10 +8,11 @@ the watch history and the watchers without copying, and encoding each version on
 Everything here is synchronous and runs on the emulator's event loop, so that each mutation is
 atomic with regard to the others and the events are always delivered in resourceVersion order.
 """
+
 import asyncio
 import collections
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from kopf.testing.emulator import selectors
@@ -61,8 +62,14 @@ class WatchEvent:
 
     __slots__ = ('_line', 'body', 'encoded', 'old_body', 'resource_version', 'type')
 
-    def __init__(self, type: EventType, body: dict[str, Any], encoded: bytes, resource_version: int,
-                 old_body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        type: EventType,
+        body: dict[str, Any],
+        encoded: bytes,
+        resource_version: int,
+        old_body: dict[str, Any] | None = None,
+    ) -> None:
         self.type = type
         self.body = body  # for DELETED: the last state of the object with the deletion's resourceVersion
         self.encoded = encoded
@@ -84,15 +91,17 @@ class Watcher:
     """One open watch stream: its filters, and the encoded events waiting to be written to it."""
 
     def __init__(
-            self,
-            info: ResourceInfo,
-            *,
-            namespace: str | None,
-            label_selector: selectors.LabelSelector,
-            field_selector: selectors.FieldSelector,
-            path: str,
+        self,
+        info: ResourceInfo,
+        *,
+        namespace: str | None,
+        label_selector: selectors.LabelSelector,
+        field_selector: selectors.FieldSelector,
+        path: str,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.info = info
+        self.transform = transform  # e.g. into a Table for kubectl: then every event is encoded separately
         self.api_version = info.api_version
         self.namespace = namespace
         self.label_selector = label_selector
@@ -102,7 +111,7 @@ class Watcher:
         self.wakeup = asyncio.Event()
         self.closed = False
         self.aborted = False
-        self._filtered = bool(namespace is not None or label_selector or field_selector)
+        self._filtered = bool(namespace is not None or label_selector or field_selector or transform)
 
     def matches(self, body: dict[str, Any]) -> bool:
         metadata = body.get('metadata', {})
@@ -137,12 +146,17 @@ class Watcher:
         elif matched_before and event.old_body is not None:
             # Like real API servers: the last state that matched, but at the new resourceVersion.
             last_seen = with_resource_version(event.old_body, event.resource_version)
-            self.push(event_line('DELETED', with_api_version(last_seen, self.api_version)))
+            self.push(self.render('DELETED', last_seen))
 
     def _line_for(self, type: str, event: WatchEvent) -> bytes:
-        if type == event.type and event.body.get('apiVersion') == self.api_version:
+        if type == event.type and self.transform is None and event.body.get('apiVersion') == self.api_version:
             return event.line()
-        return event_line(type, with_api_version(event.body, self.api_version))
+        return self.render(type, event.body)
+
+    def render(self, type: str, body: dict[str, Any]) -> bytes:
+        """The wire form of an event as this watcher needs it (its API version, maybe transformed)."""
+        converted = with_api_version(body, self.api_version)
+        return event_line(type, self.transform(converted) if self.transform is not None else converted)
 
     def close(self, *, abort: bool = False) -> None:
         self.closed = True
@@ -244,7 +258,9 @@ class ObjectStore:
             self._uids.add(str(metadata.get('uid')))
         self._index_owners(key, namespace, name, old_body, body)
         event_type: EventType = 'ADDED' if old_body is None else 'MODIFIED'
-        state.remember(WatchEvent(event_type, body, stored.encoded, int(metadata['resourceVersion']), old_body))
+        state.remember(
+            WatchEvent(event_type, body, stored.encoded, int(metadata['resourceVersion']), old_body)
+        )
         return stored
 
     def remove(self, key: StorageKey, body: dict[str, Any]) -> bytes:
@@ -266,8 +282,14 @@ class ObjectStore:
         state.remember(WatchEvent('DELETED', body, encoded, int(metadata['resourceVersion'])))
         return encoded
 
-    def _index_owners(self, key: StorageKey, namespace: str, name: str,
-                      old_body: dict[str, Any] | None, new_body: dict[str, Any] | None) -> None:
+    def _index_owners(
+        self,
+        key: StorageKey,
+        namespace: str,
+        name: str,
+        old_body: dict[str, Any] | None,
+        new_body: dict[str, Any] | None,
+    ) -> None:
         old_uids = _owner_uids(old_body)
         new_uids = _owner_uids(new_body)
         if old_uids == new_uids:
@@ -298,5 +320,8 @@ def _owner_uids(body: dict[str, Any] | None) -> frozenset[str]:
     references = body['metadata'].get('ownerReferences')
     if not references:
         return frozenset()
-    return frozenset(str(reference['uid']) for reference in references
-                     if isinstance(reference, dict) and reference.get('uid'))
+    return frozenset(
+        str(reference['uid'])
+        for reference in references
+        if isinstance(reference, dict) and reference.get('uid')
+    )

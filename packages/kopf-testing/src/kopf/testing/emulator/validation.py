@@ -5,6 +5,7 @@ Only the generic rules are checked (names, labels, annotations, finalizers, owne
 the emulator does not validate resource-specific schemas, so that operators can store any
 custom object. The messages follow the wording of real API servers.
 """
+
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -31,7 +32,7 @@ _DNS1123_SUBDOMAIN_MESSAGE = (
 )
 _DNS1035_LABEL_MESSAGE = (
     "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
-    "start with an alphabetic character, and end with an alphanumeric character "
+    'start with an alphabetic character, and end with an alphanumeric character '
     "(e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
 )
 _QUALIFIED_NAME_MESSAGE = (
@@ -66,8 +67,11 @@ def name_problems(name: str, rule: NameRule) -> list[str]:
             problems.append(_DNS1123_SUBDOMAIN_MESSAGE)
         return problems
     problems = [] if len(name) <= 63 else ['must be no more than 63 characters']
-    pattern, message = ((_DNS1123_LABEL, _DNS1123_LABEL_MESSAGE) if rule == 'label' else
-                        (_DNS1035_LABEL, _DNS1035_LABEL_MESSAGE))
+    pattern, message = (
+        (_DNS1123_LABEL, _DNS1123_LABEL_MESSAGE)
+        if rule == 'label'
+        else (_DNS1035_LABEL, _DNS1035_LABEL_MESSAGE)
+    )
     if not pattern.fullmatch(name):
         problems.append(message)
     return problems
@@ -100,11 +104,11 @@ def label_value_problems(value: str) -> list[str]:
 
 
 def validate_metadata(
-        metadata: Mapping[str, Any],
-        name_rule: NameRule,
-        *,
-        check_name: bool = True,
-        previous: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any],
+    name_rule: NameRule,
+    *,
+    check_name: bool = True,
+    previous: Mapping[str, Any] | None = None,
 ) -> list[Cause]:
     """
     All problems of the generic metadata fields of an object about to be stored.
@@ -118,8 +122,13 @@ def validate_metadata(
     name = metadata.get('name')
     if check_name:
         if not isinstance(name, str) or not name:
-            causes.append(Cause('metadata.name', 'Required value: name or generateName is required',
-                                reason='FieldValueRequired'))
+            causes.append(
+                Cause(
+                    'metadata.name',
+                    'Required value: name or generateName is required',
+                    reason='FieldValueRequired',
+                )
+            )
         else:
             for problem in name_problems(name, name_rule):
                 causes.append(Cause('metadata.name', f'Invalid value: {_quote(name)}: {problem}'))
@@ -127,15 +136,25 @@ def validate_metadata(
     labels = metadata.get('labels')
     if labels is not None:
         if not isinstance(labels, dict):
-            causes.append(Cause('metadata.labels', 'Invalid value: labels must be a map of strings',
-                                reason='FieldValueTypeInvalid'))
+            causes.append(
+                Cause(
+                    'metadata.labels',
+                    'Invalid value: labels must be a map of strings',
+                    reason='FieldValueTypeInvalid',
+                )
+            )
         else:
             for key, value in labels.items():
                 for problem in qualified_name_problems(key):
                     causes.append(Cause('metadata.labels', f'Invalid value: {_quote(key)}: {problem}'))
                 if not isinstance(value, str):
-                    causes.append(Cause(f'metadata.labels[{key}]', 'Invalid value: must be a string',
-                                        reason='FieldValueTypeInvalid'))
+                    causes.append(
+                        Cause(
+                            f'metadata.labels[{key}]',
+                            'Invalid value: must be a string',
+                            reason='FieldValueTypeInvalid',
+                        )
+                    )
                 else:
                     for problem in label_value_problems(value):
                         causes.append(Cause('metadata.labels', f'Invalid value: {_quote(value)}: {problem}'))
@@ -143,49 +162,86 @@ def validate_metadata(
     annotations = metadata.get('annotations')
     if annotations is not None:
         if not isinstance(annotations, dict):
-            causes.append(Cause('metadata.annotations', 'Invalid value: annotations must be a map of strings',
-                                reason='FieldValueTypeInvalid'))
+            causes.append(
+                Cause(
+                    'metadata.annotations',
+                    'Invalid value: annotations must be a map of strings',
+                    reason='FieldValueTypeInvalid',
+                )
+            )
         else:
             total_size = 0
             for key, value in annotations.items():
                 for problem in qualified_name_problems(key):
                     causes.append(Cause('metadata.annotations', f'Invalid value: {_quote(key)}: {problem}'))
                 if not isinstance(value, str):
-                    causes.append(Cause(f'metadata.annotations[{key}]', 'Invalid value: must be a string',
-                                        reason='FieldValueTypeInvalid'))
+                    causes.append(
+                        Cause(
+                            f'metadata.annotations[{key}]',
+                            'Invalid value: must be a string',
+                            reason='FieldValueTypeInvalid',
+                        )
+                    )
                 else:
                     total_size += len(key) + len(value)
             if total_size > _MAX_ANNOTATIONS_SIZE:
-                causes.append(Cause('metadata.annotations', f'Too long: must have at most {_MAX_ANNOTATIONS_SIZE} bytes',
-                                    reason='FieldValueTooLong'))
+                causes.append(
+                    Cause(
+                        'metadata.annotations',
+                        f'Too long: must have at most {_MAX_ANNOTATIONS_SIZE} bytes',
+                        reason='FieldValueTooLong',
+                    )
+                )
 
     finalizers = metadata.get('finalizers')
     if finalizers is not None:
         if not isinstance(finalizers, list):
-            causes.append(Cause('metadata.finalizers', 'Invalid value: finalizers must be a list of strings',
-                                reason='FieldValueTypeInvalid'))
+            causes.append(
+                Cause(
+                    'metadata.finalizers',
+                    'Invalid value: finalizers must be a list of strings',
+                    reason='FieldValueTypeInvalid',
+                )
+            )
         else:
             for index, finalizer in enumerate(finalizers):
                 if not isinstance(finalizer, str):
-                    causes.append(Cause(f'metadata.finalizers[{index}]', 'Invalid value: must be a string',
-                                        reason='FieldValueTypeInvalid'))
+                    causes.append(
+                        Cause(
+                            f'metadata.finalizers[{index}]',
+                            'Invalid value: must be a string',
+                            reason='FieldValueTypeInvalid',
+                        )
+                    )
                     continue
                 for problem in qualified_name_problems(finalizer):
-                    causes.append(Cause(f'metadata.finalizers[{index}]',
-                                        f'Invalid value: {_quote(finalizer)}: {problem}'))
+                    causes.append(
+                        Cause(
+                            f'metadata.finalizers[{index}]', f'Invalid value: {_quote(finalizer)}: {problem}'
+                        )
+                    )
 
     owner_references = metadata.get('ownerReferences')
     if owner_references is not None:
         if not isinstance(owner_references, list):
-            causes.append(Cause('metadata.ownerReferences', 'Invalid value: must be a list',
-                                reason='FieldValueTypeInvalid'))
+            causes.append(
+                Cause(
+                    'metadata.ownerReferences',
+                    'Invalid value: must be a list',
+                    reason='FieldValueTypeInvalid',
+                )
+            )
         else:
             for index, reference in enumerate(owner_references):
                 field = f'metadata.ownerReferences[{index}]'
                 if not isinstance(reference, dict):
-                    causes.append(Cause(field, 'Invalid value: must be an object', reason='FieldValueTypeInvalid'))
+                    causes.append(
+                        Cause(field, 'Invalid value: must be an object', reason='FieldValueTypeInvalid')
+                    )
                     continue
                 for required in ('apiVersion', 'kind', 'name', 'uid'):
                     if not isinstance(reference.get(required), str) or not reference.get(required):
-                        causes.append(Cause(f'{field}.{required}', 'Required value', reason='FieldValueRequired'))
+                        causes.append(
+                            Cause(f'{field}.{required}', 'Required value', reason='FieldValueRequired')
+                        )
     return causes

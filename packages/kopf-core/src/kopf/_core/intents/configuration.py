@@ -1,0 +1,303 @@
+"""
+The operator's settings: ``kopf.OperatorSettings`` with all its sections.
+
+Every operator has its own settings object (several embedded operators in one process do not
+share them). They are usually adjusted in the startup handlers; the defaults are sufficient
+for most operators. The sections used by the API client (``networking``, ``watching``) come
+from kopf-clients, so that ``OperatorSettings`` satisfies the client's ``ClientSettings`` protocol.
+"""
+import concurrent.futures
+import dataclasses
+import importlib
+import logging
+from typing import Any
+
+from kopf._cogs.configs.networking import BackoffsSpec, NetworkingSettings, WatchingSettings
+
+__all__ = [
+    'AdmissionSettings',
+    'BackgroundSettings',
+    'BatchingSettings',
+    'ExecutionSettings',
+    'NetworkingSettings',
+    'OperatorSettings',
+    'PeeringSettings',
+    'PersistenceSettings',
+    'PostingSettings',
+    'ProcessSettings',
+    'QueueingSettings',
+    'ScanningSettings',
+    'WatchingSettings',
+]
+
+
+@dataclasses.dataclass
+class ProcessSettings:
+    ultimate_exiting_timeout: float = 10 * 60
+    """How long the operator waits for its tasks to finish on exit (e.g. on SIGTERM), in seconds."""
+
+
+@dataclasses.dataclass
+class PostingSettings:
+    enabled: bool = True
+    """Whether to post the object-related log messages and ``kopf.event()`` calls as Kubernetes events."""
+
+    loggers: bool = False
+    """Whether the messages logged by the handlers on their ``logger`` are posted as events too."""
+
+    level: int = logging.INFO
+    """The minimal level of the log messages to be posted as events."""
+
+    default_backoffs: BackoffsSpec = (1, 1, 2, 3, 5, 8, 13, 21)
+    """Delays between the retries of posting the explicit events (``kopf.event()`` & co)."""
+
+    logging_backoffs: BackoffsSpec = (1, 1, 2, 3, 5)
+    """Delays between the retries of posting the events from log messages (less important ones)."""
+
+    worker_limit: int | None = None
+    """How many events can be posted in parallel (None: unlimited)."""
+
+    idle_timeout: float = 1.0
+    """How long an idle posting worker waits for new events before exiting, in seconds."""
+
+    reporting_component: str = 'kopf'
+    """The ``reportingComponent`` (and ``source.component``) of the posted events."""
+
+    reporting_instance: str = 'dev'
+    """The ``reportingInstance`` (and ``source.host``) of the posted events."""
+
+    event_name_prefix: str = 'kopf-event-'
+    """The ``generateName`` of the posted events."""
+
+
+@dataclasses.dataclass
+class PeeringSettings:
+    name: str = 'default'
+    """The name of the peering object, where operators see each other."""
+
+    stealth: bool = False
+    """Whether to watch the other operators without announcing itself to them."""
+
+    priority: int = 0
+    """The operator's priority: operators with lower priorities pause while higher ones run."""
+
+    lifetime: float = 60
+    """For how long the operator's presence is valid without renewal, in seconds."""
+
+    mandatory: bool = False
+    """Whether the peering object must exist (otherwise, a missing one means the standalone mode)."""
+
+    standalone: bool = False
+    """Whether to run without peering at all."""
+
+    clusterwide: bool = False
+    """Whether the cluster-wide peering object is used (instead of a namespaced one)."""
+
+    @property
+    def namespaced(self) -> bool:
+        """The opposite of ``clusterwide``, for convenience."""
+        return not self.clusterwide
+
+    @namespaced.setter
+    def namespaced(self, value: bool) -> None:
+        self.clusterwide = not value
+
+
+@dataclasses.dataclass
+class QueueingSettings:
+    worker_limit: int | None = None
+    """How many objects can be processed in parallel (None: unlimited)."""
+
+    idle_timeout: float = 5.0
+    """How long an object's idle worker waits for new events before exiting, in seconds."""
+
+    exit_timeout: float = 2.0
+    """How long the workers are awaited on the operator's exit before being cancelled, in seconds."""
+
+    error_delays: BackoffsSpec = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610)
+    """Throttling of the framework's own errors per object: the delays after the 1st, 2nd, ... error."""
+
+    _batch_window: float = 0.1
+
+    @property
+    def batch_window(self) -> float:
+        """How long to wait for more events of an object after the first one (kept for compatibility)."""
+        return self._batch_window
+
+    @batch_window.setter
+    def batch_window(self, value: float) -> None:
+        self._batch_window = value
+
+
+# The former name of the section, as some older docs still use it (``settings.batching``).
+BatchingSettings = QueueingSettings
+
+
+@dataclasses.dataclass
+class ScanningSettings:
+    disabled: bool = False
+    """Whether to skip the runtime observation of namespaces and CRDs (serve only what is known at start)."""
+
+
+@dataclasses.dataclass
+class AdmissionSettings:
+    server: Any = None
+    """The webhook server or tunnel for the admission handlers (e.g. ``kopf.WebhookServer(...)``)."""
+
+    managed: str | None = None
+    """The name of the validating/mutating webhook configurations to maintain (None: not managed)."""
+
+
+class ExecutionSettings:
+    """
+    How the synchronous handlers are executed: in a thread pool (the executor) of some size.
+
+    The default executor is created on first use, so that merely creating the settings
+    starts no threads. Setting ``max_workers`` replaces the executor with a new thread pool
+    of that size; the handlers already running in the previous executor finish there.
+    An executor created by the framework is then shut down (without waiting), an executor
+    provided by the operator developer is left to them.
+    """
+
+    default_backoff: float
+    """The delay between the retries of the handlers' arbitrary errors, unless the handler sets its own."""
+
+    _executor: concurrent.futures.Executor | None
+    _executor_is_own: bool
+    _max_workers: int | None
+
+    def __init__(
+            self,
+            *,
+            default_backoff: float = 60,
+            executor: concurrent.futures.Executor | None = None,
+            max_workers: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.default_backoff = default_backoff
+        self._executor = executor
+        self._executor_is_own = False
+        self._max_workers = max_workers
+
+    def __repr__(self) -> str:
+        return (f'{type(self).__name__}(default_backoff={self.default_backoff!r}, '
+                f'executor={self._executor!r}, max_workers={self._max_workers!r})')
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ExecutionSettings):
+            return NotImplemented
+        return (
+            self.default_backoff == other.default_backoff and
+            self._max_workers == other._max_workers and
+            self._executor is other._executor  # both not created yet, or the very same one
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass sections are
+
+    @property
+    def executor(self) -> concurrent.futures.Executor:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=self._max_workers)
+            self._executor_is_own = True
+        return self._executor
+
+    @executor.setter
+    def executor(self, executor: concurrent.futures.Executor) -> None:
+        self._executor = executor
+        self._executor_is_own = False
+
+    @property
+    def max_workers(self) -> int | None:
+        """The size of the thread pool: as set, or None for Python's default (depends on the CPUs)."""
+        return self._max_workers
+
+    @max_workers.setter
+    def max_workers(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f'max_workers must be a positive integer or None, got {value!r}.')
+        previous, previous_is_own = self._executor, self._executor_is_own
+        self._max_workers = value
+        if previous is not None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=value)
+            self._executor_is_own = True
+            if previous_is_own:
+                previous.shutdown(wait=False)
+
+
+@dataclasses.dataclass
+class BackgroundSettings:
+    cancellation_polling: float = 60
+    """How often to check if a non-cancellable daemon has exited, unless the daemon sets its own."""
+
+    instant_exit_timeout: float | None = None
+    """How long to wait for the daemons to exit on the operator's exit before proceeding (None: as usual)."""
+
+    instant_exit_zero_time_cycles: int = 10
+    """How many event-loop cycles to give the daemons to exit instantly on the operator's exit."""
+
+
+def _make_storage(module_name: str, class_name: str) -> Any:
+    """
+    Create the default storage of the persistence layer, if that layer is installed already.
+
+    The persistence layer is built separately (and may be absent in partial checkouts): without it,
+    the storage is None, and the operator cannot handle the changes until one is configured.
+    """
+    # TODO: import the storage classes directly once kopf._core.persistence exists in the tree.
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and module_name.startswith(e.name):
+            return None
+        raise
+    return getattr(module, class_name)()
+
+
+def _default_progress_storage() -> Any:
+    return _make_storage('kopf._core.persistence.progress', 'SmartProgressStorage')
+
+
+def _default_diffbase_storage() -> Any:
+    return _make_storage('kopf._core.persistence.diffbase', 'AnnotationsDiffBaseStorage')
+
+
+@dataclasses.dataclass
+class PersistenceSettings:
+    finalizer: str = 'kopf.zalando.org/KopfFinalizerMarker'
+    """The finalizer that blocks the objects' deletion until the deletion handlers and daemons are done."""
+
+    progress_storage: Any = dataclasses.field(default_factory=_default_progress_storage)
+    """Where the handlers' progress (retries, successes, failures) is stored on the objects."""
+
+    diffbase_storage: Any = dataclasses.field(default_factory=_default_diffbase_storage)
+    """Where the last handled state of the objects (the base for the diffs) is stored."""
+
+    consistency_timeout: float = 5.0
+    """How long to wait for our own patches to arrive via the watch-stream before handling anyway."""
+
+
+@dataclasses.dataclass
+class OperatorSettings:
+    """All the settings of one operator, by sections; see each section for its fields."""
+
+    process: ProcessSettings = dataclasses.field(default_factory=ProcessSettings)
+    posting: PostingSettings = dataclasses.field(default_factory=PostingSettings)
+    peering: PeeringSettings = dataclasses.field(default_factory=PeeringSettings)
+    watching: WatchingSettings = dataclasses.field(default_factory=WatchingSettings)
+    queueing: QueueingSettings = dataclasses.field(default_factory=QueueingSettings)
+    scanning: ScanningSettings = dataclasses.field(default_factory=ScanningSettings)
+    admission: AdmissionSettings = dataclasses.field(default_factory=AdmissionSettings)
+    execution: ExecutionSettings = dataclasses.field(default_factory=ExecutionSettings)
+    background: BackgroundSettings = dataclasses.field(default_factory=BackgroundSettings)
+    networking: NetworkingSettings = dataclasses.field(default_factory=NetworkingSettings)
+    persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
+
+    @property
+    def batching(self) -> QueueingSettings:
+        """The former name of ``queueing``: the same section object."""
+        return self.queueing
+
+    @batching.setter
+    def batching(self, value: QueueingSettings) -> None:
+        self.queueing = value
+

@@ -1,0 +1,142 @@
+"""Fault injection and request counting."""
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+
+CMS = '/api/v1/namespaces/default/configmaps'
+
+
+def configmap(name: str) -> dict[str, object]:
+    return {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': name}}
+
+
+async def test_failing_the_next_requests(emulator, api) -> None:
+    emulator.fail_requests(2, status=503)
+    first = await api.get(CMS)
+    second = await api.get(CMS)
+    third = await api.get(CMS)
+    assert [first.status, second.status, third.status] == [503, 503, 200]
+    assert first.body['kind'] == 'Status'
+    assert first.body['reason'] == 'ServiceUnavailable'
+
+
+async def test_failures_filtered_by_method_verb_and_path(emulator, api) -> None:
+    await api.post(CMS, configmap('cm1'))
+    emulator.fail_requests(1, status=500, method='PATCH', path=r'/configmaps/cm1$')
+    emulator.fail_requests(1, status=504, verb='list')
+    assert (await api.get(f'{CMS}/cm1')).status == 200
+    assert (await api.patch('/api/v1/namespaces/default/configmaps/cm1', {'data': {}})).status == 500
+    assert (await api.patch('/api/v1/namespaces/default/configmaps/cm1', {'data': {}})).status == 200
+    listed = await api.get(CMS)
+    assert listed.status == 504
+    assert listed.body['reason'] == 'Timeout'
+    assert (await api.get(CMS)).status == 200
+
+
+async def test_throttling_with_retry_after(emulator, api) -> None:
+    emulator.fail_requests(1, status=429, retry_after=7)
+    reply = await api.get(CMS)
+    assert reply.status == 429
+    assert reply.headers['Retry-After'] == '7'
+    assert reply.body['reason'] == 'TooManyRequests'
+    assert reply.body['details']['retryAfterSeconds'] == 7
+
+
+async def test_failing_until_cleared(emulator, api) -> None:
+    emulator.fail_requests(None, status=500, verb='create')
+    for _ in range(3):
+        assert (await api.post(CMS, configmap('cm1'))).status == 500
+    emulator.clear_faults()
+    assert (await api.post(CMS, configmap('cm1'))).status == 201
+
+
+async def test_failed_requests_change_nothing(emulator, api) -> None:
+    emulator.fail_requests(1, status=500, verb='create')
+    await api.post(CMS, configmap('cm1'))
+    assert (await api.get(f'{CMS}/cm1')).status == 404
+
+
+async def test_latency(emulator, api) -> None:
+    emulator.add_latency(0.3, count=1, verb='list')
+    started = time.monotonic()
+    assert (await api.get(CMS)).status == 200
+    assert time.monotonic() - started >= 0.3
+    # Consumed: the next one is not delayed (its duration is not measured: that would be flaky).
+    assert emulator.faults.armed is False
+
+
+async def test_request_counters(emulator, api) -> None:
+    await api.post(CMS, configmap('a'))
+    await api.post(CMS, configmap('b'))
+    await api.patch(f'{CMS}/a', {'data': {'x': '1'}})
+    await api.patch(f'{CMS}/a', {'data': {'x': '2'}})
+    await api.patch(f'{CMS}/b', {'data': {'x': '1'}})
+    await api.get(f'{CMS}/a')
+    await api.get(CMS)
+    await api.get('/api/v1')
+    await api.delete(f'{CMS}/b')
+
+    counter = emulator.requests
+    assert counter.by_verb() == {'create': 2, 'patch': 3, 'get': 1, 'list': 1, 'discovery': 1, 'delete': 1}
+    assert counter.count('patch') == 3
+    assert counter.count('patch', 'configmaps', name='a') == 2
+    assert counter.count('patch', 'configmaps', namespace='default', name='b') == 1
+    assert counter.count(resource='configmaps', name='a') == 3
+    assert counter.count('patch', 'pods') == 0
+    assert counter.total == 9
+    counter.reset()
+    assert counter.total == 0
+
+
+async def test_request_counters_of_custom_resources(emulator, api, crd) -> None:
+    await api.post(
+        '/apis/kopf.dev/v1/namespaces/default/kopfexamples',
+        {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'kex1'}},
+    )
+    await api.patch('/apis/kopf.dev/v1/namespaces/default/kopfexamples/kex1/status', {'status': {}})
+    assert emulator.requests.count('create', 'kopfexamples.kopf.dev') == 1
+    assert emulator.requests.count('patch', 'kopfexamples', group='kopf.dev', subresource='status') == 1
+
+
+@pytest.mark.parametrize('abort', [False, True])
+async def test_dropping_watches(emulator, api, abort: bool) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f'{emulator.url}{CMS}?watch=true') as cms_response,
+        session.get(f'{emulator.url}/api/v1/namespaces?watch=true') as namespaces_response,
+    ):
+        initial = [json.loads(await namespaces_response.content.readline()) for _ in range(2)]
+        assert {event['object']['metadata']['name'] for event in initial} == {'default', 'kube-system'}
+        assert emulator.open_watches == 2
+
+        assert emulator.drop_watches(path='/configmaps', abort=abort) == 1
+        if abort:
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await asyncio.wait_for(cms_response.read(), timeout=10)
+        else:
+            assert await asyncio.wait_for(cms_response.read(), timeout=10) == b''
+
+        # The other watch is still alive and gets new events.
+        await api.post(
+            '/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': 'x'}}
+        )
+        event = json.loads(await asyncio.wait_for(namespaces_response.content.readline(), timeout=10))
+        assert event['type'] == 'ADDED'
+        assert emulator.drop_watches() == 1
+
+
+def test_faults_from_another_thread(k8s_emulator) -> None:
+    k8s_emulator.fail_requests(1, status=500)
+
+    async def probe() -> int:
+        url = f'{k8s_emulator.url}/version'
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            return response.status
+
+    assert asyncio.run(probe()) == 500
+    assert asyncio.run(probe()) == 200
+    assert k8s_emulator.requests.count('discovery') == 2

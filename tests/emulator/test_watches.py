@@ -1,0 +1,178 @@
+"""Watches: events in order, replays from a resourceVersion, bookmarks, 410 Gone, timeouts, filters."""
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+
+from kopf.testing import KubernetesEmulator
+
+CMS = '/api/v1/namespaces/default/configmaps'
+
+
+def configmap(name: str, **metadata: Any) -> dict[str, Any]:
+    return {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': name, **metadata}}
+
+
+def summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(event['type'], event['object']['metadata'].get('name', '')) for event in events]
+
+
+async def test_watch_replays_history_in_order(api) -> None:
+    start = (await api.get(CMS)).body['metadata']['resourceVersion']
+    await api.post(CMS, configmap('a'))
+    await api.post(CMS, configmap('b'))
+    await api.patch(f'{CMS}/a', {'data': {'x': 'y'}})
+    await api.delete(f'{CMS}/b')
+    await api.post(CMS, configmap('end'))
+    events = await api.watch_events(f'{CMS}?watch=true&resourceVersion={start}', until='end')
+    assert summary(events) == [('ADDED', 'a'), ('ADDED', 'b'), ('MODIFIED', 'a'), ('DELETED', 'b')]
+    versions = [int(event['object']['metadata']['resourceVersion']) for event in events]
+    assert versions == sorted(versions) and len(set(versions)) == 4
+    assert events[2]['object']['data'] == {'x': 'y'}
+
+
+async def test_watch_without_version_starts_with_the_current_state(api) -> None:
+    await api.post(CMS, configmap('a'))
+    await api.patch(f'{CMS}/a', {'data': {'x': 'y'}})
+    await api.post(CMS, configmap('end'))
+    events = await api.watch_events(f'{CMS}?watch=1', until='end')
+    assert summary(events) == [('ADDED', 'a')]
+    assert events[0]['object']['data'] == {'x': 'y'}
+
+
+async def test_live_events_arrive_while_watching(emulator, api) -> None:
+    start = (await api.get(CMS)).body['metadata']['resourceVersion']
+    url = f'{emulator.url}{CMS}?watch=true&resourceVersion={start}'
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        assert response.status == 200
+        await api.post(CMS, configmap('a'))
+        first = json.loads(await response.content.readline())
+        await api.delete(f'{CMS}/a')
+        second = json.loads(await response.content.readline())
+    assert summary([first, second]) == [('ADDED', 'a'), ('DELETED', 'a')]
+
+
+async def test_watch_ends_after_the_timeout_without_bookmarks_unless_allowed() -> None:
+    # Nothing happens: the stream must still end by itself; and no bookmarks in it, though frequent.
+    async with (
+        KubernetesEmulator(bookmark_interval=0.1) as emulator,
+        aiohttp.ClientSession(emulator.url) as session,
+        session.get(f'{CMS}?watch=true&timeoutSeconds=1') as response,
+    ):
+        assert await asyncio.wait_for(response.read(), timeout=10) == b''
+
+
+async def test_watch_across_namespaces_and_of_one_object(api) -> None:
+    start = (await api.get(CMS)).body['metadata']['resourceVersion']
+    await api.post('/api/v1/namespaces/kube-system/configmaps', configmap('a'))
+    await api.post(CMS, configmap('a'))
+    await api.post(CMS, configmap('b'))
+    await api.patch(f'{CMS}/a', {'data': {'k': 'v'}})
+    everywhere = await api.watch_events(f'/api/v1/configmaps?watch=true&resourceVersion={start}', until='b')
+    assert [
+        (event['object']['metadata']['namespace'], event['object']['metadata']['name'])
+        for event in everywhere
+    ] == [('kube-system', 'a'), ('default', 'a')]
+    async with api.session.get(
+        f'/api/v1/watch/namespaces/default/configmaps/a?resourceVersion={start}'
+    ) as response:
+        one = [json.loads(await response.content.readline()) for _ in range(2)]
+    assert summary(one) == [('ADDED', 'a'), ('MODIFIED', 'a')]
+    by_field = await api.watch_events(
+        f'{CMS}?watch=true&resourceVersion={start}&fieldSelector=metadata.name%3Da', until='a'
+    )
+    assert by_field == []  # the first event is about "a" already
+
+
+async def test_selector_transitions_become_added_and_deleted(api) -> None:
+    start = (await api.get(CMS)).body['metadata']['resourceVersion']
+    await api.post(CMS, configmap('a'))
+    await api.patch(f'{CMS}/a', {'metadata': {'labels': {'watched': 'yes'}}})
+    await api.patch(f'{CMS}/a', {'data': {'k': 'v'}})
+    await api.patch(f'{CMS}/a', {'metadata': {'labels': {'watched': 'no'}}})
+    last = await api.patch(f'{CMS}/a', {'data': {'k': 'w'}})
+    await api.post(CMS, configmap('end', labels={'watched': 'yes'}))
+    events = await api.watch_events(
+        f'{CMS}?watch=true&resourceVersion={start}&labelSelector=watched%3Dyes', until='end'
+    )
+    assert summary(events) == [('ADDED', 'a'), ('MODIFIED', 'a'), ('DELETED', 'a')]
+    assert events[2]['object']['metadata']['labels'] == {'watched': 'yes'}  # the last matching state
+    assert int(events[2]['object']['metadata']['resourceVersion']) < int(
+        last.body['metadata']['resourceVersion']
+    )
+
+
+async def test_bookmarks_are_sent_when_allowed() -> None:
+    async with KubernetesEmulator(bookmark_interval=0.1) as emulator:
+        async with aiohttp.ClientSession(emulator.url) as session:
+            url = f'{CMS}?watch=true&allowWatchBookmarks=true&timeoutSeconds=30'
+            async with session.get(url) as response:
+                line = await asyncio.wait_for(response.content.readline(), timeout=10)
+        event = json.loads(line)
+        assert event['type'] == 'BOOKMARK'
+        assert event['object']['kind'] == 'ConfigMap'
+        assert int(event['object']['metadata']['resourceVersion']) > 0
+
+
+async def test_initial_events_end_with_a_bookmark(api) -> None:
+    await api.post(CMS, configmap('a'))
+    url = (
+        f'{CMS}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan'
+    )
+    async with api.session.get(url) as response:
+        events = [json.loads(await response.content.readline()) for _ in range(2)]
+    assert [event['type'] for event in events] == ['ADDED', 'BOOKMARK']
+    assert events[1]['object']['metadata']['annotations'] == {'k8s.io/initial-events-end': 'true'}
+
+
+async def test_too_old_resource_version_is_gone(emulator, api) -> None:
+    start = (await api.get(CMS)).body['metadata']['resourceVersion']
+    await api.post(CMS, configmap('a'))
+    emulator.forget_history()
+    events = await api.watch_events(f'{CMS}?watch=true&resourceVersion={start}')  # ends by itself
+    assert len(events) == 1
+    assert events[0]['type'] == 'ERROR'
+    assert events[0]['object']['kind'] == 'Status'
+    assert events[0]['object']['code'] == 410
+    assert events[0]['object']['reason'] == 'Expired'
+    assert 'too old resource version' in events[0]['object']['message']
+
+    current = (await api.get(CMS)).body['metadata']['resourceVersion']
+    await api.post(CMS, configmap('end'))
+    assert await api.watch_events(f'{CMS}?watch=true&resourceVersion={current}', until='end') == []
+
+
+async def test_history_is_limited() -> None:
+    async with (
+        KubernetesEmulator(history_limit=3) as emulator,
+        aiohttp.ClientSession(emulator.url) as session,
+    ):
+        async with session.get(CMS) as response:
+            start = (await response.json())['metadata']['resourceVersion']
+        for index in range(5):
+            async with session.post(CMS, json=configmap(f'cm{index}')) as response:
+                assert response.status == 201
+        async with session.get(f'{CMS}?watch=true&resourceVersion={start}') as response:
+            events = [json.loads(line) for line in (await response.read()).splitlines()]
+        assert [event['type'] for event in events] == ['ERROR']
+        async with session.get(f'{CMS}/cm1') as response:
+            recent = (await response.json())['metadata']['resourceVersion']
+        async with session.get(f'{CMS}?watch=true&resourceVersion={recent}') as response:
+            events = [json.loads(await response.content.readline()) for _ in range(3)]
+        assert summary(events) == [('ADDED', 'cm2'), ('ADDED', 'cm3'), ('ADDED', 'cm4')]
+
+
+async def test_invalid_resource_version(api) -> None:
+    reply = await api.get(f'{CMS}?watch=true&resourceVersion=abc')
+    assert reply.status == 400
+    assert reply.body['kind'] == 'Status'
+
+
+async def test_watches_of_custom_objects_end_when_the_crd_is_deleted(emulator, api, crd) -> None:
+    url = f'{emulator.url}/apis/kopf.dev/v1/kopfexamples?watch=true'
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        assert emulator.open_watches == 1
+        await api.delete('/apis/apiextensions.k8s.io/v1/customresourcedefinitions/kopfexamples.kopf.dev')
+        assert await asyncio.wait_for(response.read(), timeout=10) == b''
