@@ -38,11 +38,22 @@ class KubernetesEmulator:
     and serves them by the conventions of the Kubernetes API (discovery, CRUD, patches, the
     status subresource, finalizers, watches with bookmarks and 410 Gone, admission webhooks),
     so that operators and API clients (the official ``kubernetes`` client, pykube-ng, kubectl)
-    work against it unchanged. Tests can also inject faults and count the requests.
+    work against it unchanged. See :mod:`kopf.testing.emulator` for what differs from a real
+    API server. Tests can also inject faults and count the requests.
 
     Run it in the current event loop (``async with KubernetesEmulator() as emulator:``) or in
     its own thread from synchronous code (``with KubernetesEmulator() as emulator:``). Once it
-    listens, a kubeconfig pointing to it is written to :attr:`kubeconfig_path`.
+    listens, a kubeconfig pointing to it is written to :attr:`kubeconfig_path`; any client that
+    reads kubeconfigs can use it. The request counters (:attr:`requests`), the fault injection
+    and the inspection methods are safe to use from any thread.
+
+    Example::
+
+        async with KubernetesEmulator() as emulator:
+            os.environ['KUBECONFIG'] = str(emulator.kubeconfig_path)
+            emulator.fail_requests(2, status=503, verb='patch')
+            ...  # run the operator, create objects, etc.
+            assert emulator.requests.count('patch', 'kopfexamples', name='kex1') == 3
     """
 
     def __init__(

@@ -1,0 +1,213 @@
+"""
+The core's handling benchmark: N pre-existing objects, one operator, the emulator as the API.
+
+For each implementation (this project, and Kopf 1.45.2 if a virtualenv with it is given),
+it measures: API requests per object by verb (PATCH above all), the handling throughput
+(objects per second from the operator's first API request until every object is handled),
+the peak RSS of the operator process, and -- for this project -- the memory per idle object
+(the RSS difference between two object counts after all workers went idle).
+
+The emulator runs in this process (its own thread), the operator in a subprocess, so that
+on a 2-core machine each gets a core. Usage (from the repository root):
+
+    python -m venv /tmp/kopf-venv && /tmp/kopf-venv/bin/pip install kopf==1.45.2
+    python benchmarks/core_handling.py --objects 1000 --kopf-python /tmp/kopf-venv/bin/python
+
+Options: --operator create_only|create_delete, --no-status-subresource, --idle 1000,10000 (the idle-memory counts;
+empty to skip), --ours-python (default: this interpreter), --timeout (seconds per run).
+"""
+import argparse
+import asyncio
+import copy
+import dataclasses
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import aiohttp
+
+from kopf.testing import KubernetesEmulator
+
+HERE = pathlib.Path(__file__).resolve().parent
+CRD = {
+    'apiVersion': 'apiextensions.k8s.io/v1',
+    'kind': 'CustomResourceDefinition',
+    'metadata': {'name': 'kopfexamples.kopf.dev'},
+    'spec': {
+        'group': 'kopf.dev',
+        'scope': 'Namespaced',
+        'names': {'kind': 'KopfExample', 'plural': 'kopfexamples', 'singular': 'kopfexample',
+                  'shortNames': ['kex']},
+        'versions': [{
+            'name': 'v1', 'served': True, 'storage': True,
+            'subresources': {'status': {}},
+            'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}},
+        }],
+    },
+}
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    objects: int
+    seconds: float
+    requests: dict[str, int]
+    peak_rss_mb: float
+
+    @property
+    def rate(self) -> float:
+        return self.objects / self.seconds if self.seconds else 0.0
+
+
+async def populate(url: str, count: int, *, status_subresource: bool = True) -> None:
+    """Create the CRD and `count` objects, fast (concurrently, but bounded)."""
+    crd = copy.deepcopy(CRD)
+    if not status_subresource:
+        del crd['spec']['versions'][0]['subresources']
+    async with aiohttp.ClientSession(base_url=url) as session:
+        async with session.post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', json=crd) as r:
+            r.raise_for_status()
+        semaphore = asyncio.Semaphore(50)
+
+        async def create(i: int) -> None:
+            body = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+                    'metadata': {'name': f'kex-{i}'}, 'spec': {'field': f'value-{i}'}}
+            async with semaphore:
+                async with session.post('/apis/kopf.dev/v1/namespaces/default/kopfexamples', json=body) as r:
+                    r.raise_for_status()
+
+        await asyncio.gather(*(create(i) for i in range(count)))
+
+
+def is_handled(obj: dict[str, Any]) -> bool:
+    """Handled: the result is in the status and the diff-base is stored, no progress is left."""
+    annotations = obj.get('metadata', {}).get('annotations', {})
+    return (
+        'create_fn' in obj.get('status', {})
+        and 'kopf.zalando.org/last-handled-configuration' in annotations
+        and 'kopf.zalando.org/create_fn' not in annotations
+    )
+
+
+def read_proc_status(pid: int, field: str) -> float:
+    """A memory field of /proc/PID/status (e.g. VmHWM, VmRSS), in megabytes."""
+    for line in pathlib.Path(f'/proc/{pid}/status').read_text().splitlines():
+        if line.startswith(field + ':'):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def start_operator(python: str, operator: str, kubeconfig: pathlib.Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+    return subprocess.Popen(
+        [python, str(HERE / 'operators' / 'runner.py'), str(HERE / 'operators' / f'{operator}.py')],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def stop_operator(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def measure_handling(name: str, python: str, operator: str, count: int, timeout: float,
+                     status_subresource: bool) -> Result:
+    with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator:
+        asyncio.run(populate(emulator.url, count, status_subresource=status_subresource))
+        emulator.requests.reset()
+        process = start_operator(python, operator, emulator.kubeconfig_path)
+        try:
+            if not wait_until(lambda: emulator.requests.total > 0, timeout):
+                raise RuntimeError(f'{name}: the operator made no API requests: {process.stderr}')
+            started = time.monotonic()
+            done = wait_until(
+                lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
+                timeout)
+            seconds = time.monotonic() - started
+            if not done:
+                raise RuntimeError(f'{name}: not all objects were handled in {timeout}s.')
+            time.sleep(1.0)  # let the trailing requests of the last objects arrive
+            peak_rss = read_proc_status(process.pid, 'VmHWM')
+            requests = emulator.requests.by_verb()
+        finally:
+            stop_operator(process)
+    return Result(name=name, objects=count, seconds=seconds, requests=requests, peak_rss_mb=peak_rss)
+
+
+def measure_idle_rss(python: str, operator: str, count: int, timeout: float, settle: float) -> float:
+    """The operator's RSS once `count` objects are handled and every worker has gone idle."""
+    with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator:
+        asyncio.run(populate(emulator.url, count))
+        process = start_operator(python, operator, emulator.kubeconfig_path)
+        try:
+            if not wait_until(
+                    lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
+                    timeout, interval=1.0):
+                raise RuntimeError(f'idle: not all {count} objects were handled in {timeout}s.')
+            time.sleep(settle)
+            return read_proc_status(process.pid, 'VmRSS')
+        finally:
+            stop_operator(process)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--objects', type=int, default=1000)
+    parser.add_argument('--operator', default='create_only', choices=['create_only', 'create_delete'])
+    parser.add_argument('--ours-python', default=sys.executable)
+    parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
+    parser.add_argument('--idle', default='1000,10000', help='object counts for idle memory; empty: skip')
+    parser.add_argument('--timeout', type=float, default=300.0)
+    parser.add_argument('--no-status-subresource', action='store_true',
+                        help='a CRD without the status subresource (status and metadata in one request)')
+    args = parser.parse_args()
+
+    runs = [('this project', args.ours_python)]
+    if args.kopf_python:
+        runs.append(('Kopf 1.45.2', args.kopf_python))
+    status_subresource = not args.no_status_subresource
+    results = [measure_handling(name, python, args.operator, args.objects, args.timeout, status_subresource)
+               for name, python in runs]
+
+    crd_kind = 'with' if status_subresource else 'without'
+    print(f'\nHandling {args.objects} pre-existing objects with the {args.operator!r} operator, '
+          f'a CRD {crd_kind} the status subresource:\n')
+    print(f'| {"implementation":<14} | objects/s | seconds | PATCH/obj | requests/obj (by verb) | peak RSS MB |')
+    print(f'|{"-" * 16}|-----------|---------|-----------|------------------------|-------------|')
+    for r in results:
+        per_object = ', '.join(f'{verb} {n / r.objects:.2f}' for verb, n in sorted(r.requests.items())
+                               if n / r.objects >= 0.01)
+        patches = r.requests.get('patch', 0) / r.objects
+        print(f'| {r.name:<14} | {r.rate:9.0f} | {r.seconds:7.2f} | {patches:9.2f} | {per_object:<22} | '
+              f'{r.peak_rss_mb:11.1f} |')
+
+    counts = [int(c) for c in args.idle.split(',') if c.strip()]
+    if len(counts) >= 2:
+        settle = 8.0  # longer than settings.queueing.idle_timeout (5s): the workers must exit
+        rss = {c: measure_idle_rss(args.ours_python, args.operator, c, args.timeout, settle) for c in counts}
+        lo, hi = min(counts), max(counts)
+        per_object_kb = (rss[hi] - rss[lo]) * 1024 / (hi - lo)
+        print(f'\nIdle memory of this project: ' + ', '.join(f'{c} objects: {rss[c]:.1f} MB' for c in counts)
+              + f'; about {per_object_kb:.2f} KB per idle watched object.')
+
+
+if __name__ == '__main__':
+    main()
