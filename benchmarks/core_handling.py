@@ -13,8 +13,9 @@ on a 2-core machine each gets a core. Usage (from the repository root):
     python -m venv /tmp/kopf-venv && /tmp/kopf-venv/bin/pip install kopf==1.45.2
     python benchmarks/core_handling.py --objects 1000 --kopf-python /tmp/kopf-venv/bin/python
 
-Options: --operator create_only|create_delete, --no-status-subresource, --idle 1000,10000 (the idle-memory counts;
-empty to skip), --ours-python (default: this interpreter), --timeout (seconds per run).
+Options: --operator create_only|create_delete, --no-status-subresource,
+--idle 1000,10000 (the idle-memory counts; empty to skip),
+--ours-python (default: this interpreter), --timeout (seconds per run).
 """
 import argparse
 import asyncio
@@ -77,9 +78,9 @@ async def populate(url: str, count: int, *, status_subresource: bool = True) -> 
         async def create(i: int) -> None:
             body = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
                     'metadata': {'name': f'kex-{i}'}, 'spec': {'field': f'value-{i}'}}
-            async with semaphore:
-                async with session.post('/apis/kopf.dev/v1/namespaces/default/kopfexamples', json=body) as r:
-                    r.raise_for_status()
+            url = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
+            async with semaphore, session.post(url, json=body) as r:
+                r.raise_for_status()
 
         await asyncio.gather(*(create(i) for i in range(count)))
 
@@ -169,7 +170,8 @@ def measure_idle_rss(python: str, operator: str, count: int, timeout: float, set
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--objects', type=int, default=1000)
     parser.add_argument('--operator', default='create_only', choices=['create_only', 'create_delete'])
     parser.add_argument('--ours-python', default=sys.executable)
@@ -190,7 +192,8 @@ def main() -> None:
     crd_kind = 'with' if status_subresource else 'without'
     print(f'\nHandling {args.objects} pre-existing objects with the {args.operator!r} operator, '
           f'a CRD {crd_kind} the status subresource:\n')
-    print(f'| {"implementation":<14} | objects/s | seconds | PATCH/obj | requests/obj (by verb) | peak RSS MB |')
+    print(f'| {"implementation":<14} | objects/s | seconds | PATCH/obj | requests/obj (by verb) '
+          f'| peak RSS MB |')
     print(f'|{"-" * 16}|-----------|---------|-----------|------------------------|-------------|')
     for r in results:
         per_object = ', '.join(f'{verb} {n / r.objects:.2f}' for verb, n in sorted(r.requests.items())
@@ -205,8 +208,9 @@ def main() -> None:
         rss = {c: measure_idle_rss(args.ours_python, args.operator, c, args.timeout, settle) for c in counts}
         lo, hi = min(counts), max(counts)
         per_object_kb = (rss[hi] - rss[lo]) * 1024 / (hi - lo)
-        print(f'\nIdle memory of this project: ' + ', '.join(f'{c} objects: {rss[c]:.1f} MB' for c in counts)
-              + f'; about {per_object_kb:.2f} KB per idle watched object.')
+        listing = ', '.join(f'{c} objects: {rss[c]:.1f} MB' for c in counts)
+        print(f'\nIdle memory of this project: {listing}; '
+              f'about {per_object_kb:.2f} KB per idle watched object.')
 
 
 if __name__ == '__main__':

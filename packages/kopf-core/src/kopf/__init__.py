@@ -70,6 +70,18 @@ from kopf._core.actions.errors import (
     PermanentError,
     TemporaryError,
 )
+from kopf._core.actions.loggers import (
+    LocalObjectLogger,
+    LogFormat,
+    ObjectLogger,
+    configure,
+)
+from kopf._core.engines.posting import (
+    event,
+    exception,
+    info,
+    warn,
+)
 from kopf._core.intents.configuration import (
     OperatorSettings,
 )
@@ -187,12 +199,15 @@ __all__ = [
     'HandlerRetriesError',
     'HandlerTimeoutError',
     'Labels',
+    'LocalObjectLogger',
+    'LogFormat',
     'Logger',
     'LoginError',
     'Memo',
     'Meta',
     'MetaFilterToken',
     'NetworkingSettings',
+    'ObjectLogger',
     'ObjectReference',
     'OperatorRegistry',
     'OperatorSettings',
@@ -217,10 +232,14 @@ __all__ = [
     'append_owner_reference',
     'build_object_reference',
     'build_owner_reference',
+    'configure',
     'daemon',
+    'event',
+    'exception',
     'get_default_registry',
     'harmonize_naming',
     'index',
+    'info',
     'label',
     'login_via_async_client',
     'login_via_client',
@@ -235,4 +254,5 @@ __all__ = [
     'set_default_registry',
     'subhandler',
     'timer',
+    'warn',
 ]

@@ -1,0 +1,401 @@
+"""
+The progress of the handlers of one object within one handling cycle: retries, delays, successes, failures.
+
+A handler's progress survives between the handling cycles (and operator restarts) only on the object
+itself, via the progress storage (annotations, status, or both). This module turns those records
+into immutable in-memory states, advances them with the outcomes of the handlers' executions,
+and writes the changed ones back into the patch of the object.
+
+The record format is compatible with the records that Kopf writes, field by field and in this order::
+
+    {"started": "2020-12-31T23:59:59.123456+00:00",   # the first attempt (for timeouts & kwargs)
+     "stopped": "...",                                # when finished (successfully or not)
+     "delayed": "...",                                # not to be retried until then
+     "purpose": "create",                             # the reason of the cycle the record belongs to
+     "retries": 1,                                    # the number of attempts made so far
+     "success": false, "failure": false,              # finished: succeeded or failed for good
+     "message": "...",                                # the last error, if any
+     "subrefs": ["parent/child1"]}                    # all the sub-handlers' ids (of all depths)
+
+The absent fields are ``None`` in the records given to the storage: it is up to the storage
+to omit them (annotations) or to send them as deletions (status).
+"""
+import dataclasses
+import datetime
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple, Protocol, TypedDict, cast
+
+from kopf._cogs.structs.bodies import Body
+from kopf._cogs.structs.patches import Patch
+from kopf._core.intents.handlers import BaseHandler, HandlerId
+
+__all__ = [
+    'HandlerState',
+    'Outcome',
+    'ProgressRecord',
+    'ProgressStorageProtocol',
+    'State',
+    'StateCounts',
+]
+
+
+# TODO: import it from kopf._core.persistence.progress once that module lands (the same fields).
+class ProgressRecord(TypedDict, total=False):
+    """A handler's progress as stored on the object; see the module's docstring for the fields."""
+
+    started: str | None
+    stopped: str | None
+    delayed: str | None
+    purpose: str | None
+    retries: int | None
+    success: bool | None
+    failure: bool | None
+    message: str | None
+    subrefs: list[HandlerId] | None
+
+
+class ProgressStorageProtocol(Protocol):
+    """What this module needs from a progress storage (e.g. ``kopf.SmartProgressStorage``)."""
+
+    def fetch(self, *, key: HandlerId, body: Body) -> Any: ...
+
+    def store(self, *, key: HandlerId, record: Any, body: Body, patch: Patch) -> None: ...
+
+    def purge(self, *, key: HandlerId, body: Body, patch: Patch) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """
+    The result of one attempt to execute a handler.
+
+    ``final`` means that the handler is finished for this cycle: it succeeded (``exception`` is None)
+    or failed for good (``exception`` is set). Otherwise, it is retried after ``delay`` seconds
+    (``None``: as soon as possible, with no delay recorded). ``result`` is the handler's return value
+    (only for successes). ``subrefs`` are the ids of the sub-handlers seen by the handler (of all depths).
+    """
+
+    final: bool
+    delay: float | None = None
+    result: object = None
+    exception: BaseException | None = None
+    subrefs: Collection[HandlerId] = ()
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _parse_time(value: object) -> datetime.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    parsed = datetime.datetime.fromisoformat(value)
+    # The timestamps are in UTC by convention even if written without a timezone (e.g. by older versions).
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=datetime.UTC)
+
+
+def _format_time(value: datetime.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _normalized(record: Mapping[str, Any] | None) -> dict[str, Any]:
+    # Absent keys and None values mean the same in the records (annotations omit them, the status keeps them).
+    return {key: value for key, value in (record or {}).items() if value is not None}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HandlerState:
+    """
+    The progress of one handler for one object: immutable; every change makes a new state.
+
+    ``stored`` is the record as it was fetched from the storage (None for new states): the state is
+    written back only if its record differs from it, so that unchanged handlers cause no patches.
+    """
+
+    started: datetime.datetime | None = None
+    stopped: datetime.datetime | None = None
+    delayed: datetime.datetime | None = None
+    purpose: str | None = None
+    retries: int = 0
+    success: bool = False
+    failure: bool = False
+    message: str | None = None
+    subrefs: tuple[HandlerId, ...] = ()
+    stored: ProgressRecord | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_scratch(cls, *, purpose: str | None = None) -> 'HandlerState':
+        """A handler seen for the first time in this cycle: it "starts" now (for its timeout & kwargs)."""
+        return cls(started=_now(), purpose=purpose)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> 'HandlerState':
+        """Restore the state from a stored record (lenient to absent fields, strict to malformed times)."""
+        return cls(
+            started=_parse_time(record.get('started')) or _now(),
+            stopped=_parse_time(record.get('stopped')),
+            delayed=_parse_time(record.get('delayed')),
+            purpose=record.get('purpose'),
+            retries=int(record.get('retries') or 0),
+            success=bool(record.get('success')),
+            failure=bool(record.get('failure')),
+            message=record.get('message'),
+            subrefs=tuple(HandlerId(ref) for ref in record.get('subrefs') or ()),
+            stored=cast(ProgressRecord, dict(record)),
+        )
+
+    def as_record(self) -> ProgressRecord:
+        """The record to store: all the fields, in the canonical order, ``None`` for the absent ones."""
+        return ProgressRecord(
+            started=_format_time(self.started),
+            stopped=_format_time(self.stopped),
+            delayed=_format_time(self.delayed),
+            purpose=self.purpose,
+            retries=self.retries,
+            success=self.success,
+            failure=self.failure,
+            message=self.message,
+            subrefs=list(self.subrefs) if self.subrefs else None,
+        )
+
+    @property
+    def changed(self) -> bool:
+        """Whether the state must be (re-)written to the storage."""
+        return _normalized(self.as_record()) != _normalized(self.stored)
+
+    def with_purpose(self, purpose: str | None) -> 'HandlerState':
+        """The same progress, but for another cycle (e.g. an unfinished update turned into a deletion)."""
+        return dataclasses.replace(self, purpose=purpose)
+
+    def with_outcome(self, outcome: Outcome) -> 'HandlerState':
+        """The state after one more attempt: finished or to be retried (maybe after a delay)."""
+        now = _now()
+        subrefs = tuple(sorted(set(self.subrefs) | set(outcome.subrefs)))
+        if outcome.final:
+            failed = outcome.exception is not None
+            return dataclasses.replace(
+                self,
+                stopped=now,
+                delayed=None,
+                retries=self.retries + 1,
+                success=not failed,
+                failure=failed,
+                message=str(outcome.exception) if failed else None,
+                subrefs=subrefs,
+            )
+        else:
+            delay = outcome.delay
+            return dataclasses.replace(
+                self,
+                delayed=now + datetime.timedelta(seconds=delay) if delay is not None else None,
+                retries=self.retries + 1,
+                message=str(outcome.exception) if outcome.exception is not None else None,
+                subrefs=subrefs,
+            )
+
+    @property
+    def finished(self) -> bool:
+        return self.success or self.failure
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether the handler must not be retried yet (it is delayed into the future)."""
+        return not self.finished and self.delayed is not None and self.delayed > _now()
+
+    @property
+    def awakened(self) -> bool:
+        """Whether the handler can be executed now (if it is not finished)."""
+        return not self.sleeping
+
+    @property
+    def delay(self) -> float:
+        """Seconds until the handler can be retried: 0 if it can be retried now (or is finished)."""
+        if self.finished or self.delayed is None:
+            return 0
+        return max(0.0, (self.delayed - _now()).total_seconds())
+
+    @property
+    def runtime(self) -> datetime.timedelta:
+        """The time since the first attempt (across the retries, cycles, and operator restarts)."""
+        return _now() - self.started if self.started is not None else datetime.timedelta(0)
+
+
+class StateCounts(NamedTuple):
+    """How many handlers are finished (either way) and how many are still pending."""
+
+    success: int
+    failure: int
+    pending: int
+
+
+class State(Mapping[HandlerId, HandlerState]):
+    """
+    The states of the handlers of one object in one cycle: an immutable mapping by the handlers' ids.
+
+    A typical processing cycle (see also ``execute_handlers_once``)::
+
+        state = State.from_storage(body=body, storage=storage, handlers=handlers)
+        state = state.with_purpose(cause.reason).with_handlers(handlers)
+        outcomes = await execute_handlers_once(..., handlers=handlers, state=state)
+        state = state.with_outcomes(outcomes)
+        state.store(body=body, patch=patch, storage=storage)
+        if state.done:
+            state.purge(body=body, patch=patch, storage=storage, handlers=handlers)
+    """
+
+    _states: Mapping[HandlerId, HandlerState]
+    _purpose: str | None
+
+    def __init__(
+            self,
+            states: Mapping[HandlerId, HandlerState] | None = None,
+            *,
+            purpose: str | None = None,
+    ) -> None:
+        super().__init__()
+        self._states = dict(states or {})
+        self._purpose = purpose
+
+    @classmethod
+    def from_scratch(cls, *, purpose: str | None = None) -> 'State':
+        """An empty state: nothing has been stored (e.g. for the activities, which have no object)."""
+        return cls(purpose=purpose)
+
+    @classmethod
+    def from_storage(
+            cls,
+            *,
+            body: Body,
+            storage: ProgressStorageProtocol,
+            handlers: Iterable[BaseHandler],
+    ) -> 'State':
+        """
+        The stored states of those of the handlers that have any records on the object.
+
+        The purpose of the state is the purpose of the stored records (normally, they all have
+        the same one), or None if nothing is stored.
+        """
+        states: dict[HandlerId, HandlerState] = {}
+        for handler in handlers:
+            if handler.id not in states:
+                record = storage.fetch(key=handler.id, body=body)
+                if record is not None:
+                    states[handler.id] = HandlerState.from_record(record)
+        purposes = [state.purpose for state in states.values() if state.purpose is not None]
+        return cls(states, purpose=purposes[0] if purposes else None)
+
+    def __repr__(self) -> str:
+        return f'<{type(self).__name__} purpose={self._purpose!r}: {self._states!r}>'
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __iter__(self) -> Iterator[HandlerId]:
+        return iter(self._states)
+
+    def __getitem__(self, key: HandlerId) -> HandlerState:
+        return self._states[key]
+
+    @property
+    def purpose(self) -> str | None:
+        """The reason of the cycle this state belongs to (e.g. ``'create'``), if known."""
+        return self._purpose
+
+    def with_purpose(self, purpose: str | None) -> 'State':
+        """
+        The same progress, re-labelled for another purpose.
+
+        This is how an unfinished cycle continues as another one (e.g. an update superseded by
+        a deletion): the handlers that serve both keep their retries, delays, and start times.
+        """
+        if purpose == self._purpose and all(state.purpose == purpose for state in self._states.values()):
+            return self
+        states = {key: state.with_purpose(purpose) for key, state in self._states.items()}
+        return type(self)(states, purpose=purpose)
+
+    def with_handlers(self, handlers: Iterable[BaseHandler]) -> 'State':
+        """
+        The states of exactly these handlers: the known ones are kept, the new ones start now.
+
+        The states of other handlers (e.g. from a superseded cycle) are dropped: purge them
+        from the storage beforehand if needed.
+        """
+        states: dict[HandlerId, HandlerState] = {}
+        for handler in handlers:
+            known = self._states.get(handler.id)
+            if known is None:
+                known = HandlerState.from_scratch(purpose=self._purpose)
+            states[handler.id] = known
+        return type(self)(states, purpose=self._purpose)
+
+    def with_outcomes(self, outcomes: Mapping[HandlerId, Outcome]) -> 'State':
+        """The state after the handlers' attempts; the outcomes of unknown handlers are ignored."""
+        states = dict(self._states)
+        for key, outcome in outcomes.items():
+            if key in states:
+                states[key] = states[key].with_outcome(outcome)
+        return type(self)(states, purpose=self._purpose)
+
+    def store(self, *, body: Body, patch: Patch, storage: ProgressStorageProtocol) -> None:
+        """Put the changed (and new) states into the patch, via the storage."""
+        for key, state in self._states.items():
+            if state.changed:
+                storage.store(key=key, record=state.as_record(), body=body, patch=patch)
+
+    def purge(
+            self,
+            *,
+            body: Body,
+            patch: Patch,
+            storage: ProgressStorageProtocol,
+            handlers: Iterable[BaseHandler] = (),
+    ) -> None:
+        """
+        Put the removal of the records into the patch: of this state's handlers, of the given handlers
+        (e.g. all handlers of the resource, to clean up after the handlers that no longer match),
+        and of all their known sub-handlers (the parents know the ids of their sub-handlers of all depths).
+        """
+        keys: dict[HandlerId, None] = dict.fromkeys(self._states)  # an ordered set
+        keys.update(dict.fromkeys(handler.id for handler in handlers))
+        for state in self._states.values():
+            keys.update(dict.fromkeys(state.subrefs))
+        for key in keys:
+            storage.purge(key=key, body=body, patch=patch)
+
+    @property
+    def done(self) -> bool:
+        """Whether all the handlers are finished (successfully or not)."""
+        return all(state.finished for state in self._states.values())
+
+    @property
+    def counts(self) -> StateCounts:
+        """How many handlers succeeded, failed for good, and are pending (for the logs)."""
+        states = self._states.values()
+        return StateCounts(
+            success=sum(1 for state in states if state.success),
+            failure=sum(1 for state in states if state.failure),
+            pending=sum(1 for state in states if not state.finished),
+        )
+
+    @property
+    def delays(self) -> list[float]:
+        """For every unfinished handler, the seconds until it can be retried (0 for those due now)."""
+        return [state.delay for state in self._states.values() if not state.finished]
+
+    @property
+    def delay(self) -> float | None:
+        """The nearest of the delays: 0 if some handler is due now, None if all are finished."""
+        delays = self.delays
+        return min(delays) if delays else None
+
+    def kwargs_for(self, handler: BaseHandler) -> dict[str, Any]:
+        """The handler's kwargs about its retrying: ``retry``, ``started``, ``runtime``."""
+        state = self._states.get(handler.id)
+        if state is None:
+            state = HandlerState.from_scratch(purpose=self._purpose)
+        return handler_kwargs(state)
+
+
+def handler_kwargs(state: HandlerState) -> dict[str, Any]:
+    """The retrying-related kwargs of a handler from its state: ``retry``, ``started``, ``runtime``."""
+    return {'retry': state.retries, 'started': state.started, 'runtime': state.runtime}

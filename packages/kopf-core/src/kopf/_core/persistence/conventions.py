@@ -1,0 +1,265 @@
+"""
+The conventions shared by the storages: how annotation keys are formed, marked, and cleaned.
+
+Kubernetes limits the name part of an annotation key to 63 characters, and Kopf's older
+versions limited the whole key (with its prefix) to the same length. To stay readable
+by both, a long key is truncated and suffixed with a short hash, and both the "V2" key
+(only the name limited) and the "V1" key (the whole key limited) are written; they are
+the same for short keys, so only one is written then. The hash is blake2b of 4 bytes in
+base64 with ``-`` and ``.`` instead of ``+`` and ``/`` (the annotation-safe alphabet),
+without the ``=`` padding. The V2 key hashes the key as given, the V1 key hashes its
+"safe" form (``/`` replaced with ``.``): this is what Kopf writes, so it is kept as is.
+
+Deployments copy their annotations to their ReplicaSets. If both are served by Kopf-based
+operators, the ReplicaSet would look as already handled. So, for a ReplicaSet owned by a
+Deployment, the keys get an ``-ofDRS`` mark ("of Deployment's ReplicaSet").
+
+Operators with a non-default prefix put a ``{prefix}/kopf-managed`` marker on the objects,
+so that other Kopf-based operators exclude that prefix from the objects' essence too
+(otherwise, every write of one operator would be a change for another one).
+"""
+import base64
+import functools
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Mapping, MutableMapping
+from typing import Any
+
+from kopf._cogs.structs import bodies, dicts, patches
+
+# The limit of the name part of annotation keys (V2) and of the whole key in the older Kopf (V1).
+MAX_KEY_LENGTH = 63
+
+# Kopf's own prefix: its annotations are never a part of the objects' essence, marked or not.
+KNOWN_PREFIXES: frozenset[str] = frozenset({'kopf.zalando.org'})
+
+# The name of the marker that declares its prefix as belonging to some Kopf-based operator.
+MARKER_NAME = 'kopf-managed'
+KNOWN_MARKERS: frozenset[str] = frozenset({MARKER_NAME})
+MARKER_VALUE = 'yes'
+
+# The annotations that are never a part of the objects' essence: written by kubectl on every apply.
+SYSTEM_ANNOTATIONS: frozenset[str] = frozenset({'kubectl.kubernetes.io/last-applied-configuration'})
+
+# The mark of the keys on ReplicaSets owned by Deployments (which copy their annotations to them).
+REPLICASET_OF_DEPLOYMENT_MARK = '-ofDRS'
+
+
+def annotations_of(body: Mapping[str, Any]) -> Mapping[str, str]:
+    """The annotations of an object (raw or a view); empty if there are none."""
+    metadata = body.get('metadata')
+    annotations = metadata.get('annotations') if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def split_annotation_key(key: str) -> tuple[str, str] | None:
+    """The prefix (domain) and the name of an annotation key; ``None`` if it has no prefix."""
+    prefix, slash, name = key.partition('/')
+    return (prefix, name) if slash else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _hash_suffix(key: str) -> str:
+    digest = hashlib.blake2b(key.encode('utf-8'), digest_size=4).digest()
+    return '-' + base64.b64encode(digest, altchars=b'-.').decode('ascii').rstrip('=')
+
+
+class CollisionEvadingConvention:
+    """
+    Marks the keys of the objects that are known to get other objects' annotations copied.
+
+    The only known case is a ReplicaSet owned by a Deployment: the Deployment controller copies
+    the Deployment's annotations (and so, its Kopf-related annotations) to its ReplicaSets.
+    """
+
+    def mark_key(self, key: str, *, body: bodies.Body) -> str:
+        if body.get('kind') == 'ReplicaSet':
+            metadata = body.get('metadata')
+            owners = metadata.get('ownerReferences') if isinstance(metadata, Mapping) else None
+            if isinstance(owners, list) and any(
+                isinstance(owner, Mapping) and owner.get('kind') == 'Deployment' for owner in owners
+            ):
+                return key + REPLICASET_OF_DEPLOYMENT_MARK
+        return key
+
+
+class StorageKeyFormingConvention(CollisionEvadingConvention):
+    """
+    Forms the annotation keys for the storages: prefixed, safe, within the length limits.
+
+    See the module's description for the V1/V2 keys and their hashing.
+    The ``prefix`` is required: unprefixed annotations would collide with the users' ones.
+    """
+
+    prefix: str
+    v1: bool
+
+    def __init__(self, *args: Any, prefix: str, v1: bool, **kwargs: Any) -> None:
+        if not prefix:
+            raise ValueError('Annotations storages must be prefixed.')
+        super().__init__(*args, **kwargs)
+        self.prefix = prefix
+        self.v1 = v1
+
+    def make_keys(self, key: str, *, body: bodies.Body | None = None) -> Iterable[str]:
+        """All the keys to write and to read (in the order of precedence) for one logical key."""
+        marked_key = self.mark_key(key, body=body) if body is not None else key
+        v2_key = self.make_v2_key(marked_key)
+        if not self.v1:
+            return [v2_key]
+        v1_key = self.make_v1_key(marked_key)
+        return [v2_key] if v1_key == v2_key else [v2_key, v1_key]
+
+    def make_v1_key(self, key: str, max_length: int = MAX_KEY_LENGTH) -> str:
+        """The key as older Kopf versions formed it: the whole key is limited, the safe key is hashed."""
+        safe_key = self.make_safe_key(key)
+        full_key = f'{self.prefix}/{safe_key}'
+        if len(full_key) <= max_length:
+            return full_key
+        suffix = self.make_suffix(safe_key)
+        # With very long prefixes, the length goes negative and cuts from the end: that is what
+        # Kopf writes for such prefixes, so it is reproduced rather than "fixed".
+        name_length = max_length - len(self.prefix) - 1 - len(suffix)
+        return f'{self.prefix}/{safe_key[:name_length]}{suffix}'
+
+    def make_v2_key(self, key: str, max_length: int = MAX_KEY_LENGTH) -> str:
+        """The key as Kubernetes limits it: only the name part is limited, the original key is hashed."""
+        safe_key = self.make_safe_key(key)
+        if len(safe_key) <= max_length:
+            return f'{self.prefix}/{safe_key}'
+        suffix = self.make_suffix(key)
+        return f'{self.prefix}/{safe_key[:max_length - len(suffix)]}{suffix}'
+
+    def make_suffix(self, key: str) -> str:
+        return _hash_suffix(key)
+
+    @staticmethod
+    def make_safe_key(key: str) -> str:
+        """Slashes are not allowed in the name part of annotation keys (e.g. in sub-handlers' ids)."""
+        return key.replace('/', '.')
+
+
+class StorageKeyMarkingConvention:
+    """
+    Declares the storages' prefixes as Kopf-managed, and detects such prefixes on the objects.
+
+    The marker is written once per object, together with the first write of a storage,
+    unless the prefix is Kopf's own (known to all Kopf-based operators anyway).
+    """
+
+    def detect_marked_prefixes(self, keys: Iterable[str]) -> frozenset[str]:
+        """The prefixes declared as Kopf-managed by the markers among these annotation keys."""
+        marked: set[str] = set()
+        for key in keys:
+            parts = split_annotation_key(key)
+            if parts is not None and parts[1] in KNOWN_MARKERS:
+                marked.add(parts[0])
+        return frozenset(marked)
+
+    def store_marker(self, prefix: str, patch: patches.Patch, body: bodies.Body) -> None:
+        """Put the marker of the prefix into the patch, unless the object has it or needs none."""
+        if prefix in KNOWN_PREFIXES:
+            return
+        marker_key = f'{prefix}/{MARKER_NAME}'
+        if marker_key not in annotations_of(body):
+            patch.meta.annotations[marker_key] = MARKER_VALUE
+
+
+class StorageStanzaCleaner:
+    """Helpers to remove the storages' own data from the essences, leaving no empty stanzas behind."""
+
+    @staticmethod
+    def remove_annotations(essence: MutableMapping[str, Any], keys_to_remove: Collection[str]) -> None:
+        """Remove these annotations from the essence, in place."""
+        metadata = essence.get('metadata')
+        annotations = metadata.get('annotations') if isinstance(metadata, MutableMapping) else None
+        if isinstance(annotations, MutableMapping):
+            for key in keys_to_remove:
+                annotations.pop(key, None)
+
+    @staticmethod
+    def remove_empty_stanzas(essence: MutableMapping[str, Any]) -> None:
+        """Remove the empty annotations, labels, metadata, status of the essence, in place."""
+        metadata = essence.get('metadata')
+        if isinstance(metadata, MutableMapping):
+            for field in ('annotations', 'labels'):
+                if field in metadata and not metadata[field]:
+                    del metadata[field]
+            if not metadata:
+                del essence['metadata']
+        if 'status' in essence and not essence['status']:
+            del essence['status']
+
+
+def parse_named_field(field: dicts.FieldSpec, name: str) -> dicts.FieldPath:
+    """A field path, with the ``{name}`` placeholder in the dotted form replaced by the name."""
+    if isinstance(field, str):
+        field = field.format(name=name)
+    return dicts.parse_field(field)
+
+
+def copy_json(value: Any) -> Any:
+    """
+    A deep copy of JSON-like data (dicts, lists, scalars), much faster than ``copy.deepcopy``.
+
+    Other containers (e.g. tuples, sets) and objects are kept as they are: they are not expected
+    in the objects' bodies and the records, and copying them blindly could break them.
+    """
+    if type(value) is dict:
+        return {key: copy_json(item) if type(item) in _CONTAINERS else item for key, item in value.items()}
+    if type(value) is list:
+        return [copy_json(item) if type(item) in _CONTAINERS else item for item in value]
+    if isinstance(value, Mapping):
+        return {key: copy_json(item) for key, item in value.items()}
+    return value
+
+
+_CONTAINERS: frozenset[type] = frozenset({dict, list})
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_json(text: str) -> Any:
+    return json.loads(text)
+
+
+def decode_json(text: str) -> Any:
+    """
+    Parse a JSON-serialised annotation, each distinct value only once while it is in use.
+
+    Within one handling cycle, the same records are read many times (once per handler and
+    per decision); parsing is much slower than copying. The result is a private copy,
+    so the callers can modify it freely. Invalid JSON raises ``ValueError`` (a JSON error).
+    """
+    return copy_json(_parse_json(text))
+
+
+def encode_json(value: Any) -> str:
+    """The compact JSON form of the value, as Kopf writes it (no spaces, ASCII-only)."""
+    return json.dumps(value, separators=(',', ':'))
+
+
+def remove_along(essence: MutableMapping[str, Any], path: Iterable[str]) -> None:
+    """
+    Remove the field, and then every dict on its path that is (or has become) empty.
+
+    The empty dicts on the path are removed even if the field itself is absent: this is how Kopf
+    cleans the essences. The dicts on the path are copied before being modified, so that
+    the essences that share them (e.g. the one this one is a shallow copy of) stay intact.
+    """
+    keys = list(path)
+    chain: list[MutableMapping[str, Any]] = [essence]
+    for key in keys[:-1]:
+        child = chain[-1].get(key)
+        if not isinstance(child, Mapping):
+            break
+        copied = dict(child)
+        chain[-1][key] = copied
+        chain.append(copied)
+    else:
+        chain[-1].pop(keys[-1], None)
+    for parent, key in zip(reversed(chain[:-1]), reversed(keys[:len(chain) - 1]), strict=True):
+        child = parent.get(key)
+        if isinstance(child, Mapping) and not child:
+            del parent[key]
+        else:
+            break

@@ -1,0 +1,360 @@
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from kopf._clients.creating import create_obj
+from kopf._clients.deleting import delete_obj
+from kopf._clients.errors import APIError
+from kopf._clients.vault import Vault
+from kopf._cogs.structs.bodies import Body
+from kopf._cogs.structs.credentials import ConnectionInfo, VaultKey
+from kopf._cogs.structs.patches import Patch
+from kopf._cogs.structs.references import Resource
+from kopf._core.actions.application import apply_patch, combine_patches, touch
+from kopf._core.intents.configuration import OperatorSettings
+
+CRDS = Resource('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', namespaced=False)
+WITH_STATUS = Resource('kopf.dev', 'v1', 'kopfexamples', namespaced=True, subresources=frozenset({'status'}))
+NO_STATUS = Resource('kopf.dev', 'v1', 'kopfplains', namespaced=True)
+
+
+def crd_body(plural: str, kind: str, *, status: bool) -> dict[str, Any]:
+    version: dict[str, Any] = {
+        'name': 'v1', 'served': True, 'storage': True,
+        'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}},
+    }
+    if status:
+        version['subresources'] = {'status': {}}
+    return {
+        'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+        'metadata': {'name': f'{plural}.kopf.dev'},
+        'spec': {'group': 'kopf.dev', 'scope': 'Namespaced', 'versions': [version],
+                 'names': {'plural': plural, 'singular': plural[:-1], 'kind': kind}},
+    }
+
+
+@pytest.fixture
+async def vault(k8s_emulator: Any) -> AsyncIterator[Vault]:
+    vault = Vault({VaultKey('emulator'): ConnectionInfo(server=k8s_emulator.url)})
+    yield vault
+    await vault.close()
+
+
+@pytest.fixture
+def settings() -> OperatorSettings:
+    return OperatorSettings()
+
+
+@pytest.fixture
+async def created(k8s_emulator: Any, vault: Vault, settings: OperatorSettings) -> dict[str, Any]:
+    for plural, kind, status in [('kopfexamples', 'KopfExample', True), ('kopfplains', 'KopfPlain', False)]:
+        crd = crd_body(plural, kind, status=status)
+        await create_obj(settings=settings, vault=vault, resource=CRDS, body=crd)
+    body = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+            'metadata': {'name': 'kex1', 'namespace': 'default', 'annotations': {'a': 'b'}},
+            'spec': {'items': ['x', 'y']}}
+    created = await create_obj(settings=settings, vault=vault, resource=WITH_STATUS, body=body)
+    k8s_emulator.requests.reset()
+    return dict(created)
+
+
+@pytest.fixture(autouse=True)
+def _debug_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+
+
+@pytest.fixture
+def logger() -> logging.Logger:
+    return logging.getLogger('tests.actions')
+
+
+def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == 'tests.actions']
+
+
+async def test_merge_patch_without_status_is_one_request(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    patch = Patch()
+    patch.meta.annotations['kopf.zalando.org/fn'] = '{}'
+    patch.meta.annotations['a'] = None
+    patch.spec['z'] = 1
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=Body(created),
+                               patch=patch, logger=logger)
+    assert result is not None
+    assert result['metadata']['annotations'] == {'kopf.zalando.org/fn': '{}'}
+    assert result['spec'] == {'items': ['x', 'y'], 'z': 1}
+    assert k8s_emulator.requests.count('patch') == 1
+    assert messages(caplog) == [
+        "Merge-patching the resource with: "
+        "{'metadata': {'annotations': {'kopf.zalando.org/fn': '{}', 'a': None}}, 'spec': {'z': 1}}",
+    ]
+
+
+async def test_merge_patch_with_status_is_split_into_two_requests(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    patch = Patch()
+    patch.meta.annotations['kopf.zalando.org/fn'] = '{}'
+    patch.status['fn'] = {'message': 'hello'}
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is not None
+    assert result['metadata']['annotations']['kopf.zalando.org/fn'] == '{}'
+    assert result['status'] == {'fn': {'message': 'hello'}}
+    assert k8s_emulator.requests.count('patch') == 2
+    assert k8s_emulator.requests.count('patch', subresource='status') == 1
+    assert messages(caplog) == [
+        "Merge-patching the resource with: {'metadata': {'annotations': {'kopf.zalando.org/fn': '{}'}}}",
+        "Merge-patching the status with: {'status': {'fn': {'message': 'hello'}}}",
+    ]
+
+
+async def test_status_only_is_one_request(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger) -> None:
+    patch = Patch()
+    patch.status['fn'] = 1
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is not None and result['status'] == {'fn': 1}
+    assert k8s_emulator.requests.count('patch') == 1
+    assert k8s_emulator.requests.count('patch', subresource='status') == 1
+
+
+async def test_status_goes_with_the_rest_without_the_subresource(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    plain = await create_obj(settings=settings, vault=vault, resource=NO_STATUS, body={
+        'apiVersion': 'kopf.dev/v1', 'kind': 'KopfPlain', 'metadata': {'name': 'p1', 'namespace': 'default'}})
+    k8s_emulator.requests.reset()
+    patch = Patch()
+    patch.meta.labels['x'] = 'y'
+    patch.status['fn'] = 1
+    result = await apply_patch(settings=settings, vault=vault, resource=NO_STATUS, body=plain,
+                               patch=patch, logger=logger)
+    assert result is not None
+    assert result['status'] == {'fn': 1}
+    assert result['metadata']['labels'] == {'x': 'y'}
+    assert k8s_emulator.requests.count('patch') == 1
+    assert messages(caplog) == [
+        "Merge-patching the resource with: {'metadata': {'labels': {'x': 'y'}}, 'status': {'fn': 1}}",
+    ]
+
+
+async def test_functions_are_applied_as_a_guarded_json_patch(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    patch = Patch()
+    patch.spec['z'] = 1
+    patch.fns.append(lambda body: body['spec']['items'].remove('x'))
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is not None
+    assert result['spec'] == {'items': ['y'], 'z': 1}
+    assert k8s_emulator.requests.count('patch') == 2
+    logs = messages(caplog)
+    assert logs[0] == "Merge-patching the resource with: {'spec': {'z': 1}}"
+    # The guard is the version after the merge-patch, not the original one:
+    version = int(created['metadata']['resourceVersion'])
+    assert logs[1].startswith("JSON-patching the resource with: [{'op': 'test', 'path': "
+                              "'/metadata/resourceVersion'")
+    assert f"'value': '{version}'" not in logs[1]
+    assert "{'op': 'remove', 'path': '/spec/items/0'}" in logs[1]
+
+
+async def test_functions_against_a_changed_object_fail(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger) -> None:
+    outdated = dict(created, metadata=dict(created['metadata'], resourceVersion='1'))
+    patch = Patch()
+    patch.fns.append(lambda body: body['spec']['items'].remove('x'))
+    with pytest.raises(APIError):
+        await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=outdated,
+                          patch=patch, logger=logger)
+
+
+async def test_functions_with_no_changes_send_nothing(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger) -> None:
+    patch = Patch()
+    patch.fns.append(lambda body: None)
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result == created
+    assert k8s_emulator.requests.count('patch') == 0
+
+
+async def test_empty_patch_sends_nothing(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=Body(created),
+                               patch=Patch(), logger=logger)
+    assert result == created
+    assert k8s_emulator.requests.total == 0
+    assert messages(caplog) == []
+
+
+@pytest.mark.parametrize('with_fns', [False, True])
+async def test_gone_object(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, with_fns: bool) -> None:
+    await delete_obj(settings=settings, vault=vault, resource=WITH_STATUS, namespace='default', name='kex1')
+    patch = Patch()
+    if with_fns:
+        patch.fns.append(lambda body: body['spec']['items'].remove('x'))
+    else:
+        patch.spec['z'] = 1
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is None
+
+
+async def test_touch(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture, storage: Any) -> None:
+    result = await touch(settings=settings, vault=vault, resource=WITH_STATUS, body=Body(created),
+                         storage=storage, logger=logger)
+    assert result is not None
+    value = result['metadata']['annotations']['kopf.zalando.org/touch-dummy']
+    assert value.endswith('+00:00')
+    assert k8s_emulator.requests.count('patch') == 1
+    assert messages(caplog) == [
+        f"Merge-patching the resource with: {{'metadata': {{'annotations': "
+        f"{{'kopf.zalando.org/touch-dummy': '{value}'}}}}}}",
+    ]
+
+
+async def test_one_request_for_a_whole_successful_cycle(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, storage: Any, make_cause: Any) -> None:
+    # A single handler with no result: its progress and the diff-base (and the finalizer) in one request.
+    from kopf._core.actions.execution import execute_handlers_once
+    from kopf._core.actions.lifecycles import asap
+    from kopf._core.actions.progression import State
+    from kopf._core.intents.handlers import ChangingHandler, HandlerId
+
+    handlers = [ChangingHandler(fn=lambda **_: None, id=HandlerId('fn'))]
+    settings.persistence.progress_storage = storage
+    cause = make_cause(created)
+    state = State.from_storage(body=cause.body, storage=storage, handlers=handlers)
+    state = state.with_purpose(cause.reason).with_handlers(handlers)
+    outcomes = await execute_handlers_once(lifecycle=asap, settings=settings, handlers=handlers, cause=cause,
+                                           state=state, logger=logger)
+    state = state.with_outcomes(outcomes)
+    assert state.done
+    state.purge(body=cause.body, patch=cause.patch, storage=storage, handlers=handlers)
+    cause.patch.meta.annotations['kopf.zalando.org/last-handled-configuration'] = '{"spec":{}}'
+    cause.patch.meta['finalizers'] = ['kopf.zalando.org/KopfFinalizerMarker']
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=cause.body,
+                               patch=cause.patch, logger=logger)
+    assert result is not None
+    assert result['metadata']['finalizers'] == ['kopf.zalando.org/KopfFinalizerMarker']
+    assert k8s_emulator.requests.count('patch') == 1
+
+
+def test_combine_patches() -> None:
+    fn1, fn2 = (lambda body: None), (lambda body: None)
+    patch1 = Patch({'metadata': {'annotations': {'a': '1', 'b': '2'}}, 'spec': {'x': [1]}})
+    patch1.fns.append(fn1)
+    patch2 = Patch({'metadata': {'annotations': {'b': None, 'c': '3'}}, 'status': {'r': {'s': None}}})
+    patch2.fns.append(fn2)
+    combined = combine_patches(patch1, patch2)
+    assert combined == {'metadata': {'annotations': {'a': '1', 'b': None, 'c': '3'}}, 'spec': {'x': [1]},
+                        'status': {'r': {'s': None}}}
+    assert combined.fns == [fn1, fn2]
+    assert patch1 == {'metadata': {'annotations': {'a': '1', 'b': '2'}}, 'spec': {'x': [1]}}  # intact
+
+
+def test_combine_patches_with_a_removal_then_a_merge() -> None:
+    with pytest.raises(ValueError, match=r"'status\.r' is removed and then patched"):
+        combine_patches(Patch({'status': {'r': None}}), Patch({'status': {'r': {'s': 1}}}))
+
+
+def test_combine_no_patches() -> None:
+    assert combine_patches() == {}
+
+
+#
+# Sleeping for the delayed handlers.
+#
+
+@pytest.mark.looptime
+async def test_sleep_fully() -> None:
+    from kopf._core.actions.application import sleep
+    loop = asyncio.get_running_loop()
+    assert await sleep(10, asyncio.Event()) is None
+    assert loop.time() == pytest.approx(10)
+    assert await sleep(5) is None
+    assert loop.time() == pytest.approx(15)
+
+
+@pytest.mark.looptime
+async def test_sleep_interrupted() -> None:
+    from kopf._core.actions.application import sleep
+    loop = asyncio.get_running_loop()
+    wakeup = asyncio.Event()
+    loop.call_later(3, wakeup.set)
+    left = await sleep(10, wakeup)
+    assert left == pytest.approx(7)
+    assert loop.time() == pytest.approx(3)
+
+
+@pytest.mark.looptime
+async def test_sleep_with_the_event_set_beforehand() -> None:
+    from kopf._core.actions.application import sleep
+    wakeup = asyncio.Event()
+    wakeup.set()
+    assert await sleep(10, wakeup) == 10
+    assert asyncio.get_running_loop().time() == 0
+
+
+@pytest.mark.looptime
+async def test_sleep_for_delays(caplog: pytest.LogCaptureFixture, logger: logging.Logger) -> None:
+    from kopf._core.actions.application import sleep_for_delays
+    loop = asyncio.get_running_loop()
+
+    assert not await sleep_for_delays(delays=[], wakeup=None, patched=False, logger=logger)
+    assert not await sleep_for_delays(delays=[5.5, 3.25], wakeup=None, patched=True, logger=logger)
+    assert loop.time() == 0
+    assert await sleep_for_delays(delays=[5.5, 3.25], wakeup=asyncio.Event(), patched=False, logger=logger)
+    assert loop.time() == pytest.approx(3.25)
+
+    wakeup = asyncio.Event()
+    loop.call_later(1, wakeup.set)
+    assert not await sleep_for_delays(delays=[10], wakeup=wakeup, patched=False, logger=logger)
+    assert loop.time() == pytest.approx(4.25)
+
+    logs = messages(caplog)
+    assert logs[:3] == [
+        'Sleeping was skipped because of the patch, 3.25 seconds left.',
+        'Sleeping for 3.25 seconds for the delayed handlers.',
+        'Sleeping for 10 seconds for the delayed handlers.',
+    ]
+    assert logs[3].startswith('Sleeping was interrupted by new changes, 9.')
+    assert logs[3].endswith(' seconds left.')
+
+
+async def test_sleep_then_touch(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, storage: Any) -> None:
+    # No fake time here: it would fast-forward the HTTP timeouts while waiting for the emulator's thread.
+    from kopf._core.actions.application import sleep_then_touch
+    kwargs: dict[str, Any] = {'settings': settings, 'vault': vault, 'resource': WITH_STATUS,
+                              'body': Body(created), 'storage': storage, 'logger': logger}
+
+    await sleep_then_touch(delays=[2], wakeup=asyncio.Event(), patched=True, **kwargs)
+    assert k8s_emulator.requests.count('patch') == 0
+
+    woken = asyncio.Event()
+    woken.set()
+    await sleep_then_touch(delays=[2], wakeup=woken, patched=False, **kwargs)
+    assert k8s_emulator.requests.count('patch') == 0
+
+    await sleep_then_touch(delays=[0, 2], wakeup=asyncio.Event(), patched=False, **kwargs)
+    assert k8s_emulator.requests.count('patch') == 1
+    stored = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert 'kopf.zalando.org/touch-dummy' in stored['metadata']['annotations']

@@ -1,0 +1,166 @@
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kopf._core.actions.invocation import invoke, is_async_fn
+
+some_var: contextvars.ContextVar[list[str]] = contextvars.ContextVar('some_var')
+
+
+@pytest.fixture
+def executor() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix='test-handlers')
+    yield executor
+    executor.shutdown(wait=True)
+
+
+async def async_fn(x: int, **_: Any) -> int:
+    return x * 2
+
+
+def sync_fn(x: int, **_: Any) -> int:
+    return x * 3
+
+
+class AsyncCallable:
+    async def __call__(self, x: int, **_: Any) -> int:
+        return x * 5
+
+
+class SyncCallable:
+    def __call__(self, x: int, **_: Any) -> int:
+        return x * 7
+
+
+def test_async_detection() -> None:
+    assert is_async_fn(async_fn)
+    assert is_async_fn(functools.partial(async_fn, x=1))
+    assert is_async_fn(functools.partial(functools.partial(async_fn), x=1))
+    assert is_async_fn(AsyncCallable())
+    assert not is_async_fn(sync_fn)
+    assert not is_async_fn(functools.partial(sync_fn, x=1))
+    assert not is_async_fn(SyncCallable())
+    assert not is_async_fn(lambda **_: None)
+
+
+async def test_async_function_is_awaited_in_the_loop() -> None:
+    thread_ids: list[int] = []
+
+    async def fn(**_: Any) -> str:
+        thread_ids.append(threading.get_ident())
+        return 'done'
+
+    result = await invoke(fn, kwargs={'a': 1})
+    assert result == 'done'
+    assert thread_ids == [threading.get_ident()]
+
+
+@pytest.mark.parametrize('fn, expected', [
+    (async_fn, 20),
+    (sync_fn, 30),
+    (functools.partial(async_fn), 20),
+    (functools.partial(sync_fn), 30),
+    (AsyncCallable(), 50),
+    (SyncCallable(), 70),
+])
+async def test_results_of_all_kinds_of_callables(fn: Any, expected: int) -> None:
+    assert await invoke(fn, kwargs={'x': 10}) == expected
+
+
+async def test_sync_function_runs_in_the_executor(executor: concurrent.futures.Executor) -> None:
+    thread_names: list[str] = []
+
+    def fn(**_: Any) -> None:
+        thread_names.append(threading.current_thread().name)
+
+    await invoke(fn, kwargs={}, executor=executor)
+    assert len(thread_names) == 1
+    assert thread_names[0].startswith('test-handlers')
+
+
+async def test_sync_function_sees_the_context_variables(executor: concurrent.futures.Executor) -> None:
+    shared: list[str] = []
+    token = some_var.set(shared)
+    try:
+        def fn(**_: Any) -> None:
+            some_var.get().append('from-thread')  # a mutable value is shared with the caller
+            some_var.set(['replaced'])  # but setting it does not leak back
+
+        await invoke(fn, kwargs={}, executor=executor)
+        assert shared == ['from-thread']
+        assert some_var.get() is shared
+    finally:
+        some_var.reset(token)
+
+
+async def test_sync_function_returning_an_awaitable_is_awaited() -> None:
+    result = await invoke(lambda **kwargs: async_fn(**kwargs), kwargs={'x': 4})
+    assert result == 8
+
+
+async def test_all_kwargs_are_passed_so_fns_without_kwargs_fail() -> None:
+    def strict(x: int) -> int:
+        return x
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'y'"):
+        await invoke(strict, kwargs={'x': 1, 'y': 2})
+
+
+async def test_errors_propagate_from_sync_and_async_functions() -> None:
+    async def async_failing(**_: Any) -> None:
+        raise ValueError('async boom')
+
+    def sync_failing(**_: Any) -> None:
+        raise ValueError('sync boom')
+
+    with pytest.raises(ValueError, match='async boom'):
+        await invoke(async_failing, kwargs={})
+    with pytest.raises(ValueError, match='sync boom'):
+        await invoke(sync_failing, kwargs={})
+
+
+async def test_cancellation_of_an_async_function_propagates_into_it() -> None:
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def fn(**_: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    task = asyncio.create_task(invoke(fn, kwargs={}))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled.is_set()
+
+
+async def test_cancellation_while_a_sync_function_runs(executor: concurrent.futures.Executor) -> None:
+    entered = threading.Event()
+    release = threading.Event()
+    finished = threading.Event()
+
+    def fn(**_: Any) -> None:
+        entered.set()
+        release.wait(timeout=10)
+        finished.set()
+
+    task = asyncio.create_task(invoke(fn, kwargs={}, executor=executor))
+    await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not finished.is_set()  # the waiting is cancelled at once, the thread is not interrupted
+    release.set()
+    await asyncio.get_running_loop().run_in_executor(None, finished.wait, 10)
+    assert finished.is_set()

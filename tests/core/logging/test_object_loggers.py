@@ -1,0 +1,86 @@
+"""
+The per-object loggers: what they carry to the records and how they are detached from the bodies.
+"""
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from kopf._cogs.structs.bodies import Body
+from kopf._core.actions.loggers import (
+    LocalObjectLogger,
+    LogFormat,
+    ObjectLogger,
+    build_object_prefix,
+    build_object_ref,
+    configure,
+)
+from kopf._core.intents.configuration import OperatorSettings
+
+
+def _json_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+
+
+def test_object_loggers_are_adapters_of_the_objects_logger(
+        settings: OperatorSettings, namespaced_body: dict[str, Any],
+) -> None:
+    logger = ObjectLogger(body=namespaced_body, settings=settings)
+    local = LocalObjectLogger(body=namespaced_body, settings=settings)
+    assert isinstance(logger, logging.LoggerAdapter)
+    assert isinstance(local, ObjectLogger)
+    assert logger.logger is local.logger is logging.getLogger('kopf.objects')
+
+
+def test_reference_is_detached_from_the_body(
+        capsys: pytest.CaptureFixture[str], settings: OperatorSettings, namespaced_body: dict[str, Any],
+) -> None:
+    configure(log_format=LogFormat.JSON, log_prefix=True)
+    body = Body(namespaced_body)
+    logger = ObjectLogger(body=body, settings=settings)
+    namespaced_body['metadata']['name'] = 'renamed'
+    body._replace_with({'metadata': {'name': 'replaced'}})
+    logger.info('Hello.')
+    [record] = _json_lines(capsys)
+    assert record['message'] == '[ns1/kex1] Hello.'
+    assert record['object']['name'] == 'kex1'
+
+
+def test_callers_extras_are_kept_but_cannot_replace_the_reference(
+        capsys: pytest.CaptureFixture[str], settings: OperatorSettings, namespaced_body: dict[str, Any],
+) -> None:
+    configure(log_format=LogFormat.JSON)
+    logger = ObjectLogger(body=namespaced_body, settings=settings)
+    logger.info('Hello.', extra={'custom': 123, 'kopf_object_ref': {'name': 'fake'}})
+    [record] = _json_lines(capsys)
+    assert record['custom'] == 123
+    assert record['object']['name'] == 'kex1'
+
+
+def test_local_loggers_log_the_same_way(
+        capsys: pytest.CaptureFixture[str], settings: OperatorSettings, namespaced_body: dict[str, Any],
+) -> None:
+    configure(log_format=LogFormat.PLAIN, log_prefix=True)
+    LocalObjectLogger(body=namespaced_body, settings=settings).info('Hello.')
+    assert capsys.readouterr().err == '[ns1/kex1] Hello.\n'
+
+
+def test_references_of_various_bodies() -> None:
+    assert build_object_ref({'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {
+        'name': 'pod1', 'namespace': 'ns1', 'uid': 'uid1', 'labels': {'x': 'y'}}}) == {
+        'apiVersion': 'v1', 'kind': 'Pod', 'name': 'pod1', 'uid': 'uid1', 'namespace': 'ns1'}
+    assert build_object_ref({}) == {
+        'apiVersion': None, 'kind': None, 'name': None, 'uid': None, 'namespace': None}
+    # The official client's models as dicts (obj.to_dict()) have the snake-cased names.
+    ref = build_object_ref({'api_version': 'v1', 'kind': 'Pod', 'metadata': {'name': 'pod1'}})
+    assert ref['apiVersion'] == 'v1'
+
+
+@pytest.mark.parametrize('ref, prefix', [
+    ({'name': 'kex1', 'namespace': 'ns1'}, '[ns1/kex1]'),
+    ({'name': 'node1', 'namespace': None}, '[node1]'),
+    ({'name': 'node1'}, '[node1]'),
+])
+def test_prefixes(ref: dict[str, Any], prefix: str) -> None:
+    assert build_object_prefix(ref) == prefix
