@@ -182,6 +182,19 @@ ESSENCE_BODIES: dict[str, dict[str, Any]] = {
         'metadata': {'annotations': {'kopf.zalando.org/last-handled-configuration': 'x'}, 'labels': {}}
     },
     'empty': {},
+    'with-diff-bases': {
+        'metadata': {
+            'labels': {'a': 'b'},
+            'annotations': {
+                'kopf.zalando.org/last-handled-configuration': '{"spec":{}}\n',
+                'my-op.example.com/diff-base': '{"spec":{}}\n',
+                'my-op.example.com/kopf-managed': 'yes',
+                'other': 'value',
+            },
+        },
+        'spec': {'x': 1, 'nested': {'a': 1}},
+        'status': {'kopf': {'last-handled-configuration': '{}'}, 'diff-base': '{}', 'other': 1},
+    },
     'rs-of-deployment': {
         'apiVersion': 'apps/v1',
         'kind': 'ReplicaSet',
@@ -201,6 +214,8 @@ ESSENCE_BODIES: dict[str, dict[str, Any]] = {
 EXTRA_FIELDS: list[list[Any] | None] = [
     None,
     [],
+    ['status.kopf'],
+    ['status.diff-base'],
     ['status.x.y'],
     ['status.x'],
     ['status'],
@@ -501,6 +516,26 @@ def probe_progress() -> list[dict[str, Any]]:
                             ),
                         }
                     )
+        for body_name in STORE_BODIES:
+            # A record stored and purged within one cycle (i.e. in the same patch, not applied yet).
+            body = kopf.Body(copy.deepcopy(bodies[body_name]))
+            cases.append(
+                {
+                    'storage': spec,
+                    'op': 'store_then_purge',
+                    'body': body_name,
+                    'key': 'create_fn',
+                    'record': 0,
+                    **patch_of(
+                        lambda p, body=body, storage=storage: (
+                            storage.store(
+                                key='create_fn', record=copy.deepcopy(RECORDS[0]), body=body, patch=p
+                            ),
+                            storage.purge(key='create_fn', body=body, patch=p),
+                        )
+                    ),
+                }
+            )
         for body_name in TOUCH_BODIES:
             body = kopf.Body(copy.deepcopy(bodies[body_name]))
             for value in ['new-touch', 'old-touch', 'status-touch', 'ann-touch', None]:
@@ -565,10 +600,31 @@ def probe_diffbase() -> list[dict[str, Any]]:
     combinations = [(ignored, None) for ignored in IGNORED_FIELDS] + [(None, extra) for extra in EXTRA_FIELDS]
     combinations += [(['status.x'], ['status.x.y']), (['spec.nested'], ['spec.nested.a'])]
     variants = diffbase_spec_variants()
-    for spec, spec_combinations in [(variants[0], combinations), (variants[4], [(None, None)])]:
+    extras_only = [(None, extra) for extra in EXTRA_FIELDS]
+    multi_ignoring = {
+        'class': 'MultiDiffBaseStorage',
+        'storages': [
+            {'class': 'AnnotationsDiffBaseStorage', 'kwargs': {'ignored_fields': ['spec.x']}},
+            {'class': 'StatusDiffBaseStorage', 'kwargs': {'ignored_fields': ['spec.nested']}},
+        ],
+    }
+    plans = [
+        (variants[0], combinations),  # annotations, default
+        (variants[2], extras_only),  # annotations, custom prefix & key
+        (variants[4], extras_only),  # status, default
+        (variants[7], extras_only),  # multi: status & annotations
+        (multi_ignoring, [(None, None)]),
+    ]
+    for spec, spec_combinations in plans:
         for ignored, extra in spec_combinations:
-            kwargs = dict(spec.get('kwargs', {}), ignored_fields=ignored)
-            storage = make_storage({'class': spec['class'], 'kwargs': kwargs})
+            if ignored is None:
+                storage_spec = spec
+            else:
+                storage_spec = {
+                    'class': spec['class'],
+                    'kwargs': dict(spec.get('kwargs', {}), ignored_fields=ignored),
+                }
+            storage = make_storage(storage_spec)
             for name, raw in ESSENCE_BODIES.items():
                 body = kopf.Body(copy.deepcopy(raw))
                 result = outcome(
@@ -578,7 +634,7 @@ def probe_diffbase() -> list[dict[str, Any]]:
                 )
                 cases.append(
                     {
-                        'storage': {'class': spec['class'], 'kwargs': kwargs},
+                        'storage': storage_spec,
                         'op': 'build',
                         'body': name,
                         'extra_fields': extra,

@@ -1,10 +1,9 @@
 """
-Shared fixtures of the actions' tests: a Kopf-compatible progress storage, settings, causes, cycles.
+Shared fixtures of the actions' tests: the progress storage, settings, causes, handling cycles.
 
 The helpers are given as fixtures (factories), since the test modules cannot import each other
 (pytest runs in the importlib mode, without the tests' directories on sys.path).
 """
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -20,56 +19,20 @@ from kopf._core.actions.progression import Outcome, State
 from kopf._core.intents.causes import ResourceChangingCause
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import BaseHandler, HandlerId, Reason
+from kopf._core.persistence.progress import SmartProgressStorage
 
 KEX = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample', singular='kopfexample',
                namespaced=True, subresources=frozenset({'status'}))
-PREFIX = 'kopf.zalando.org'
-
-
-class AnnotationsLikeStorage:
-    """
-    A minimal progress storage of the tests: JSON records in annotations, as Kopf writes them.
-
-    The real storages live in the persistence layer; this one only mimics the on-cluster format
-    (``kopf.zalando.org/{id}`` with dots instead of slashes, compact JSON without nulls),
-    so that the states can be checked against the records written by Kopf itself.
-    """
-
-    @staticmethod
-    def key_of(key: str) -> str:
-        return f'{PREFIX}/{key.replace("/", ".")}'
-
-    @staticmethod
-    def encode(record: Mapping[str, Any]) -> str:
-        return json.dumps({k: v for k, v in record.items() if v is not None}, separators=(',', ':'))
-
-    def fetch(self, *, key: HandlerId, body: Body) -> Any:
-        value = body.get('metadata', {}).get('annotations', {}).get(self.key_of(key))
-        return json.loads(value) if value is not None else None
-
-    def store(self, *, key: HandlerId, record: Any, body: Body, patch: Patch) -> None:
-        patch.meta.annotations[self.key_of(key)] = self.encode(record)
-
-    def purge(self, *, key: HandlerId, body: Body, patch: Patch) -> None:
-        # As Kopf does: the stored records are removed, the ones only in the patch are dropped from it.
-        if self.key_of(key) in body.get('metadata', {}).get('annotations', {}):
-            patch.meta.annotations[self.key_of(key)] = None
-        elif self.key_of(key) in patch.get('metadata', {}).get('annotations', {}):
-            del patch.meta.annotations[self.key_of(key)]
-
-    def touch(self, *, body: Body, patch: Patch, value: str | None) -> None:
-        key = f'{PREFIX}/touch-dummy'
-        if value is not None or key in body.get('metadata', {}).get('annotations', {}):
-            patch.meta.annotations[key] = value
 
 
 @pytest.fixture
-def storage() -> AnnotationsLikeStorage:
-    return AnnotationsLikeStorage()
+def storage() -> SmartProgressStorage:
+    # The default storage: Kopf's annotations (and Kopf's older status records, read-only).
+    return SmartProgressStorage()
 
 
 @pytest.fixture
-def settings(storage: AnnotationsLikeStorage) -> OperatorSettings:
+def settings(storage: SmartProgressStorage) -> OperatorSettings:
     settings = OperatorSettings()
     settings.persistence.progress_storage = storage
     return settings
@@ -108,7 +71,7 @@ CycleFn = Callable[..., Awaitable[tuple[dict[str, Any], Mapping[HandlerId, Outco
 @pytest.fixture
 def run_cycle(
         settings: OperatorSettings,
-        storage: AnnotationsLikeStorage,
+        storage: SmartProgressStorage,
         logger: logging.Logger,
         make_cause: Callable[..., ResourceChangingCause],
 ) -> CycleFn:

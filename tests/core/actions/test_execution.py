@@ -768,5 +768,31 @@ async def test_everything_done_in_one_cycle_leaves_no_records(run_cycle: Any, ma
 
     raw, _, state, patch = await run_cycle(make_body(), [make_handler(parent)])
     assert state.done
-    assert patch == {'metadata': {'annotations': {}}, 'status': {'parent/ch': 5}}
+    assert patch == {'status': {'parent/ch': 5}}
     assert raw['status'] == {'parent/ch': 5}
+
+
+async def test_no_implicit_execution_after_an_explicit_one(settings: Any, logger: logging.Logger,
+                                                           make_cause: Any) -> None:
+    from kopf._core.actions.lifecycles import one_by_one
+    calls: list[str] = []
+
+    async def parent(**_: Any) -> None:
+        @subhandler(id='a')
+        def a(**_: Any) -> None:
+            calls.append('a')
+
+        @subhandler(id='b')
+        def b(**_: Any) -> None:
+            calls.append('b')
+
+        with pytest.raises(HandlerChildrenRetry):
+            await execute()  # only one child per execution by the lifecycle
+        # Suppressed (which is not advised): the parent is still retried, but nothing runs implicitly.
+
+    outcome = await execute_handler_once(settings=settings, handler=make_handler(parent), cause=make_cause(),
+                                         state=fresh(), lifecycle=one_by_one, logger=logger)
+    assert calls == ['a']
+    assert not outcome.final
+    assert outcome.delay == 0
+    assert isinstance(outcome.exception, HandlerChildrenRetry)

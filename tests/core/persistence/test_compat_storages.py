@@ -98,6 +98,14 @@ def test_progress_storages_behave_as_kopf(group: str, storage_factory: Callable[
                 record = copy.deepcopy(INPUTS['records'][case['record']])
                 actual = _patch_of(lambda patch: storage.store(key=case['key'], record=record,
                                                                  body=body, patch=patch))
+            elif op == 'store_then_purge':
+                record = copy.deepcopy(INPUTS['records'][case['record']])
+
+                def store_then_purge(patch: Patch) -> None:
+                    storage.store(key=case['key'], record=record, body=body, patch=patch)
+                    storage.purge(key=case['key'], body=body, patch=patch)
+
+                actual = _patch_of(store_then_purge)
             elif op == 'touch':
                 actual = _patch_of(lambda patch: storage.touch(body=body, patch=patch, value=case['value']))
             else:

@@ -70,6 +70,13 @@ from kopf._core.actions.errors import (
     PermanentError,
     TemporaryError,
 )
+from kopf._core.actions.execution import (
+    execute,
+)
+from kopf._core.actions.lifecycles import (
+    get_default_lifecycle,
+    set_default_lifecycle,
+)
 from kopf._core.actions.loggers import (
     LocalObjectLogger,
     LogFormat,
@@ -128,6 +135,7 @@ from kopf.on import (
 )
 
 from kopf import on  # isort: skip  (the module itself is public: `kopf.on.create(...)`)
+from kopf._core.actions import lifecycles  # isort: skip  (public as `kopf.lifecycles`)
 
 # The upper distributions' names are declared for type checkers here once their modules exist
 # (``if TYPE_CHECKING: from kopf._webhooks.servers import WebhookServer as WebhookServer``);
@@ -236,11 +244,14 @@ __all__ = [
     'daemon',
     'event',
     'exception',
+    'execute',
+    'get_default_lifecycle',
     'get_default_registry',
     'harmonize_naming',
     'index',
     'info',
     'label',
+    'lifecycles',
     'login_via_async_client',
     'login_via_client',
     'login_via_pykube',
@@ -251,6 +262,7 @@ __all__ = [
     'on',
     'register',
     'remove_owner_reference',
+    'set_default_lifecycle',
     'set_default_registry',
     'subhandler',
     'timer',

@@ -27,7 +27,7 @@ import asyncio
 import copy
 import datetime
 from collections.abc import Collection, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from kopf._clients.patching import json_patch_obj, patch_obj, split_merge_patch
 from kopf._clients.vault import Vault
@@ -36,9 +36,9 @@ from kopf._cogs.structs.bodies import Body, RawBody
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.persistence.progress import ProgressStorage
 
 __all__ = [
-    'TouchStorageProtocol',
     'apply_patch',
     'combine_patches',
     'sleep',
@@ -46,12 +46,6 @@ __all__ = [
     'sleep_then_touch',
     'touch',
 ]
-
-
-class TouchStorageProtocol(Protocol):
-    """What the touching needs from a progress storage (e.g. ``kopf.SmartProgressStorage``)."""
-
-    def touch(self, *, body: Body, patch: Patch, value: str | None) -> None: ...
 
 
 async def apply_patch(
@@ -189,7 +183,7 @@ async def touch(
         vault: Vault,
         resource: Resource,
         body: Body,
-        storage: TouchStorageProtocol,
+        storage: ProgressStorage,
         logger: Logger,
 ) -> RawBody | None:
     """Touch the object (via the storage's dummy marker) to get a new watch-event for it."""
@@ -205,7 +199,7 @@ async def sleep_then_touch(
         vault: Vault,
         resource: Resource,
         body: Body,
-        storage: TouchStorageProtocol,
+        storage: ProgressStorage,
         delays: Collection[float],
         wakeup: asyncio.Event | None,
         patched: bool,

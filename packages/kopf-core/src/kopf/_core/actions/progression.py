@@ -23,45 +23,19 @@ to omit them (annotations) or to send them as deletions (status).
 import dataclasses
 import datetime
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple, Protocol, TypedDict, cast
+from typing import Any, NamedTuple, cast
 
 from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.patches import Patch
 from kopf._core.intents.handlers import BaseHandler, HandlerId
+from kopf._core.persistence.progress import ProgressRecord, ProgressStorage
 
 __all__ = [
     'HandlerState',
     'Outcome',
-    'ProgressRecord',
-    'ProgressStorageProtocol',
     'State',
     'StateCounts',
 ]
-
-
-# TODO: import it from kopf._core.persistence.progress once that module lands (the same fields).
-class ProgressRecord(TypedDict, total=False):
-    """A handler's progress as stored on the object; see the module's docstring for the fields."""
-
-    started: str | None
-    stopped: str | None
-    delayed: str | None
-    purpose: str | None
-    retries: int | None
-    success: bool | None
-    failure: bool | None
-    message: str | None
-    subrefs: list[HandlerId] | None
-
-
-class ProgressStorageProtocol(Protocol):
-    """What this module needs from a progress storage (e.g. ``kopf.SmartProgressStorage``)."""
-
-    def fetch(self, *, key: HandlerId, body: Body) -> Any: ...
-
-    def store(self, *, key: HandlerId, record: Any, body: Body, patch: Patch) -> None: ...
-
-    def purge(self, *, key: HandlerId, body: Body, patch: Patch) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -232,15 +206,20 @@ class State(Mapping[HandlerId, HandlerState]):
     """
     The states of the handlers of one object in one cycle: an immutable mapping by the handlers' ids.
 
-    A typical processing cycle (see also ``execute_handlers_once``)::
+    A processing cycle of an object (``resource_handlers``: all changing handlers of the resource,
+    ``cause_handlers``: those selected for the cause)::
 
-        state = State.from_storage(body=body, storage=storage, handlers=handlers)
-        state = state.with_purpose(cause.reason).with_handlers(handlers)
-        outcomes = await execute_handlers_once(..., handlers=handlers, state=state)
+        state = State.from_storage(body=body, storage=storage, handlers=resource_handlers)
+        if state.purpose is not None and state.purpose != cause.reason:  # e.g. an update -> a deletion
+            ...  # log the superseded cycle's state.counts
+            state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
+        state = state.with_purpose(cause.reason).with_handlers(cause_handlers)
+        outcomes = await execute_handlers_once(..., handlers=cause_handlers, state=state)
         state = state.with_outcomes(outcomes)
         state.store(body=body, patch=patch, storage=storage)
-        if state.done:
-            state.purge(body=body, patch=patch, storage=storage, handlers=handlers)
+        deliver_results(outcomes=outcomes, patch=patch)
+        if state.done:  # the records stored in this very cycle are dropped from the patch
+            state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
     """
 
     _states: Mapping[HandlerId, HandlerState]
@@ -266,7 +245,7 @@ class State(Mapping[HandlerId, HandlerState]):
             cls,
             *,
             body: Body,
-            storage: ProgressStorageProtocol,
+            storage: ProgressStorage,
             handlers: Iterable[BaseHandler],
     ) -> 'State':
         """
@@ -336,7 +315,7 @@ class State(Mapping[HandlerId, HandlerState]):
                 states[key] = states[key].with_outcome(outcome)
         return type(self)(states, purpose=self._purpose)
 
-    def store(self, *, body: Body, patch: Patch, storage: ProgressStorageProtocol) -> None:
+    def store(self, *, body: Body, patch: Patch, storage: ProgressStorage) -> None:
         """Put the changed (and new) states into the patch, via the storage."""
         for key, state in self._states.items():
             if state.changed:
@@ -347,7 +326,7 @@ class State(Mapping[HandlerId, HandlerState]):
             *,
             body: Body,
             patch: Patch,
-            storage: ProgressStorageProtocol,
+            storage: ProgressStorage,
             handlers: Iterable[BaseHandler] = (),
     ) -> None:
         """

@@ -23,9 +23,12 @@ import functools
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from kopf._cogs.structs import bodies, dicts, patches
+
+# The essences as the storages get them: typed (as in the public API) or plain dicts.
+AnyEssence = bodies.BodyEssence | MutableMapping[str, Any]
 
 # The limit of the name part of annotation keys (V2) and of the whole key in the older Kopf (V1).
 MAX_KEY_LENGTH = 63
@@ -169,17 +172,18 @@ class StorageStanzaCleaner:
     """Helpers to remove the storages' own data from the essences, leaving no empty stanzas behind."""
 
     @staticmethod
-    def remove_annotations(essence: MutableMapping[str, Any], keys_to_remove: Collection[str]) -> None:
+    def remove_annotations(essence: AnyEssence, keys_to_remove: Collection[str]) -> None:
         """Remove these annotations from the essence, in place."""
-        metadata = essence.get('metadata')
+        metadata = cast(MutableMapping[str, Any], essence).get('metadata')
         annotations = metadata.get('annotations') if isinstance(metadata, MutableMapping) else None
         if isinstance(annotations, MutableMapping):
             for key in keys_to_remove:
                 annotations.pop(key, None)
 
     @staticmethod
-    def remove_empty_stanzas(essence: MutableMapping[str, Any]) -> None:
+    def remove_empty_stanzas(essence: AnyEssence) -> None:
         """Remove the empty annotations, labels, metadata, status of the essence, in place."""
+        essence = cast(MutableMapping[str, Any], essence)
         metadata = essence.get('metadata')
         if isinstance(metadata, MutableMapping):
             for field in ('annotations', 'labels'):
@@ -238,7 +242,7 @@ def encode_json(value: Any) -> str:
     return json.dumps(value, separators=(',', ':'))
 
 
-def remove_along(essence: MutableMapping[str, Any], path: Iterable[str]) -> None:
+def remove_along(essence: AnyEssence, path: Iterable[str]) -> None:
     """
     Remove the field, and then every dict on its path that is (or has become) empty.
 
@@ -247,7 +251,7 @@ def remove_along(essence: MutableMapping[str, Any], path: Iterable[str]) -> None
     the essences that share them (e.g. the one this one is a shallow copy of) stay intact.
     """
     keys = list(path)
-    chain: list[MutableMapping[str, Any]] = [essence]
+    chain: list[MutableMapping[str, Any]] = [cast(MutableMapping[str, Any], essence)]
     for key in keys[:-1]:
         child = chain[-1].get(key)
         if not isinstance(child, Mapping):

@@ -17,7 +17,7 @@ The storages:
 """
 import abc
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from kopf._cogs.structs import bodies, dicts, patches
 from kopf._core.persistence import conventions
@@ -94,7 +94,7 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
                 conventions.remove_along(essence, path)
 
         self.remove_empty_stanzas(essence)
-        return essence  # type: ignore[return-value]
+        return cast(bodies.BodyEssence, essence)
 
     def _remove_system_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
         marked_prefixes = self.detect_marked_prefixes(annotations)
@@ -143,6 +143,18 @@ class AnnotationsDiffBaseStorage(conventions.StorageKeyFormingConvention, DiffBa
         super().__init__(prefix=prefix, v1=v1, ignored_fields=ignored_fields)
         self.key = key
 
+    def build(
+            self,
+            *,
+            body: bodies.Body,
+            extra_fields: Iterable[dicts.FieldSpec] | None = None,
+    ) -> bodies.BodyEssence:
+        # The diff-base is never a part of itself, even if the extra fields bring it back.
+        essence = super().build(body=body, extra_fields=extra_fields)
+        self.remove_annotations(essence, list(self.make_keys(self.key, body=body)))
+        self.remove_empty_stanzas(essence)
+        return essence
+
     def fetch(self, *, body: bodies.Body) -> bodies.BodyEssence | None:
         annotations = conventions.annotations_of(body)
         for full_key in self.make_keys(self.key, body=body):
@@ -189,6 +201,19 @@ class StatusDiffBaseStorage(DiffBaseStorage):
     def field(self, field: dicts.FieldSpec) -> None:
         self._field = conventions.parse_named_field(field, self._name)
 
+    def build(
+            self,
+            *,
+            body: bodies.Body,
+            extra_fields: Iterable[dicts.FieldSpec] | None = None,
+    ) -> bodies.BodyEssence:
+        # The diff-base is never a part of itself, even if the extra fields bring it back.
+        essence = super().build(body=body, extra_fields=extra_fields)
+        if self._field:
+            conventions.remove_along(essence, self._field)
+        self.remove_empty_stanzas(essence)
+        return essence
+
     def fetch(self, *, body: bodies.Body) -> bodies.BodyEssence | None:
         encoded = dicts.resolve(body, self._field, None)
         if encoded is None:
@@ -209,7 +234,8 @@ class MultiDiffBaseStorage(DiffBaseStorage):
 
     Useful for the transition from one storage to another: put the new one first, the old one
     second; once all objects are handled at least once, remove the old one.
-    The essence is built by the first storage (if there is any), so that its definition is used.
+    The essence is built by every storage in turn, each from the previous one's essence,
+    so that none of the storages' own data (nor their ignored fields) remain in it.
     """
 
     def __init__(self, storages: Collection[DiffBaseStorage]) -> None:
@@ -222,9 +248,14 @@ class MultiDiffBaseStorage(DiffBaseStorage):
             body: bodies.Body,
             extra_fields: Iterable[dicts.FieldSpec] | None = None,
     ) -> bodies.BodyEssence:
-        if self.storages:
-            return self.storages[0].build(body=body, extra_fields=extra_fields)
-        return super().build(body=body, extra_fields=extra_fields)
+        if not self.storages:
+            return super().build(body=body, extra_fields=extra_fields)
+        extra_fields = list(extra_fields or [])  # it is iterated several times
+        source = body
+        for storage in self.storages:
+            essence = storage.build(body=source, extra_fields=extra_fields)
+            source = bodies.Body(essence)
+        return essence
 
     def fetch(self, *, body: bodies.Body) -> bodies.BodyEssence | None:
         for storage in self.storages:

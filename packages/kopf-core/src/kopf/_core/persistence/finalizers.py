@@ -21,7 +21,7 @@ the patch is converted with :meth:`kopf.Patch.as_json_patch`; or they can be bui
 JSON-patches are not possible (e.g. admission webhooks' mutations) or not needed.
 """
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from kopf._cogs.structs import bodies, patches
 
@@ -79,7 +79,7 @@ class _FinalizerAddition:
         return f'add_finalizer({self.finalizer!r})'
 
     def __call__(self, raw_body: bodies.RawBody) -> None:
-        metadata: dict[str, Any] = raw_body.setdefault('metadata', {})  # type: ignore[assignment]
+        metadata = cast(dict[str, Any], raw_body.setdefault('metadata', {}))
         finalizers: list[str] = metadata.setdefault('finalizers', [])
         if self.finalizer not in finalizers:
             finalizers.append(self.finalizer)
@@ -97,7 +97,7 @@ class _FinalizerRemoval:
         return f'remove_finalizer({self.finalizer!r})'
 
     def __call__(self, raw_body: bodies.RawBody) -> None:
-        metadata: dict[str, Any] = raw_body.get('metadata', {})  # type: ignore[assignment]
+        metadata = cast(dict[str, Any], raw_body.get('metadata', {}))
         finalizers = metadata.get('finalizers')
         if isinstance(finalizers, list) and self.finalizer in finalizers:
             finalizers[:] = [existing for existing in finalizers if existing != self.finalizer]

@@ -155,7 +155,7 @@ class AnnotationsProgressStorage(
                 name: value for name, value in annotations.items() if not name.startswith(head)
             }
         self.remove_empty_stanzas(result)
-        return result  # type: ignore[return-value]
+        return cast(bodies.BodyEssence, result)
 
 
 class StatusProgressStorage(ProgressStorage):
@@ -220,7 +220,7 @@ class StatusProgressStorage(ProgressStorage):
         if self._field:
             conventions.remove_along(result, self._field)
         self.remove_empty_stanzas(result)
-        return result  # type: ignore[return-value]
+        return cast(bodies.BodyEssence, result)
 
 
 class _ReadOnlyStatusProgressStorage(StatusProgressStorage):

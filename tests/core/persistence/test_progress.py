@@ -1,0 +1,171 @@
+"""
+The progress storages' own contract, beyond the one-to-one comparison with Kopf's storages.
+"""
+import json
+from typing import Any
+
+import pytest
+
+from kopf._cogs.structs.bodies import Body
+from kopf._cogs.structs.patches import Patch
+from kopf._core.persistence import (
+    AnnotationsProgressStorage,
+    MultiProgressStorage,
+    ProgressRecord,
+    ProgressStorage,
+    SmartProgressStorage,
+    StatusProgressStorage,
+)
+
+RECORD: ProgressRecord = {'started': '2020-01-01T00:00:00+00:00', 'stopped': None, 'delayed': None,
+                          'purpose': 'create', 'retries': 1, 'success': True, 'failure': False,
+                          'message': None, 'subrefs': None}
+LONG_ID = 'x' * 70
+
+
+def _annotations(patch: Patch) -> dict[str, Any]:
+    return dict(patch.get('metadata', {}).get('annotations', {}))
+
+
+@pytest.mark.parametrize('verbose, expected', [
+    (False, '{"started":"2020-01-01T00:00:00+00:00","purpose":"create","retries":1,"success":true,"failure":false}'),
+    (True, '{"started":"2020-01-01T00:00:00+00:00","stopped":null,"delayed":null,"purpose":"create",'
+           '"retries":1,"success":true,"failure":false,"message":null,"subrefs":null}'),
+])
+def test_records_are_compact_json_in_their_own_order(verbose: bool, expected: str) -> None:
+    storage = AnnotationsProgressStorage(verbose=verbose)
+    patch = Patch()
+    storage.store(key='create_fn', record=RECORD, body=Body({}), patch=patch)
+    assert _annotations(patch) == {'kopf.zalando.org/create_fn': expected}
+
+
+@pytest.mark.parametrize('present_keys, expected_started', [
+    ([0, 1], 'v2'),  # the V2 key takes precedence
+    ([1], 'v1'),  # as written by older Kopf versions
+    ([0], 'v2'),
+    ([], None),
+])
+def test_long_keys_are_read_in_order_of_precedence(present_keys: list[int], expected_started: str | None) -> None:
+    storage = AnnotationsProgressStorage()
+    keys = list(storage.make_keys(LONG_ID))
+    values = ['{"started":"v2"}', '{"started":"v1"}']
+    body = Body({'metadata': {'annotations': {keys[index]: values[index] for index in present_keys}}})
+    record = storage.fetch(key=LONG_ID, body=body)
+    assert (record or {}).get('started') == expected_started
+
+
+@pytest.mark.parametrize('storage', [AnnotationsProgressStorage(), SmartProgressStorage()], ids=type)
+def test_fetched_records_are_private(storage: ProgressStorage) -> None:
+    body = Body({'metadata': {'annotations': {'kopf.zalando.org/fn': '{"retries":1,"subrefs":["fn/a"]}'}}})
+    record = storage.fetch(key='fn', body=body)
+    assert record is not None
+    record['retries'] = 100
+    record['subrefs'].append('fn/b')  # type: ignore[union-attr]
+    assert storage.fetch(key='fn', body=body) == {'retries': 1, 'subrefs': ['fn/a']}
+
+
+def test_status_records_are_private() -> None:
+    raw = {'status': {'kopf': {'progress': {'fn': {'retries': 1}}}}}
+    record = StatusProgressStorage().fetch(key='fn', body=Body(raw))
+    assert record is not None
+    record['retries'] = 100
+    assert raw == {'status': {'kopf': {'progress': {'fn': {'retries': 1}}}}}
+
+
+def test_invalid_records_fail_rather_than_restart_the_handlers() -> None:
+    body = Body({'metadata': {'annotations': {'kopf.zalando.org/fn': '{broken'}}})
+    with pytest.raises(ValueError):
+        AnnotationsProgressStorage().fetch(key='fn', body=body)
+
+
+@pytest.mark.parametrize('kwargs, field, touch_field', [
+    ({}, ('status', 'kopf', 'progress'), ('status', 'kopf', 'dummy')),
+    ({'name': 'my-op'}, ('status', 'my-op', 'progress'), ('status', 'my-op', 'dummy')),
+    ({'field': 'status.my-op'}, ('status', 'my-op'), ('status', 'kopf', 'dummy')),
+    ({'field': ['status', 'a.b'], 'touch_field': ('status', 't')}, ('status', 'a.b'), ('status', 't')),
+])
+def test_status_fields(kwargs: dict[str, Any], field: tuple[str, ...], touch_field: tuple[str, ...]) -> None:
+    storage = StatusProgressStorage(**kwargs)
+    assert storage.field == field
+    assert storage.touch_field == touch_field
+
+
+def test_status_fields_can_be_changed_later() -> None:
+    storage = StatusProgressStorage(name='my-op')
+    storage.field = 'status.{name}.other'
+    storage.touch_field = ['status', 'touched']
+    assert storage.field == ('status', 'my-op', 'other')
+    assert storage.touch_field == ('status', 'touched')
+
+
+SMART_BODY = {
+    'metadata': {'annotations': {'kopf.zalando.org/both': '{"started":"annotations"}'}},
+    'status': {'kopf': {'progress': {'both': {'started': 'status'}, 'legacy': {'started': 'legacy'}}}},
+}
+
+
+@pytest.mark.parametrize('key, expected', [('both', 'annotations'), ('legacy', 'legacy'), ('none', None)])
+def test_smart_storage_reads_annotations_then_status(key: str, expected: str | None) -> None:
+    record = SmartProgressStorage().fetch(key=key, body=Body(SMART_BODY))
+    assert (record or {}).get('started') == expected
+
+
+def test_smart_storage_writes_only_annotations_but_purges_both() -> None:
+    storage = SmartProgressStorage()
+    patch = Patch()
+    storage.store(key='legacy', record={'started': 'new'}, body=Body(SMART_BODY), patch=patch)
+    storage.touch(body=Body(SMART_BODY), patch=patch, value='now')
+    assert json.loads(json.dumps(patch)) == {'metadata': {'annotations': {
+        'kopf.zalando.org/legacy': '{"started":"new"}',
+        'kopf.zalando.org/touch-dummy': 'now',
+    }}}
+    patch = Patch()
+    storage.purge(key='both', body=Body(SMART_BODY), patch=patch)
+    assert json.loads(json.dumps(patch)) == {
+        'metadata': {'annotations': {'kopf.zalando.org/both': None}},
+        'status': {'kopf': {'progress': {'both': None}}},
+    }
+
+
+def test_multi_storage_writes_all_and_reads_the_first_found() -> None:
+    first = AnnotationsProgressStorage(prefix='first.example.com')
+    second = StatusProgressStorage(field='status.second')
+    storage = MultiProgressStorage([first, second])
+    body = Body({'status': {'second': {'fn': {'started': 'second'}}}})
+    assert storage.fetch(key='fn', body=body) == {'started': 'second'}
+    patch = Patch()
+    storage.store(key='fn', record={'started': 'new'}, body=body, patch=patch)
+    assert json.loads(json.dumps(patch)) == {
+        'metadata': {'annotations': {'first.example.com/fn': '{"started":"new"}',
+                                     'first.example.com/kopf-managed': 'yes'}},
+        'status': {'second': {'fn': {'started': 'new'}}},
+    }
+    assert storage.fetch(key='fn', body=Body(patch)) == {'started': 'new'}  # the first one now
+
+
+@pytest.mark.parametrize('storage, nulls_kept', [
+    (AnnotationsProgressStorage(), False),
+    (AnnotationsProgressStorage(verbose=True), True),
+    (StatusProgressStorage(), True),
+    (SmartProgressStorage(), False),
+    (MultiProgressStorage([StatusProgressStorage(), AnnotationsProgressStorage()]), True),
+    (MultiProgressStorage([AnnotationsProgressStorage(), StatusProgressStorage()]), False),
+])
+def test_records_survive_the_roundtrip_through_the_object(storage: ProgressStorage, nulls_kept: bool) -> None:
+    patch = Patch()
+    storage.store(key='fn/sub', record=RECORD, body=Body({}), patch=patch)
+    expected = {key: value for key, value in RECORD.items() if nulls_kept or value is not None}
+    assert storage.fetch(key='fn/sub', body=Body(json.loads(json.dumps(patch)))) == expected
+
+
+@pytest.mark.parametrize('storage', [
+    AnnotationsProgressStorage(), StatusProgressStorage(), SmartProgressStorage(),
+], ids=type)
+def test_clearing_keeps_the_original_essence(storage: ProgressStorage) -> None:
+    essence: Any = {'metadata': {'annotations': {'kopf.zalando.org/fn': '{}', 'a': 'b'}, 'labels': {}},
+                    'status': {'kopf': {'progress': {'fn': {}}}}, 'spec': {'x': 1}}
+    original = json.dumps(essence)
+    cleared = storage.clear(essence=essence)
+    assert json.dumps(essence) == original
+    assert cleared['spec'] == {'x': 1}  # type: ignore[typeddict-item]
+    assert 'labels' not in cleared.get('metadata', {})
