@@ -1,29 +1,18 @@
 """
-Shared fixtures of the persistence tests: the captured behaviour of the original Kopf.
+Shared fixtures of the persistence tests.
 
-The fixtures in ``fixtures/kopf-1.45.2/`` are made by ``tools/compat/capture_kopf.py``:
-one file per scenario of Kopf running against a cluster (the objects before/after, every
-request Kopf has sent, the log), and ``storages.json`` with the outcomes of direct calls
-of Kopf's storage classes. Helpers are given as fixtures, since test modules cannot import
-each other (pytest runs in the importlib mode).
+The captured behaviour of the original Kopf is in ``fixtures/kopf-1.45.2/`` (made by
+``tools/compat/capture_kopf.py``): one file per scenario of Kopf running against a cluster,
+and ``storages.json`` with the outcomes of direct calls of Kopf's storage classes.
+The test modules load them at import time, since they parametrize the tests by their content.
+Helpers are given as fixtures, since test modules cannot import each other (importlib mode).
 """
-import json
-import pathlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from kopf._core import persistence
-
-FIXTURES = pathlib.Path(__file__).parent / 'fixtures' / 'kopf-1.45.2'
-
-StorageFactory = Callable[[dict[str, Any]], Any]
-
-
-def load_fixture(name: str) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads((FIXTURES / name).read_text())
-    return result
 
 
 def make_storage(spec: dict[str, Any]) -> Any:
@@ -34,11 +23,6 @@ def make_storage(spec: dict[str, Any]) -> Any:
     return cls(**spec.get('kwargs', {}))
 
 
-@pytest.fixture(scope='session')
-def probe() -> dict[str, Any]:
-    return load_fixture('storages.json')
-
-
 @pytest.fixture()
-def storage_factory() -> StorageFactory:
+def storage_factory() -> Callable[[dict[str, Any]], Any]:
     return make_storage

@@ -38,7 +38,9 @@ def _default_diffbase() -> persistence.DiffBaseStorage:
 
 
 # How each scenario's operator configured its storages (see the "operator" of the fixtures).
-CONFIGURED: dict[str, tuple[Callable[[], persistence.ProgressStorage], Callable[[], persistence.DiffBaseStorage]]] = {
+ProgressFactory = Callable[[], persistence.ProgressStorage]
+DiffBaseFactory = Callable[[], persistence.DiffBaseStorage]
+CONFIGURED: dict[str, tuple[ProgressFactory, DiffBaseFactory]] = {
     'status-progress': (persistence.StatusProgressStorage, _default_diffbase),
     'status-diffbase': (_default_progress, persistence.StatusDiffBaseStorage),
     'custom-prefix': (
@@ -117,7 +119,8 @@ def reproduce_annotations(
 ) -> dict[str, Any]:
     """Make our storages write what Kopf has written to these annotations; return our annotations."""
     progress, diffbase = storages_of(scenario)
-    leaves = [leaf for leaf in leaf_storages(progress) if isinstance(leaf, persistence.AnnotationsProgressStorage)]
+    leaves = [leaf for leaf in leaf_storages(progress)
+              if isinstance(leaf, persistence.AnnotationsProgressStorage)]
     keys_to_ids = {key: (leaf, handler_id)
                    for leaf in leaves for handler_id in handler_ids(SCENARIOS[scenario])
                    for key in leaf.make_keys(handler_id, body=Body(body))}
@@ -171,15 +174,14 @@ def test_status_progress_patches_are_reproduced_exactly(scenario: str, index: in
     kopf_patch = request['body']
     patch = Patch()
     for leaf in leaves:
-        container = dicts.resolve(kopf_patch, leaf.field, {})
+        container: dict[str, Any] = dicts.resolve(kopf_patch, leaf.field, {})
         for handler_id, record in container.items():
             if record is None:
                 leaf.purge(key=handler_id, body=Body(body), patch=patch)
             else:
                 leaf.store(key=handler_id, record=record, body=Body(body), patch=patch)
-        missing = object()
-        touched = dicts.resolve(kopf_patch, leaf.touch_field, missing)
-        if touched is not missing:
+        touched = dicts.resolve(kopf_patch, leaf.touch_field, ...)
+        if touched is not ...:
             leaf.touch(body=Body(body), patch=patch, value=touched)
     if isinstance(diffbase, persistence.StatusDiffBaseStorage):
         encoded = dicts.resolve(kopf_patch, diffbase.field, None)

@@ -24,6 +24,7 @@ PROBE: dict[str, Any] = json.loads(
     (pathlib.Path(__file__).parent / 'fixtures' / 'kopf-1.45.2' / 'storages.json').read_text()
 )
 INPUTS = PROBE['inputs']
+StorageFactory = Callable[[dict[str, Any]], Any]
 ERRORS: dict[str, type[Exception]] = {'JSONDecodeError': json.JSONDecodeError, 'TypeError': TypeError}
 
 
@@ -37,7 +38,8 @@ def _grouped(section: str) -> dict[str, list[dict[str, Any]]]:
 
 def _describe(spec: dict[str, Any]) -> str:
     if 'storages' in spec:
-        return spec['class'] + '[' + ','.join(_describe(child) for child in spec['storages']) + ']'
+        children = ','.join(_describe(child) for child in spec['storages'])
+        return f"{spec['class']}[{children}]"
     kwargs = ','.join(f'{key}={value!r}'[:30] for key, value in spec.get('kwargs', {}).items())
     return f"{spec['class']}({kwargs})"
 
@@ -71,83 +73,88 @@ PROGRESS_GROUPS = _grouped('progress')
 DIFFBASE_GROUPS = _grouped('diffbase')
 
 
+def _run_progress_case(storage: Any, case: dict[str, Any]) -> dict[str, Any]:
+    op = case['op']
+    if op == 'fields':
+        return {'result': [list(storage.field), list(storage.touch_field)]}
+    if op == 'clear':
+        source = {**INPUTS['progress_bodies'], **INPUTS['essence_bodies']}[case['essence']]
+        essence = copy.deepcopy(source)
+        actual = _outcome(lambda: storage.clear(essence=essence))
+        if essence != source:
+            actual['input_modified'] = True
+        # The order of fields matters for the diff-base: compare the serialised forms too.
+        if 'result' in actual and json.dumps(actual['result']) != json.dumps(case['result']):
+            actual['order'] = list(actual['result'])
+        return actual
+
+    body = Body(copy.deepcopy(INPUTS['progress_bodies'][case['body']]))
+    key = case.get('key', '')
+    record = copy.deepcopy(INPUTS['records'][case['record']]) if 'record' in case else {}
+    if op == 'fetch':
+        return _outcome(lambda: storage.fetch(key=key, body=body))
+    if op == 'purge':
+        return _patch_of(lambda patch: storage.purge(key=key, body=body, patch=patch))
+    if op == 'store':
+        return _patch_of(lambda patch: storage.store(key=key, record=record, body=body, patch=patch))
+    if op == 'store_then_purge':
+        def store_then_purge(patch: Patch) -> None:
+            storage.store(key=key, record=record, body=body, patch=patch)
+            storage.purge(key=key, body=body, patch=patch)
+        return _patch_of(store_then_purge)
+    if op == 'touch':
+        return _patch_of(lambda patch: storage.touch(body=body, patch=patch, value=case['value']))
+    raise AssertionError(f'Unknown operation: {op}')
+
+
+def _run_diffbase_case(storage: Any, case: dict[str, Any]) -> dict[str, Any]:
+    op = case['op']
+    if op == 'fields':
+        return {'result': list(storage.field)}
+    if op == 'build':
+        source = INPUTS['essence_bodies'][case['body']]
+        body = Body(copy.deepcopy(source))
+        actual = _outcome(lambda: storage.build(body=body, extra_fields=case['extra_fields']))
+        if dict(body) != source:
+            actual['body_modified'] = True
+        # The order of fields matters for the diff-base: compare the serialised forms too.
+        if 'result' in actual and json.dumps(actual['result']) != json.dumps(case['result']):
+            actual['order'] = list(actual['result'])
+        return actual
+
+    body = Body(copy.deepcopy(INPUTS['diffbase_bodies'][case['body']]))
+    if op == 'fetch':
+        return _outcome(lambda: storage.fetch(body=body))
+    if op == 'store':
+        essence = copy.deepcopy(INPUTS['diffbase_essences'][case['essence']])
+        return _patch_of(lambda patch: storage.store(body=body, patch=patch, essence=essence))
+    raise AssertionError(f'Unknown operation: {op}')
+
+
 @pytest.mark.parametrize('group', sorted(PROGRESS_GROUPS))
-def test_progress_storages_behave_as_kopf(group: str, storage_factory: Callable[[dict[str, Any]], Any]) -> None:
+def test_progress_storages_behave_as_kopf(group: str, storage_factory: StorageFactory) -> None:
     mismatches = []
     for case in PROGRESS_GROUPS[group]:
         storage = storage_factory(PROBE['storages'][case['storage']])
-        op = case['op']
-        if op == 'fields':
-            actual: dict[str, Any] = {'result': [list(storage.field), list(storage.touch_field)]}
-        elif op == 'clear':
-            essence_source = {**INPUTS['progress_bodies'], **INPUTS['essence_bodies']}[case['essence']]
-            essence = copy.deepcopy(essence_source)
-            actual = _outcome(lambda: storage.clear(essence=essence))
-            if essence != essence_source:
-                actual['input_modified'] = True
-            # The order of fields matters for the diff-base: compare the serialised forms too.
-            if 'result' in actual and json.dumps(actual['result']) != json.dumps(case['result']):
-                actual['order'] = list(actual['result'])
-        else:
-            body = Body(copy.deepcopy(INPUTS['progress_bodies'][case['body']]))
-            if op == 'fetch':
-                actual = _outcome(lambda: storage.fetch(key=case['key'], body=body))
-            elif op == 'purge':
-                actual = _patch_of(lambda patch: storage.purge(key=case['key'], body=body, patch=patch))
-            elif op == 'store':
-                record = copy.deepcopy(INPUTS['records'][case['record']])
-                actual = _patch_of(lambda patch: storage.store(key=case['key'], record=record,
-                                                                 body=body, patch=patch))
-            elif op == 'store_then_purge':
-                record = copy.deepcopy(INPUTS['records'][case['record']])
-
-                def store_then_purge(patch: Patch) -> None:
-                    storage.store(key=case['key'], record=record, body=body, patch=patch)
-                    storage.purge(key=case['key'], body=body, patch=patch)
-
-                actual = _patch_of(store_then_purge)
-            elif op == 'touch':
-                actual = _patch_of(lambda patch: storage.touch(body=body, patch=patch, value=case['value']))
-            else:
-                raise AssertionError(f'Unknown operation: {op}')
+        actual = _run_progress_case(storage, case)
         if actual != _expected(case):
             mismatches.append({'case': case, 'actual': actual})
     assert mismatches == []
 
 
 @pytest.mark.parametrize('group', sorted(DIFFBASE_GROUPS))
-def test_diffbase_storages_behave_as_kopf(group: str, storage_factory: Callable[[dict[str, Any]], Any]) -> None:
+def test_diffbase_storages_behave_as_kopf(group: str, storage_factory: StorageFactory) -> None:
     mismatches = []
     for case in DIFFBASE_GROUPS[group]:
         storage = storage_factory(PROBE['storages'][case['storage']])
-        op = case['op']
-        if op == 'fields':
-            actual: dict[str, Any] = {'result': list(storage.field)}
-        elif op == 'build':
-            source = INPUTS['essence_bodies'][case['body']]
-            body = Body(copy.deepcopy(source))
-            actual = _outcome(lambda: storage.build(body=body, extra_fields=case['extra_fields']))
-            if dict(body) != source:
-                actual['body_modified'] = True
-            # The order of fields matters for the diff-base: compare the serialised forms too.
-            if 'result' in actual and json.dumps(actual['result']) != json.dumps(case['result']):
-                actual['order'] = list(actual['result'])
-        else:
-            body = Body(copy.deepcopy(INPUTS['diffbase_bodies'][case['body']]))
-            if op == 'fetch':
-                actual = _outcome(lambda: storage.fetch(body=body))
-            elif op == 'store':
-                essence = copy.deepcopy(INPUTS['diffbase_essences'][case['essence']])
-                actual = _patch_of(lambda patch: storage.store(body=body, patch=patch, essence=essence))
-            else:
-                raise AssertionError(f'Unknown operation: {op}')
+        actual = _run_diffbase_case(storage, case)
         if actual != _expected(case):
             mismatches.append({'case': case, 'actual': actual})
     assert mismatches == []
 
 
 @pytest.mark.parametrize('case', PROBE['keys'], ids=lambda case: f"{case['storage']}-{case['key'][:24]}")
-def test_keys_are_formed_as_by_kopf(case: dict[str, Any], storage_factory: Callable[[dict[str, Any]], Any]) -> None:
+def test_keys_are_formed_as_by_kopf(case: dict[str, Any], storage_factory: StorageFactory) -> None:
     storage = storage_factory(PROBE['storages'][case['storage']])
     key = case['key']
     replica_set_of_deployment = Body(INPUTS['marking_bodies']['rs-of-deployment'])
@@ -160,7 +167,7 @@ def test_keys_are_formed_as_by_kopf(case: dict[str, Any], storage_factory: Calla
 
 
 @pytest.mark.parametrize('case', PROBE['marking'], ids=lambda case: case['body'])
-def test_keys_are_marked_as_by_kopf(case: dict[str, Any], storage_factory: Callable[[dict[str, Any]], Any]) -> None:
+def test_keys_are_marked_as_by_kopf(case: dict[str, Any], storage_factory: StorageFactory) -> None:
     storage = storage_factory({'class': 'AnnotationsProgressStorage'})
     body = Body(INPUTS['marking_bodies'][case['body']])
     assert storage.mark_key('fn', body=body) == case['mark_key']

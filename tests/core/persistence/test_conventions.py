@@ -89,7 +89,8 @@ def test_markers_are_stored_once(prefix: str, annotations: dict[str, str], expec
 @pytest.mark.parametrize('essence, expected', [
     ({}, {}),
     ({'spec': {}, 'status': {}, 'metadata': {'labels': {}, 'annotations': {}}}, {'spec': {}}),
-    ({'metadata': {'name': 'x', 'labels': {}}, 'status': {'a': {}}}, {'metadata': {'name': 'x'}, 'status': {'a': {}}}),
+    ({'metadata': {'name': 'x', 'labels': {}}, 'status': {'a': {}}},
+     {'metadata': {'name': 'x'}, 'status': {'a': {}}}),
     ({'metadata': {'labels': {'a': 'b'}, 'annotations': {}}}, {'metadata': {'labels': {'a': 'b'}}}),
 ])
 def test_empty_stanzas_are_removed(essence: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -98,8 +99,10 @@ def test_empty_stanzas_are_removed(essence: dict[str, Any], expected: dict[str, 
 
 
 @pytest.mark.parametrize('essence, path, expected', [
-    ({'status': {'kopf': {'progress': {'a': 1}}, 's': 1}}, ('status', 'kopf', 'progress'), {'status': {'s': 1}}),
-    ({'status': {'kopf': {'progress': {}, 'x': 1}}}, ('status', 'kopf', 'progress'), {'status': {'kopf': {'x': 1}}}),
+    ({'status': {'kopf': {'progress': {'a': 1}}, 's': 1}}, ('status', 'kopf', 'progress'),
+     {'status': {'s': 1}}),
+    ({'status': {'kopf': {'progress': {}, 'x': 1}}}, ('status', 'kopf', 'progress'),
+     {'status': {'kopf': {'x': 1}}}),
     ({'spec': {'x': {}}}, ('spec', 'x', 'y'), {}),  # empty dicts on the path go even if the field is absent
     ({'spec': {'x': {'z': 1}}}, ('spec', 'x', 'y'), {'spec': {'x': {'z': 1}}}),
     ({'spec': 5}, ('spec', 'x', 'y'), {'spec': 5}),
@@ -131,7 +134,8 @@ def test_invalid_json_fails(text: str) -> None:
 
 
 def test_json_is_compact_and_ascii() -> None:
-    assert conventions.encode_json({'a': [1, None], 'ü': 'ñ "q"'}) == '{"a":[1,null],"\\u00fc":"\\u00f1 \\"q\\""}'
+    encoded = conventions.encode_json({'a': [1, None], 'ü': 'ñ "q"'})
+    assert encoded == '{"a":[1,null],"\\u00fc":"\\u00f1 \\"q\\""}'
 
 
 def test_copies_are_deep_for_json_data() -> None:

@@ -1,9 +1,42 @@
-"""The ``kopf`` command and its sub-commands."""
-import importlib.metadata
+"""
+The ``kopf`` command and its sub-commands: ``run``, ``freeze``, ``resume``.
 
+Every option can also come from an environment variable named ``KOPF_<COMMAND>_<OPTION>``,
+e.g. ``KOPF_RUN_NAMESPACE=default`` or ``KOPF_RUN_VERBOSE=1`` (click's automatic variables).
+
+Errors are reported as one short message on stderr with a non-zero exit code: 2 for the misuse
+of the command line, 1 for everything else (a source that cannot be loaded, a cluster that
+cannot be reached, an operator that has failed). Tracebacks are shown only with ``--debug``,
+except for the user's own code that fails while being loaded (its traceback is the message).
+"""
+import asyncio
+import contextlib
+import importlib
+import importlib.metadata
+import logging
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import aiohttp
 import click
 
+from kopf._cli.controls import RunControls
+from kopf._cli.loading import LoadingError, load_sources
+from kopf._clients.errors import APIError, APIForbiddenError, APIUnauthorizedError
+from kopf._cogs.structs.credentials import LoginError
+from kopf._core.actions.loggers import LogFormat, configure
+from kopf._core.intents.registries import OperatorRegistry, get_default_registry, set_default_registry
+
+logger = logging.getLogger(__name__)
+
 DISTRIBUTIONS = ('kopf', 'kopf-clients', 'kopf-core', 'kopf-webhooks', 'kopf-cli', 'kopf-testing')
+
+# The priority implied by --dev: high enough to win over the deployed (production) operators.
+DEV_PRIORITY = 666
+
+_CommandFn = TypeVar('_CommandFn', bound=Callable[..., Any])
 
 
 def _versions() -> str:
@@ -23,8 +56,281 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
         ctx.exit()
 
 
-@click.group(name='kopf', context_settings={'help_option_names': ['-h', '--help']})
+@click.group(
+    name='kopf',
+    context_settings={'help_option_names': ['-h', '--help'], 'auto_envvar_prefix': 'KOPF'},
+)
 @click.option('--version', is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help='Show the versions of the installed kopf distributions and exit.')
 def main() -> None:
     """Kopf: the Kubernetes Operator Pythonic Framework."""
+
+
+#
+# Options shared by several commands.
+#
+
+def _apply_options(fn: _CommandFn, options: list[Callable[[_CommandFn], _CommandFn]]) -> _CommandFn:
+    for option in reversed(options):  # so that --help lists them in the order of declaration
+        fn = option(fn)
+    return fn
+
+
+def logging_options(fn: _CommandFn) -> _CommandFn:
+    """The options of logging verbosity and format, the same for all commands."""
+    return _apply_options(fn, [
+        click.option('-v', '--verbose', is_flag=True,
+                     help="Show what the framework does, except asyncio's & aiohttp's internals."),
+        click.option('-d', '--debug', is_flag=True,
+                     help="Show everything, asyncio's internals and the API traffic included; "
+                          "show the tracebacks of failures."),
+        click.option('-q', '--quiet', is_flag=True,
+                     help='Show only the warnings and errors.'),
+        click.option('--log-format', type=click.Choice([log_format.name.lower() for log_format in LogFormat]),
+                     default=LogFormat.FULL.name.lower(), show_default=True,
+                     help='How the log lines look: the message only, with timestamps & levels, or JSON.'),
+        click.option('--log-refkey', default=None, metavar='KEY',
+                     help='In JSON logs, the key for the reference to the object a message is about.'),
+        click.option('--log-prefix/--no-log-prefix', default=None,
+                     help="Whether to prefix the messages about objects with the objects' names "
+                          "[default: on for the text formats, off for JSON]."),
+    ])
+
+
+def scope_options(fn: _CommandFn) -> _CommandFn:
+    """The options of which namespaces to serve."""
+    return _apply_options(fn, [
+        click.option('-n', '--namespace', 'namespaces', multiple=True, metavar='PATTERN',
+                     help='Serve the namespaces matching this name or pattern; can be repeated.'),
+        click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True,
+                     help='Serve the whole cluster via the cluster-wide API endpoints.'),
+    ])
+
+
+def _configure_logging(
+        *,
+        verbose: bool,
+        debug: bool,
+        quiet: bool,
+        log_format: str,
+        log_refkey: str | None,
+        log_prefix: bool | None,
+) -> None:
+    configure(
+        debug=debug,
+        verbose=verbose,
+        quiet=quiet,
+        log_format=LogFormat[log_format.upper()],
+        log_prefix=log_prefix,
+        log_refkey=log_refkey,
+    )
+
+
+def _check_scope(namespaces: tuple[str, ...], clusterwide: bool) -> None:
+    if namespaces and clusterwide:
+        raise click.UsageError('--namespace and --all-namespaces exclude each other: use only one of them.')
+
+
+def _validate_liveness(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        parsed = urllib.parse.urlsplit(value)
+        if parsed.scheme != 'http' or not parsed.netloc:
+            raise click.BadParameter(
+                f'{value!r} is not an http:// URL (e.g. http://0.0.0.0:8080/healthz); '
+                f'only http:// is supported.', ctx=ctx, param=param)
+    return value
+
+
+def _get_controls(ctx: click.Context) -> RunControls:
+    return ctx.obj if isinstance(ctx.obj, RunControls) else RunControls()
+
+
+def _fail(controls: RunControls, message: str, cause: BaseException) -> NoReturn:
+    """Report a failure as a message & exit code 1; keep the original error for in-process callers."""
+    controls.failure = cause
+    raise click.ClickException(message) from cause
+
+
+#
+# kopf run
+#
+
+@main.command()
+@logging_options
+@scope_options
+@click.option('--standalone', is_flag=True,
+              help='Do not peer with other operators, not even by auto-detection.')
+@click.option('--dev', is_flag=True,
+              help=f'The development mode: implies --priority={DEV_PRIORITY}.')
+@click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL', callback=_validate_liveness,
+              help='Serve the health checks at this http:// URL, e.g. http://0.0.0.0:8080/healthz.')
+@click.option('-P', '--peering', 'peering_name', default=None, metavar='NAME',
+              help='The peering object to use (it becomes mandatory).')
+@click.option('-p', '--priority', type=int, default=None,
+              help='The priority of this operator in the peering (0 by default).')
+@click.option('-m', '--module', 'modules', multiple=True, metavar='MODULE',
+              help='Import this module by name, as "python -m" does; can be repeated.')
+@click.argument('paths', nargs=-1, type=click.Path(exists=True, dir_okay=False))
+@click.pass_context
+def run(
+        ctx: click.Context,
+        *,
+        paths: tuple[str, ...],
+        modules: tuple[str, ...],
+        verbose: bool,
+        debug: bool,
+        quiet: bool,
+        log_format: str,
+        log_refkey: str | None,
+        log_prefix: bool | None,
+        namespaces: tuple[str, ...],
+        clusterwide: bool,
+        standalone: bool,
+        dev: bool,
+        liveness_endpoint: str | None,
+        peering_name: str | None,
+        priority: int | None,
+) -> None:
+    """Load the handlers from the files and modules and run the operator with them."""
+    _check_scope(namespaces, clusterwide)
+    _configure_logging(verbose=verbose, debug=debug, quiet=quiet,
+                       log_format=log_format, log_refkey=log_refkey, log_prefix=log_prefix)
+    controls = _get_controls(ctx)
+
+    registry = controls.registry if controls.registry is not None else get_default_registry()
+    try:
+        with _default_registry(registry):
+            load_sources(paths=paths, modules=modules)
+    except LoadingError as e:
+        if debug:
+            raise
+        _fail(controls, str(e), e.__cause__ or e)
+    if not _has_handlers(registry):
+        logger.warning('No handlers are registered by the given files and modules: '
+                       'the operator has nothing to do. Forgot a file, or -m before a module name?')
+
+    from kopf._core.reactor import running  # here: a plain `kopf --version` should not import the reactor
+
+    loop = controls.loop if controls.loop is not None else _make_custom_loop()
+    try:
+        running.run(
+            loop=loop,
+            registry=registry,
+            settings=controls.settings,
+            vault=controls.vault,
+            memo=controls.memo,
+            stop_flag=controls.stop_flag,
+            ready_flag=controls.ready_flag,
+            standalone=True if standalone else None,  # None lets the settings decide
+            priority=DEV_PRIORITY if dev else priority,
+            peering_name=peering_name,
+            liveness_endpoint=liveness_endpoint,
+            clusterwide=clusterwide,
+            namespaces=namespaces,
+        )
+    except Exception as e:
+        if debug:
+            raise
+        _fail(controls, _describe_operator_failure(e), e)
+    finally:
+        if loop is not None and loop is not controls.loop and not loop.is_closed():
+            loop.close()
+
+
+# The default registry is global: loading in several threads at once (e.g. parallel KopfRunners)
+# must not mix the registries of the others.
+_loading_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _default_registry(registry: OperatorRegistry) -> Iterator[None]:
+    """Make a registry the default one, so that the decorators in the loaded sources fill it."""
+    with _loading_lock:
+        previous = get_default_registry()
+        set_default_registry(registry)
+        try:
+            yield
+        finally:
+            set_default_registry(previous)
+
+
+def _has_handlers(registry: OperatorRegistry) -> bool:
+    return any(_iter_handler_counts(registry))
+
+
+def _iter_handler_counts(registry: OperatorRegistry) -> Iterator[int]:
+    yield len(registry.activities)
+    yield len(registry.watching)
+    yield len(registry.changing)
+    yield len(registry.spawning)
+    yield len(registry.indexing)
+    yield len(registry.webhooks)
+
+
+def _make_custom_loop() -> asyncio.AbstractEventLoop | None:
+    """A uvloop event loop if uvloop is installed (it is faster); otherwise, the standard one (None)."""
+    try:
+        uvloop = importlib.import_module('uvloop')
+    except ImportError:
+        return None
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def _describe_operator_failure(exception: Exception) -> str:
+    hint = ' (Run with --debug to see the traceback.)'
+    if isinstance(exception, LoginError):
+        return f'Cannot log in to the Kubernetes cluster: {exception}'
+    if isinstance(exception, (APIUnauthorizedError, APIForbiddenError)):
+        return f'The Kubernetes API has refused the credentials: {exception}'
+    if isinstance(exception, (aiohttp.ClientConnectionError, ConnectionError)):
+        return f'Cannot reach the Kubernetes API: {exception or type(exception).__name__}'
+    if isinstance(exception, APIError):
+        return f'The Kubernetes API has failed a request: {exception}'
+    return f'The operator has failed: {type(exception).__name__}: {exception}.{hint}'
+
+
+#
+# kopf freeze / kopf resume
+#
+
+def _not_implemented(command: str) -> NoReturn:
+    raise click.ClickException(
+        f'"kopf {command}" is not implemented yet: it works via the peering objects, '
+        f'and this version of Kopf does not implement peering yet.'
+    )
+
+
+def _peering_command(fn: _CommandFn) -> _CommandFn:
+    """The options shared by the commands that talk to the operators via the peering objects."""
+    fn = _apply_options(fn, [
+        click.option('-i', '--id', 'identity', default=None,
+                     help='The identity to use in the peering object (by default, this host & user).'),
+    ])
+    return scope_options(logging_options(fn))
+
+
+@main.command()
+@_peering_command
+@click.option('--dev', is_flag=True, help=f'The development mode: implies --priority={DEV_PRIORITY}.')
+@click.option('-P', '--peering', 'peering_name', required=True, metavar='NAME',
+              help='The peering object via which to freeze the operators.')
+@click.option('-p', '--priority', type=int, required=True,
+              help='The priority to freeze with: the operators with lower priorities pause.')
+@click.option('-t', '--lifetime', type=int, required=True, metavar='SECONDS',
+              help='For how long to freeze the operators.')
+@click.option('-m', '--message', default=None, help='Why the operators are frozen (for humans).')
+def freeze(**options: Any) -> None:
+    """Pause the handling of resources in the operators of a peering (for a time)."""
+    _check_scope(options['namespaces'], options['clusterwide'])
+    _not_implemented('freeze')
+
+
+@main.command()
+@_peering_command
+@click.option('-P', '--peering', 'peering_name', required=True, metavar='NAME',
+              help='The peering object via which to resume the operators.')
+def resume(**options: Any) -> None:
+    """Resume the handling of resources in the operators of a peering, if frozen."""
+    _check_scope(options['namespaces'], options['clusterwide'])
+    _not_implemented('resume')

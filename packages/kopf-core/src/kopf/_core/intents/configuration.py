@@ -8,11 +8,11 @@ from kopf-clients, so that ``OperatorSettings`` satisfies the client's ``ClientS
 """
 import concurrent.futures
 import dataclasses
-import importlib
 import logging
 from typing import Any
 
 from kopf._cogs.configs.networking import BackoffsSpec, NetworkingSettings, WatchingSettings
+from kopf._core.persistence import diffbase, progress
 
 __all__ = [
     'AdmissionSettings',
@@ -236,40 +236,17 @@ class BackgroundSettings:
     """How many event-loop cycles to give the daemons to exit instantly on the operator's exit."""
 
 
-def _make_storage(module_name: str, class_name: str) -> Any:
-    """
-    Create the default storage of the persistence layer, if that layer is installed already.
-
-    The persistence layer is built separately (and may be absent in partial checkouts): without it,
-    the storage is None, and the operator cannot handle the changes until one is configured.
-    """
-    # TODO: import the storage classes directly once kopf._core.persistence exists in the tree.
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name is not None and module_name.startswith(e.name):
-            return None
-        raise
-    return getattr(module, class_name)()
-
-
-def _default_progress_storage() -> Any:
-    return _make_storage('kopf._core.persistence.progress', 'SmartProgressStorage')
-
-
-def _default_diffbase_storage() -> Any:
-    return _make_storage('kopf._core.persistence.diffbase', 'AnnotationsDiffBaseStorage')
-
-
 @dataclasses.dataclass
 class PersistenceSettings:
     finalizer: str = 'kopf.zalando.org/KopfFinalizerMarker'
     """The finalizer that blocks the objects' deletion until the deletion handlers and daemons are done."""
 
-    progress_storage: Any = dataclasses.field(default_factory=_default_progress_storage)
+    progress_storage: progress.ProgressStorage = dataclasses.field(
+        default_factory=progress.SmartProgressStorage)
     """Where the handlers' progress (retries, successes, failures) is stored on the objects."""
 
-    diffbase_storage: Any = dataclasses.field(default_factory=_default_diffbase_storage)
+    diffbase_storage: diffbase.DiffBaseStorage = dataclasses.field(
+        default_factory=diffbase.AnnotationsDiffBaseStorage)
     """Where the last handled state of the objects (the base for the diffs) is stored."""
 
     consistency_timeout: float = 5.0

@@ -1,0 +1,350 @@
+"""
+Per-object serialisation of the watch-events: one watch-stream in, one short-lived worker per object out.
+
+A watcher consumes the endless stream of one resource in one namespace (or cluster-wide)
+and multiplexes the events into per-object streams, keyed by the objects' uids (or by their
+namespaces & names if they have no uids). For every object, at most one worker exists at a time,
+so the events of one object are never processed concurrently; different objects are processed
+in parallel (up to ``settings.queueing.worker_limit`` at once, shared by the whole operator).
+
+Batching: an object's stream holds only the latest unprocessed event. The events that arrive
+while the object is being processed, or within ``settings.queueing.batch_window`` of each other,
+replace each other, and only the latest one is processed: the processing always works
+with the latest known state of the object. The newer events also set ``stream_pressure``,
+so that a processor sleeping on something (e.g. for its delayed handlers) can wake up earlier.
+
+Workers exit after ``settings.queueing.idle_timeout`` with no new events (or right after the object
+is deleted), and their streams are forgotten: an idle object costs no task and no queue, only a small
+record of its identity (to notice its disappearance while the watch-stream was not watching).
+
+When a re-listing (at the start, or after the server forgot the history) has no object that
+was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
+for it, with a skeleton body made of its last known identity (apiVersion, kind, name, namespace, uid).
+
+Unexpected errors of the processing are logged and throttled per object with the delays
+of ``settings.queueing.error_delays`` (the last delay repeats; a success resets the sequence);
+meanwhile, the object's new events are batched as usual, and only the latest one is processed next.
+
+On exit, the workers get ``settings.queueing.exit_timeout`` to finish what they are doing (their
+streams get the pressure to hurry up) and are cancelled after that.
+
+The processor is pluggable: see :class:`Processor`.
+"""
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Hashable, Iterator, Mapping, MutableMapping
+from typing import Any, NamedTuple, Protocol, cast
+
+from kopf._clients import watching
+from kopf._clients.api import iter_backoffs
+from kopf._clients.vault import Vault
+from kopf._clients.watching import Bookmark
+from kopf._cogs.structs.bodies import RawBody, RawEvent
+from kopf._cogs.structs.references import Resource
+from kopf._core.intents.configuration import OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+
+class Processor(Protocol):
+    """
+    The per-object processing cycle: called for the latest event of an object, one call at a time per object.
+
+    ``stream_pressure`` is set when newer events of the same object arrive during the call.
+    ``namespace`` is the namespace of the watch-stream (``None`` for cluster-wide ones), not of the object.
+    Whatever the processor needs besides (settings, registry, memories, etc.) is bound in advance,
+    e.g. with :func:`functools.partial`. Exceptions escaping it are logged and throttled.
+    """
+
+    def __call__(
+            self,
+            *,
+            raw_event: RawEvent,
+            stream_pressure: asyncio.Event,
+            resource: Resource,
+            namespace: str | None,
+    ) -> Awaitable[None]: ...
+
+
+class ObjectIdentity(NamedTuple):
+    """The least that is remembered about an idle object: enough to report its disappearance."""
+
+    api_version: str | None
+    kind: str | None
+    namespace: str | None
+    name: str | None
+    uid: str | None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> 'ObjectIdentity':
+        meta = body.get('metadata') or {}
+        return cls(body.get('apiVersion'), body.get('kind'), meta.get('namespace'), meta.get('name'), meta.get('uid'))
+
+    @property
+    def key(self) -> Hashable:
+        return self.uid if self.uid else (self.namespace, self.name)
+
+    def as_body(self) -> RawBody:
+        meta = {key: value for key, value in [('name', self.name), ('namespace', self.namespace),
+                                              ('uid', self.uid)] if value is not None}
+        body = {key: value for key, value in [('apiVersion', self.api_version), ('kind', self.kind)]
+                if value is not None}
+        return cast(RawBody, {**body, 'metadata': meta})
+
+
+class ObjectPrefixLogger(logging.LoggerAdapter[logging.Logger]):
+    """
+    Messages about an object, prefixed with its namespace & name, in the ``kopf.objects`` logger.
+
+    A minimal stand-in for the framework's object loggers (which also post the messages as events).
+    """
+    # TODO: use kopf._core.actions.loggers.ObjectLogger (with k8s-event posting) once it exists.
+
+    def __init__(self, identity: ObjectIdentity) -> None:
+        super().__init__(logging.getLogger('kopf.objects'), {
+            'k8s_skip': False,
+            'k8s_ref': {'apiVersion': identity.api_version, 'kind': identity.kind,
+                        'name': identity.name, 'uid': identity.uid, 'namespace': identity.namespace},
+        })
+        where = f'{identity.namespace}/{identity.name}' if identity.namespace else f'{identity.name}'
+        self._prefix = f'[{where}] '
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        return self._prefix + str(msg), {**kwargs, 'extra': {**(self.extra or {}), **kwargs.get('extra', {})}}
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Stream:
+    """An active object: its latest unprocessed event, the pressure flag, and its only worker."""
+
+    pressure: asyncio.Event
+    pending: RawEvent | None = None
+    worker: asyncio.Task[None] | None = None
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Throttle:
+    """The error delays of a failing object: where it is in the sequence, and the last delay used."""
+
+    delays: Iterator[float]
+    last_delay: float | None = None
+
+
+class ObjectStreams:
+    """
+    The multiplexer of one watch-stream into the per-object workers (see the module's description).
+
+    Feed it with the items of :func:`kopf._clients.watching.infinite_watch` (raw events and bookmarks);
+    close it when the watch-stream is over, to let the workers finish gracefully.
+    """
+
+    def __init__(
+            self,
+            *,
+            processor: Processor,
+            resource: Resource,
+            namespace: str | None,
+            settings: OperatorSettings,
+            limiter: asyncio.Semaphore | None = None,
+    ) -> None:
+        super().__init__()
+        self._processor = processor
+        self._resource = resource
+        self._namespace = namespace
+        self._settings = settings
+        self._limiter = limiter
+        self._streams: dict[Hashable, _Stream] = {}
+        self._known: dict[Hashable, ObjectIdentity] = {}
+        self._listing: set[Hashable] | None = None
+        self._throttles: dict[Hashable, _Throttle] = {}
+        self._closing = asyncio.Event()
+
+    @property
+    def active_count(self) -> int:
+        """How many objects have a worker now (i.e. are being processed or were recently)."""
+        return len(self._streams)
+
+    @property
+    def known_count(self) -> int:
+        """How many objects are known to exist (as of the latest events)."""
+        return len(self._known)
+
+    def feed(self, item: RawEvent | Bookmark) -> None:
+        """Route a watch-event to its object's worker (starting one if needed); interpret the bookmarks."""
+        if item is Bookmark.LISTED:
+            self._finish_listing()
+            return
+        if not isinstance(item, Mapping):
+            return  # other bookmarks, if any ever appear, mean nothing here.
+
+        raw_event = item
+        identity = ObjectIdentity.from_body(raw_event['object'])
+        key = identity.key
+        if raw_event['type'] is None:
+            if self._listing is None:
+                self._listing = set()
+            self._listing.add(key)
+        if raw_event['type'] == 'DELETED':
+            self._known.pop(key, None)
+        else:
+            self._known[key] = identity
+        self._dispatch(key, raw_event)
+
+    def _finish_listing(self) -> None:
+        listed, self._listing = self._listing or set(), None
+        vanished = [identity for key, identity in self._known.items() if key not in listed]
+        for identity in vanished:
+            del self._known[identity.key]
+            self._dispatch(identity.key, cast(RawEvent, {'type': 'DELETED', 'object': identity.as_body()}))
+
+    def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = _Stream(pressure=asyncio.Event())
+            self._streams[key] = stream
+            stream.worker = asyncio.create_task(self._worker(key, stream), name=f'worker for {key!r}')
+        stream.pending = raw_event
+        stream.pressure.set()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """
+        Let the workers process what they have and exit; cancel those still working after the timeout.
+
+        The idle workers exit at once; the busy ones see the pressure (as if new events arrived).
+        """
+        self._closing.set()
+        for stream in self._streams.values():
+            stream.pressure.set()
+        workers = [stream.worker for stream in self._streams.values() if stream.worker is not None]
+        if not workers:
+            return
+        _, pending = await asyncio.wait(workers, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            logger.debug(f'Cancelling {len(pending)} workers of {self._resource!r} that did not exit in time.')
+            await asyncio.wait(pending)
+
+    async def _worker(self, key: Hashable, stream: _Stream) -> None:
+        try:
+            while True:
+                if stream.pending is None:
+                    if self._closing.is_set():
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self._settings.queueing.idle_timeout):
+                            await stream.pressure.wait()
+                    if stream.pending is None:
+                        break  # idle for too long, or closing with nothing left to do.
+
+                await self._wait_for_silence(stream)
+                raw_event, stream.pending = stream.pending, None
+                stream.pressure.clear()
+                if raw_event is None:  # for type checkers: only this worker takes the pending events.
+                    continue
+
+                await self._process(key, raw_event, stream)
+
+                # Nothing can come after the deletion (of this uid): do not keep the worker for nothing.
+                if raw_event['type'] == 'DELETED' and stream.pending is None:
+                    self._throttles.pop(key, None)
+                    break
+        finally:
+            # No awaits between the final check of the pending event and the forgetting of the stream:
+            # a new event can arrive only while this worker awaits something, so none can be lost.
+            if self._streams.get(key) is stream:
+                del self._streams[key]
+
+    async def _wait_for_silence(self, stream: _Stream) -> None:
+        """Batch the bursts of events: wait until no new events arrive within the batching window."""
+        while not self._closing.is_set():
+            stream.pressure.clear()
+            try:
+                async with asyncio.timeout(self._settings.queueing.batch_window):
+                    await stream.pressure.wait()
+            except TimeoutError:
+                break
+
+    async def _process(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> None:
+        try:
+            async with self._limiter if self._limiter is not None else contextlib.nullcontext():
+                await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
+                                      resource=self._resource, namespace=self._namespace)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            await self._throttle(key, raw_event, e)
+        else:
+            self._throttles.pop(key, None)
+
+    async def _throttle(self, key: Hashable, raw_event: RawEvent, exc: Exception) -> None:
+        """Sleep after an unexpected error (new events keep batching meanwhile; closing interrupts it)."""
+        object_logger = ObjectPrefixLogger(ObjectIdentity.from_body(raw_event['object']))
+        throttle = self._throttles.get(key)
+        if throttle is None:
+            throttle = self._throttles[key] = _Throttle(iter_backoffs(self._settings.queueing.error_delays))
+        delay = next(throttle.delays, throttle.last_delay)
+        throttle.last_delay = delay
+        if delay is None:
+            object_logger.exception(f'Processing has failed with an unexpected error (no throttling): {exc!r}')
+            return
+
+        object_logger.exception(f'Throttling for {delay} seconds due to an unexpected error: {exc!r}')
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._closing.wait()
+        object_logger.info('Throttling is over. Switching back to normal operations.')
+
+
+def describe_resource(resource: Resource) -> str:
+    """The resource as the watch-stream logs name it: ``plural.version.group`` (``plural.version`` for core)."""
+    return '.'.join(part for part in (resource.plural, resource.version, resource.group) if part)
+
+
+def describe_scope(namespace: str | None) -> str:
+    return f'in {namespace!r}' if namespace is not None else 'cluster-wide'
+
+
+async def watcher(
+        *,
+        settings: OperatorSettings,
+        vault: Vault,
+        resource: Resource,
+        namespace: str | None,
+        processor: Processor,
+        limiter: asyncio.Semaphore | None = None,
+) -> None:
+    """
+    Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
+
+    The watch-stream survives the disconnects by itself; if it fails (e.g. HTTP 403 or 404), the failure
+    is logged and the watching restarts after a delay from ``settings.queueing.error_delays``
+    (the sequence restarts once a listing succeeds). The workers of the objects survive the restarts.
+    """
+    name = describe_resource(resource)
+    scope = describe_scope(namespace)
+    streams = ObjectStreams(processor=processor, resource=resource, namespace=namespace,
+                            settings=settings, limiter=limiter)
+    logger.debug(f'Starting the watch-stream for {name} {scope}.')
+    try:
+        delays = iter_backoffs(settings.queueing.error_delays)
+        last_delay: float = settings.watching.reconnect_backoff
+        while True:
+            source = watching.infinite_watch(settings=settings, vault=vault, resource=resource,
+                                             namespace=namespace, logger=logger)
+            try:
+                async with contextlib.aclosing(source):
+                    async for item in source:
+                        streams.feed(item)
+                        if item is Bookmark.LISTED:
+                            delays = iter_backoffs(settings.queueing.error_delays)
+            except Exception as e:
+                last_delay = next(delays, last_delay)
+                logger.exception(f'Watcher for {name}@{namespace} has failed: {e}; '
+                                 f'restarting in {last_delay} seconds.')
+                await asyncio.sleep(last_delay)
+    finally:
+        logger.debug(f'Stopping the watch-stream for {name} {scope}.')
+        await streams.close(timeout=settings.queueing.exit_timeout)
