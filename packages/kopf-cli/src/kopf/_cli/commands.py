@@ -100,9 +100,9 @@ def logging_options(fn: _CommandFn) -> _CommandFn:
 def scope_options(fn: _CommandFn) -> _CommandFn:
     """The options of which namespaces to serve."""
     return _apply_options(fn, [
-        click.option('-n', '--namespace', 'namespaces', multiple=True, metavar='PATTERN',
+        click.option('-n', '--namespace', multiple=True, metavar='PATTERN',
                      help='Serve the namespaces matching this name or pattern; can be repeated.'),
-        click.option('-A', '--all-namespaces', 'clusterwide', is_flag=True,
+        click.option('-A', '--all-namespaces', is_flag=True,
                      help='Serve the whole cluster via the cluster-wide API endpoints.'),
     ])
 
@@ -162,13 +162,13 @@ def _fail(controls: RunControls, message: str, cause: BaseException) -> NoReturn
               help='Do not peer with other operators, not even by auto-detection.')
 @click.option('--dev', is_flag=True,
               help=f'The development mode: implies --priority={DEV_PRIORITY}.')
-@click.option('-L', '--liveness', 'liveness_endpoint', metavar='URL', callback=_validate_liveness,
+@click.option('-L', '--liveness', metavar='URL', callback=_validate_liveness,
               help='Serve the health checks at this http:// URL, e.g. http://0.0.0.0:8080/healthz.')
-@click.option('-P', '--peering', 'peering_name', default=None, metavar='NAME',
+@click.option('-P', '--peering', default=None, metavar='NAME',
               help='The peering object to use (it becomes mandatory).')
 @click.option('-p', '--priority', type=int, default=None,
               help='The priority of this operator in the peering (0 by default).')
-@click.option('-m', '--module', 'modules', multiple=True, metavar='MODULE',
+@click.option('-m', '--module', multiple=True, metavar='MODULE',
               help='Import this module by name, as "python -m" does; can be repeated.')
 @click.argument('paths', nargs=-1, type=click.Path(exists=True, dir_okay=False))
 @click.pass_context
@@ -176,35 +176,41 @@ def run(
         ctx: click.Context,
         *,
         paths: tuple[str, ...],
-        modules: tuple[str, ...],
+        module: tuple[str, ...],
         verbose: bool,
         debug: bool,
         quiet: bool,
         log_format: str,
         log_refkey: str | None,
         log_prefix: bool | None,
-        namespaces: tuple[str, ...],
-        clusterwide: bool,
+        namespace: tuple[str, ...],
+        all_namespaces: bool,
         standalone: bool,
         dev: bool,
-        liveness_endpoint: str | None,
-        peering_name: str | None,
+        liveness: str | None,
+        peering: str | None,
         priority: int | None,
 ) -> None:
     """Load the handlers from the files and modules and run the operator with them."""
-    _check_scope(namespaces, clusterwide)
+    # The parameters are named after the options (not as what they mean), since the names of
+    # the environment variables are made from them: KOPF_RUN_NAMESPACE, KOPF_RUN_ALL_NAMESPACES.
+    _check_scope(namespace, all_namespaces)
     _configure_logging(verbose=verbose, debug=debug, quiet=quiet,
                        log_format=log_format, log_refkey=log_refkey, log_prefix=log_prefix)
     controls = _get_controls(ctx)
 
     registry = controls.registry if controls.registry is not None else get_default_registry()
+    loading_error: LoadingError | None = None
     try:
         with _default_registry(registry):
-            load_sources(paths=paths, modules=modules)
+            load_sources(paths=paths, modules=module)
     except LoadingError as e:
+        loading_error = e
+    if loading_error is not None:  # outside of the except-block: to not chain the errors when re-raising
+        original_error = loading_error.__cause__ or loading_error
         if debug:
-            raise
-        _fail(controls, str(e), e.__cause__ or e)
+            raise original_error  # with its full traceback, the loading machinery included
+        _fail(controls, str(loading_error), original_error)
     if not _has_handlers(registry):
         logger.warning('No handlers are registered by the given files and modules: '
                        'the operator has nothing to do. Forgot a file, or -m before a module name?')
@@ -223,10 +229,10 @@ def run(
             ready_flag=controls.ready_flag,
             standalone=True if standalone else None,  # None lets the settings decide
             priority=DEV_PRIORITY if dev else priority,
-            peering_name=peering_name,
-            liveness_endpoint=liveness_endpoint,
-            clusterwide=clusterwide,
-            namespaces=namespaces,
+            peering_name=peering,
+            liveness_endpoint=liveness,
+            clusterwide=all_namespaces,
+            namespaces=namespace,
         )
     except Exception as e:
         if debug:
@@ -304,7 +310,7 @@ def _not_implemented(command: str) -> NoReturn:
 def _peering_command(fn: _CommandFn) -> _CommandFn:
     """The options shared by the commands that talk to the operators via the peering objects."""
     fn = _apply_options(fn, [
-        click.option('-i', '--id', 'identity', default=None,
+        click.option('-i', '--id', default=None,
                      help='The identity to use in the peering object (by default, this host & user).'),
     ])
     return scope_options(logging_options(fn))
@@ -313,7 +319,7 @@ def _peering_command(fn: _CommandFn) -> _CommandFn:
 @main.command()
 @_peering_command
 @click.option('--dev', is_flag=True, help=f'The development mode: implies --priority={DEV_PRIORITY}.')
-@click.option('-P', '--peering', 'peering_name', required=True, metavar='NAME',
+@click.option('-P', '--peering', required=True, metavar='NAME',
               help='The peering object via which to freeze the operators.')
 @click.option('-p', '--priority', type=int, required=True,
               help='The priority to freeze with: the operators with lower priorities pause.')
@@ -322,15 +328,15 @@ def _peering_command(fn: _CommandFn) -> _CommandFn:
 @click.option('-m', '--message', default=None, help='Why the operators are frozen (for humans).')
 def freeze(**options: Any) -> None:
     """Pause the handling of resources in the operators of a peering (for a time)."""
-    _check_scope(options['namespaces'], options['clusterwide'])
+    _check_scope(options['namespace'], options['all_namespaces'])
     _not_implemented('freeze')
 
 
 @main.command()
 @_peering_command
-@click.option('-P', '--peering', 'peering_name', required=True, metavar='NAME',
+@click.option('-P', '--peering', required=True, metavar='NAME',
               help='The peering object via which to resume the operators.')
 def resume(**options: Any) -> None:
     """Resume the handling of resources in the operators of a peering, if frozen."""
-    _check_scope(options['namespaces'], options['clusterwide'])
+    _check_scope(options['namespace'], options['all_namespaces'])
     _not_implemented('resume')

@@ -12,15 +12,18 @@ if TYPE_CHECKING:
     from kopf.testing.emulator import KubernetesEmulator as KubernetesEmulator
     from kopf.testing.emulator import RequestCounter as RequestCounter
     from kopf.testing.emulator import RequestKey as RequestKey
+    from kopf.testing.runner import KopfRunner as KopfRunner
 
 # Public name -> the module that defines it.
 _LAZY_NAMES: dict[str, str] = {
+    'KopfRunner': 'kopf.testing.runner',
     'KubernetesEmulator': 'kopf.testing.emulator',
     'RequestCounter': 'kopf.testing.emulator',
     'RequestKey': 'kopf.testing.emulator',
 }
 
 __all__ = [
+    'KopfRunner',
     'KubernetesEmulator',
     'RequestCounter',
     'RequestKey',

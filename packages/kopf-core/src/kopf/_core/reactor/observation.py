@@ -84,7 +84,7 @@ class _ResourcesPublisher:
     def publish(self, resources: Collection[Resource]) -> None:
         selectors = self._registry.get_selectors()
         selected = self._registry.select_resources(resources)
-        watchable = {resource for resource in selected if WATCHING_VERBS <= resource.verbs}
+        watchable = {resource for resource in selected if resource.verbs >= WATCHING_VERBS}
 
         unresolved = frozenset(selector for selector in selectors
                                if selector.is_specific and not selector.select(resources))
@@ -137,30 +137,36 @@ async def resource_observer(
             rescan_needed.clear()
             await rescan()
 
-    rescanner = asyncio.create_task(rescan_continuously(), name='resource rescanner')
-    try:
-        crds = watching.infinite_watch(settings=settings, vault=vault, resource=CRDS, namespace=None, logger=logger)
+    async def watch_crds() -> None:
+        crds = watching.infinite_watch(settings=settings, vault=vault, resource=CRDS, namespace=None,
+                                       logger=logger)
         logger.debug(f'Starting the watch-stream for {_describe(CRDS)} cluster-wide.')
         try:
             async for item in crds:
                 # The initial listing itself means nothing: only its end (and what comes after) does.
                 if item is Bookmark.LISTED or (isinstance(item, dict) and item.get('type') is not None):
                     rescan_needed.set()
-                if rescanner.done():
-                    await rescanner  # re-raise its failure, if any
+        except (errors.APIForbiddenError, errors.APINotFoundError) as e:
+            logger.warning(f'The custom resource definitions cannot be watched, so the resources are scanned '
+                           f'only once; the CRDs created or deleted later will not be noticed: {e}')
+            rescan_needed.set()  # if the initial scan has not happened yet, it must happen anyway.
+            await _sleep_forever()
         finally:
             await crds.aclose()
             logger.debug(f'Stopping the watch-stream for {_describe(CRDS)} cluster-wide.')
-    except errors.APIForbiddenError:
-        logger.warning('Not enough permissions to watch the custom resource definitions: the resources '
-                       'are scanned only once now; the newly created CRDs will not be served.')
-        rescanner.cancel()
-        await asyncio.wait([rescanner])
-        await rescan()
-        await _sleep_forever()
+
+    tasks = [
+        asyncio.create_task(rescan_continuously(), name='resource rescanner'),
+        asyncio.create_task(watch_crds(), name='CRD watcher'),
+    ]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # re-raise the failure, if any (they never exit normally).
     finally:
-        rescanner.cancel()
-        await asyncio.wait([rescanner])
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
 
 
 #

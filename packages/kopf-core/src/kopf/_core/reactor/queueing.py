@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Hashable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Hashable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
@@ -43,6 +43,7 @@ from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
 from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.references import Resource
+from kopf._core.actions import loggers
 from kopf._core.intents.configuration import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ class ObjectIdentity(NamedTuple):
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> 'ObjectIdentity':
         meta = body.get('metadata') or {}
-        return cls(body.get('apiVersion'), body.get('kind'), meta.get('namespace'), meta.get('name'), meta.get('uid'))
+        return cls(body.get('apiVersion'), body.get('kind'),
+                   meta.get('namespace'), meta.get('name'), meta.get('uid'))
 
     @property
     def key(self) -> Hashable:
@@ -92,27 +94,6 @@ class ObjectIdentity(NamedTuple):
         body = {key: value for key, value in [('apiVersion', self.api_version), ('kind', self.kind)]
                 if value is not None}
         return cast(RawBody, {**body, 'metadata': meta})
-
-
-class ObjectPrefixLogger(logging.LoggerAdapter[logging.Logger]):
-    """
-    Messages about an object, prefixed with its namespace & name, in the ``kopf.objects`` logger.
-
-    A minimal stand-in for the framework's object loggers (which also post the messages as events).
-    """
-    # TODO: use kopf._core.actions.loggers.ObjectLogger (with k8s-event posting) once it exists.
-
-    def __init__(self, identity: ObjectIdentity) -> None:
-        super().__init__(logging.getLogger('kopf.objects'), {
-            'k8s_skip': False,
-            'k8s_ref': {'apiVersion': identity.api_version, 'kind': identity.kind,
-                        'name': identity.name, 'uid': identity.uid, 'namespace': identity.namespace},
-        })
-        where = f'{identity.namespace}/{identity.name}' if identity.namespace else f'{identity.name}'
-        self._prefix = f'[{where}] '
-
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        return self._prefix + str(msg), {**kwargs, 'extra': {**(self.extra or {}), **kwargs.get('extra', {})}}
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -176,9 +157,6 @@ class ObjectStreams:
         if item is Bookmark.LISTED:
             self._finish_listing()
             return
-        if not isinstance(item, Mapping):
-            return  # other bookmarks, if any ever appear, mean nothing here.
-
         raw_event = item
         identity = ObjectIdentity.from_body(raw_event['object'])
         key = identity.key
@@ -208,7 +186,7 @@ class ObjectStreams:
         stream.pending = raw_event
         stream.pressure.set()
 
-    async def close(self, timeout: float | None = None) -> None:
+    async def close(self, *, exit_timeout: float | None = None) -> None:
         """
         Let the workers process what they have and exit; cancel those still working after the timeout.
 
@@ -220,11 +198,11 @@ class ObjectStreams:
         workers = [stream.worker for stream in self._streams.values() if stream.worker is not None]
         if not workers:
             return
-        _, pending = await asyncio.wait(workers, timeout=timeout)
+        _, pending = await asyncio.wait(workers, timeout=exit_timeout)
         for task in pending:
             task.cancel()
         if pending:
-            logger.debug(f'Cancelling {len(pending)} workers of {self._resource!r} that did not exit in time.')
+            logger.debug(f'Cancelling {len(pending)} workers of {self._resource!r}: not exited in time.')
             await asyncio.wait(pending)
 
     async def _worker(self, key: Hashable, stream: _Stream) -> None:
@@ -242,8 +220,6 @@ class ObjectStreams:
                 await self._wait_for_silence(stream)
                 raw_event, stream.pending = stream.pending, None
                 stream.pressure.clear()
-                if raw_event is None:  # for type checkers: only this worker takes the pending events.
-                    continue
 
                 await self._process(key, raw_event, stream)
 
@@ -281,14 +257,14 @@ class ObjectStreams:
 
     async def _throttle(self, key: Hashable, raw_event: RawEvent, exc: Exception) -> None:
         """Sleep after an unexpected error (new events keep batching meanwhile; closing interrupts it)."""
-        object_logger = ObjectPrefixLogger(ObjectIdentity.from_body(raw_event['object']))
+        object_logger = loggers.ObjectLogger(body=raw_event['object'], settings=self._settings)
         throttle = self._throttles.get(key)
         if throttle is None:
             throttle = self._throttles[key] = _Throttle(iter_backoffs(self._settings.queueing.error_delays))
         delay = next(throttle.delays, throttle.last_delay)
         throttle.last_delay = delay
         if delay is None:
-            object_logger.exception(f'Processing has failed with an unexpected error (no throttling): {exc!r}')
+            object_logger.exception(f'Processing has failed with an unexpected error: {exc!r}')
             return
 
         object_logger.exception(f'Throttling for {delay} seconds due to an unexpected error: {exc!r}')
@@ -299,7 +275,7 @@ class ObjectStreams:
 
 
 def describe_resource(resource: Resource) -> str:
-    """The resource as the watch-stream logs name it: ``plural.version.group`` (``plural.version`` for core)."""
+    """The resource as the logs name it: ``plural.version.group`` (``plural.version`` for the core API)."""
     return '.'.join(part for part in (resource.plural, resource.version, resource.group) if part)
 
 
@@ -347,4 +323,4 @@ async def watcher(
                 await asyncio.sleep(last_delay)
     finally:
         logger.debug(f'Stopping the watch-stream for {name} {scope}.')
-        await streams.close(timeout=settings.queueing.exit_timeout)
+        await streams.close(exit_timeout=settings.queueing.exit_timeout)

@@ -1,0 +1,127 @@
+"""
+What the operator remembers about every object it has seen, in memory only, for its lifetime.
+
+Most of an object's state lives on the object itself (the progress of the handlers, the last
+handled essence), so that it survives restarts. But some things are only for this very process:
+
+* the per-object ``memo`` kwarg (a shallow copy of the operator's memo made at the first sight);
+* whether the object was first seen in the initial listing (i.e. it existed before the operator
+  started), and whether it has been fully handled since then: the resuming handlers are due
+  only once per operator lifetime, and only for such objects;
+* the resource version of our own latest patch and the time of it: until this version comes back
+  via the watch-stream, the object's state is inconsistent (see :mod:`.processing`);
+* the places where the daemons and the indices keep their per-object state (filled by their engines).
+
+There can be many thousands of idle objects, so a memory is a small slotted record with no tasks,
+no locks, and no copies of the bodies. It is created on the first event of an object, and forgotten
+when the object is deleted.
+"""
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kopf._core.intents.memos import make_object_memo
+
+__all__ = ['ResourceMemories', 'ResourceMemory']
+
+
+class ResourceMemory:
+    """The in-memory state of one object (see the module's description)."""
+
+    __slots__ = (
+        'daemons',
+        'expected_since',
+        'expected_version',
+        'fully_handled_once',
+        'idle_reset_time',
+        'indexing',
+        'memo',
+        'noticed_by_listing',
+    )
+
+    memo: Any
+    noticed_by_listing: bool  # seen first in the initial listing: it existed before the operator started
+    fully_handled_once: bool  # a changing cycle has finished since then: no more resuming
+    expected_version: str | None  # the resourceVersion of our latest patch that has not arrived yet
+    expected_since: float  # when that patch was made (the event loop's time)
+    idle_reset_time: float | None  # when the object has changed last time (the event loop's time)
+    daemons: Any  # the daemons' & timers' per-object state, owned by their engine
+    indexing: Any  # the indices' per-object state, owned by their engine
+
+    def __init__(self, *, memo: Any = None, noticed_by_listing: bool = False) -> None:
+        super().__init__()
+        self.memo = memo
+        self.noticed_by_listing = noticed_by_listing
+        self.fully_handled_once = False
+        self.expected_version = None
+        self.expected_since = 0.0
+        self.idle_reset_time = None
+        self.daemons = None
+        self.indexing = None
+
+    def __repr__(self) -> str:
+        return (f'<{type(self).__name__} listed={self.noticed_by_listing} '
+                f'handled={self.fully_handled_once} expected={self.expected_version!r}>')
+
+
+def _key_of(raw_body: Mapping[str, Any]) -> str | tuple[str | None, ...]:
+    # The uids are unique across all resources; the rest is for the rare bodies without uids
+    # (e.g. in tests), where the api version and kind disambiguate the same names of different resources.
+    meta = raw_body.get('metadata') or {}
+    uid = meta.get('uid')
+    if uid:
+        return str(uid)
+    return (raw_body.get('apiVersion'), raw_body.get('kind'), meta.get('namespace'), meta.get('name'))
+
+
+class ResourceMemories:
+    """
+    The memories of all the objects of all the resources served by one operator.
+
+    Embedded operators may create it and give it to :func:`kopf.operator` (``memories=``) to inspect
+    what is remembered, e.g. in tests; by default, each operator makes its own.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._memories: dict[str | tuple[str | None, ...], ResourceMemory] = {}
+
+    def __len__(self) -> int:
+        return len(self._memories)
+
+    def __iter__(self) -> Iterator[ResourceMemory]:
+        return iter(list(self._memories.values()))
+
+    def __contains__(self, raw_body: object) -> bool:
+        return isinstance(raw_body, Mapping) and _key_of(raw_body) in self._memories
+
+    def iter_all_memories(self) -> Iterator[ResourceMemory]:
+        """All the memories at the moment (a snapshot: safe to forget some while iterating)."""
+        return iter(self)
+
+    def recall(
+            self,
+            raw_body: Mapping[str, Any],
+            *,
+            memo: object | None = None,
+            noticed_by_listing: bool = False,
+            ephemeral: bool = False,
+    ) -> ResourceMemory:
+        """
+        The memory of the object; a new one if the object is seen for the first time.
+
+        ``memo`` is the operator's memo, copied into the new memories only.
+        ``noticed_by_listing`` is remembered only when the memory is created: an object is "old"
+        only if it was seen in the very first listing since the operator has started.
+        An ``ephemeral`` memory is not kept if it is new (e.g. for a deletion of an unknown object).
+        """
+        key = _key_of(raw_body)
+        memory = self._memories.get(key)
+        if memory is None:
+            memory = ResourceMemory(memo=make_object_memo(memo), noticed_by_listing=noticed_by_listing)
+            if not ephemeral:
+                self._memories[key] = memory
+        return memory
+
+    def forget(self, raw_body: Mapping[str, Any]) -> None:
+        """Forget the object (e.g. when it is deleted); nothing happens if it is not remembered."""
+        self._memories.pop(_key_of(raw_body), None)

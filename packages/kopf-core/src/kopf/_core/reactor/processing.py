@@ -1,0 +1,538 @@
+"""
+Processing of one object's latest watch-event: the event-watching handlers, then the change handling.
+
+The queueing calls :func:`process_resource_event` for every object with its latest (batched) event,
+one call at a time per object. Everything an event causes is accumulated into one :class:`kopf.Patch`
+and applied at the end of the call with as few requests as the API allows:
+
+* the results of the ``@kopf.on.event`` handlers (they are stored in the status, as Kopf does);
+* our finalizer, added or removed as a merge-patch of the whole list of finalizers, guarded by
+  the object's ``resourceVersion`` (if the object has changed since, the API rejects the request
+  and the finalizer is then changed separately with a guarded JSON-patch against the fresh object);
+* the handlers' own changes (the ``patch`` kwarg), their results, their progress records;
+* the diff-base (the last handled essence) once all the handlers of a change are finished;
+* the removal of the "touch" marker that has woken the object up after the delays.
+
+So, a creation handler with a result costs one request for resources without the status
+subresource, and two for those with it (the API drops the status changes sent to the main
+endpoint and everything else sent to ``/status``); the finalizer (if needed) goes with them.
+
+The change handling needs a consistent state of the object: our own latest patch must have arrived
+via the watch-stream, otherwise the old state of the object would be handled once again.
+Until then, or until ``settings.persistence.consistency_timeout`` passes since the patch, the handling
+waits; a newer event of the object (the ``stream_pressure``) interrupts the wait, and the newer
+event is processed instead. The event-watching handlers are never delayed by this.
+
+The reasons of the change handling are described in :mod:`kopf._core.intents.causes`.
+The objects seen in the initial listing get their resuming handlers mixed into their first
+update or resuming cycle (but not into their creation, nor into their deletion unless the handlers
+accept the deleted objects), once per operator lifetime.
+"""
+import asyncio
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kopf._clients.errors import APIConflictError, APINotFoundError
+from kopf._clients.fetching import read_obj
+from kopf._clients.patching import json_patch_obj
+from kopf._clients.vault import Vault
+from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent
+from kopf._cogs.structs.patches import Patch
+from kopf._cogs.structs.references import Resource
+from kopf._core.actions import application, execution, lifecycles, loggers, progression
+from kopf._core.intents import causes
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.handlers import HANDLER_REASONS, Reason
+from kopf._core.intents.registries import OperatorRegistry
+from kopf._core.persistence import finalizers
+from kopf._core.reactor.inventory import ResourceMemories, ResourceMemory
+
+__all__ = ['process_resource_event']
+
+# How the handling cycles are named in the logs: "Creation is in progress", "Updating is processed", etc.
+_TITLES: Mapping[str, str] = {
+    Reason.CREATE: 'Creation',
+    Reason.UPDATE: 'Updating',
+    Reason.DELETE: 'Deletion',
+    Reason.RESUME: 'Resuming',
+}
+
+
+def _title(reason: str) -> str:
+    return _TITLES.get(reason, reason.capitalize())
+
+
+def _version_of(raw_body: Mapping[str, Any] | None) -> str | None:
+    meta = raw_body.get('metadata') if raw_body is not None else None
+    version = meta.get('resourceVersion') if isinstance(meta, Mapping) else None
+    return str(version) if version else None
+
+
+async def process_resource_event(
+        *,
+        raw_event: RawEvent,
+        stream_pressure: asyncio.Event | None = None,
+        resource: Resource,
+        namespace: str | None = None,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        memories: ResourceMemories,
+        vault: Vault,
+        memobase: object | None = None,
+        lifecycle: lifecycles.LifeCycleFn | None = None,
+        indices: Mapping[str, Any] | None = None,
+) -> None:
+    """
+    Process the latest event of one object: invoke its handlers, apply the changes, sleep if needed.
+
+    ``stream_pressure`` is set by the queueing when newer events of the object arrive:
+    it interrupts the waiting (for the consistency, for the delayed handlers) so that the newer
+    event is processed sooner. ``namespace`` is that of the watch-stream (unused here).
+    ``memobase`` is the operator's memo: every new object gets a shallow copy of it.
+    ``indices`` are the operator's indices, given to the handlers as kwargs.
+    The API errors escape (the queueing logs them and retries the object later).
+    """
+    raw_body = raw_event['object']
+    event_type = raw_event['type']
+    gone = event_type == 'DELETED'
+    memory = memories.recall(raw_body, memo=memobase, noticed_by_listing=event_type is None, ephemeral=gone)
+
+    body = Body(raw_body)
+    patch = Patch(body=body)
+    logger = loggers.ObjectLogger(body=raw_body, settings=settings)
+    local_logger = loggers.LocalObjectLogger(body=raw_body, settings=settings)
+    context = _Context(
+        registry=registry,
+        settings=settings,
+        vault=vault,
+        resource=resource,
+        memory=memory,
+        raw_event=raw_event,
+        body=body,
+        patch=patch,
+        logger=logger,
+        local_logger=local_logger,
+        stream_pressure=stream_pressure,
+        lifecycle=lifecycle,
+        indices=indices if indices is not None else {},
+    )
+    try:
+        if registry.watching.has_handlers(resource):
+            await _process_watching(context)
+
+        # The daemons & timers need our finalizer too (to be stopped before the object is deleted).
+        if registry.changing.has_handlers(resource) or registry.spawning.has_handlers(resource):
+            await _process_changing(context)
+        elif patch and not gone:
+            await _apply_changes(context)
+    finally:
+        if gone:
+            memories.forget(raw_body)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _Context:
+    """Everything about one call of the processing, so that the steps need not pass a dozen arguments."""
+
+    registry: OperatorRegistry
+    settings: OperatorSettings
+    vault: Vault
+    resource: Resource
+    memory: ResourceMemory
+    raw_event: RawEvent
+    body: Body
+    patch: Patch
+    logger: loggers.ObjectLogger  # for what is posted as k8s-events if configured so
+    local_logger: loggers.ObjectLogger  # for the frequent technical messages, never posted
+    stream_pressure: asyncio.Event | None
+    lifecycle: lifecycles.LifeCycleFn | None
+    indices: Mapping[str, Any]
+
+
+#
+# The event-watching handlers.
+#
+
+async def _process_watching(context: _Context) -> None:
+    """Invoke the ``@kopf.on.event`` handlers once each; the results go to the status, errors are ignored."""
+    raw_event = context.raw_event
+    cause = causes.ResourceWatchingCause(
+        resource=context.resource,
+        type=raw_event['type'],
+        event=raw_event,
+        body=context.body,
+        patch=context.patch,
+        logger=context.local_logger,
+        memo=context.memory.memo,
+        indices=context.indices,
+    )
+    handlers = context.registry.watching.get_handlers(cause)
+    if not handlers:
+        return
+    # No state is kept for these handlers: every event is a new attempt, with no retries.
+    outcomes = await execution.execute_handlers_once(
+        lifecycle=lifecycles.all_at_once,
+        settings=context.settings,
+        handlers=handlers,
+        cause=cause,
+        state=progression.State.from_scratch(),
+        logger=context.local_logger,
+    )
+    execution.deliver_results(outcomes=outcomes, patch=context.patch)
+
+
+#
+# The change handling.
+#
+
+async def _process_changing(context: _Context) -> None:
+    """Detect what has changed in the object and react: handlers, finalizer, diff-base, sleeping."""
+    raw_body = context.raw_event['object']
+    if context.raw_event['type'] == 'DELETED':
+        if context.registry.changing.has_handlers(context.resource):
+            context.logger.debug('Deleted, really deleted, and we are notified.')
+        return
+
+    if not _is_consistent(context.memory, raw_body):
+        if context.patch:
+            # The event handlers' results do not depend on the consistency: apply them now;
+            # the change handling happens when our own patches (this one included) arrive.
+            await _apply_changes(context)
+            return
+        if not await _wait_for_consistency(context):
+            return  # a newer event has arrived meanwhile: it will be processed instead of this one.
+
+    registry = context.registry
+    finalizer: str = context.settings.persistence.finalizer
+    body = context.body
+    cause, old, new = _detect_cause(context)
+
+    # While the object lives, our finalizer is there if and only if something needs it.
+    # It goes with the same patch as the handlers' progress (never as a separate step).
+    finalizing = releasing = False
+    decision = causes.decide_finalizer(body=body, finalizer=finalizer,
+                                       requires_finalizer=registry.requires_finalizer(cause))
+    if decision is not None:
+        context.local_logger.debug(decision.message)
+        _apply_finalizer_decision(decision, body=body, patch=context.patch, finalizer=finalizer)
+        finalizing = True
+
+    handled = registry.changing.prematch(cause)
+    done = True
+    delays: list[float] = []
+    if not handled:
+        pass  # none of the handlers is interested in the object as it is now.
+    elif cause.reason in HANDLER_REASONS:
+        done, delays = await _process_handlers(context, cause=cause, old=old, new=new)
+    elif cause.reason == Reason.NOOP:
+        context.logger.debug('Something has changed, but we are not interested (the essence is the same).')
+    elif cause.reason == Reason.FREE:
+        context.logger.debug('Deletion, but we are done with it, and we do not care.')
+
+    # Once the deletion is handled (or there is nothing to handle), the object is released.
+    if done and causes.is_deletion_ongoing(body):
+        release = causes.decide_finalizer(body=body, finalizer=finalizer,
+                                          requires_finalizer=False, deletion_done=True)
+        if release is not None:
+            context.local_logger.debug(release.message)
+            _apply_finalizer_decision(release, body=body, patch=context.patch, finalizer=finalizer)
+            finalizing = releasing = True
+
+    patching = bool(context.patch)
+    patched = await _apply_changes(context, finalizing=finalizing, releasing=releasing)
+
+    if handled and not patching and not delays:
+        context.local_logger.debug('Handling cycle is finished, waiting for new changes.')
+
+    # The object's patch causes a new event and a new cycle anyway, unless the handlers must wait.
+    # Otherwise, sleep until the nearest delayed handler is due, and "touch" the object to wake it up.
+    must_wait = bool(delays) and not (patched and min(delays) <= 0)
+    if must_wait and await application.sleep_for_delays(delays=delays, wakeup=context.stream_pressure,
+                                                        patched=patched, logger=context.local_logger):
+        touched = await application.touch(
+            settings=context.settings, vault=context.vault, resource=context.resource, body=body,
+            storage=context.settings.persistence.progress_storage, logger=context.local_logger)
+        _remember_version(context.memory, old_raw=raw_body, new_raw=touched)
+
+
+def _detect_cause(context: _Context) -> tuple[causes.ResourceChangingCause, BodyEssence | None, BodyEssence]:
+    """What has happened to the object since it was handled last time; and its old & new essences."""
+    persistence = context.settings.persistence
+    memory = context.memory
+    body = context.body
+
+    # The essences never contain the storages' own data, even if the progress is stored in the spec.
+    extra_fields = context.registry.changing.get_extra_fields(context.resource)
+    old: BodyEssence | None = persistence.diffbase_storage.fetch(body=body)
+    new: BodyEssence = persistence.diffbase_storage.build(body=body, extra_fields=extra_fields)
+    old = persistence.progress_storage.clear(essence=old) if old is not None else None
+    new = persistence.progress_storage.clear(essence=new)
+
+    cause = causes.detect_changing_cause(
+        event_type=context.raw_event['type'],
+        resource=context.resource,
+        body=body,
+        old=old,
+        new=new,
+        finalizer=persistence.finalizer,
+        initial=memory.noticed_by_listing and not memory.fully_handled_once,
+        logger=context.logger,
+        patch=context.patch,
+        memo=memory.memo,
+        indices=context.indices,
+    )
+    if cause.reason == Reason.CREATE:
+        cause.initial = False  # the objects created during the downtime are not resumed (as in Kopf).
+    return cause, old, new
+
+
+def _apply_finalizer_decision(decision: causes.FinalizerDecision, *, body: Body, patch: Patch,
+                              finalizer: str) -> None:
+    causes.apply_finalizer_decision(decision, body=body, patch=patch, finalizer=finalizer)
+    if not patch.metadata.get('finalizers'):
+        patch.metadata['finalizers'] = None  # remove the field, as the API does when it is empty
+
+
+async def _process_handlers(
+        context: _Context,
+        *,
+        cause: causes.ResourceChangingCause,
+        old: BodyEssence | None,
+        new: BodyEssence,
+) -> tuple[bool, list[float]]:
+    """
+    One step of a handling cycle: the due handlers once each, their progress and results into the patch.
+
+    Returns whether all the handlers of the cause are finished, and the delays of the unfinished ones.
+    """
+    registry = context.registry
+    persistence = context.settings.persistence
+    storage = persistence.progress_storage
+    body = context.body
+    patch = context.patch
+    logger = context.logger
+    title = _title(cause.reason)
+
+    resource_handlers = registry.changing.get_resource_handlers(context.resource)
+    cause_handlers = registry.changing.get_handlers(cause)
+
+    # An unfinished cycle of another reason (e.g. an update when the object is deleted) is abandoned,
+    # but the handlers serving both keep their progress (retries, delays, start times).
+    state = progression.State.from_storage(body=body, storage=storage, handlers=resource_handlers)
+    if state.purpose is not None and state.purpose != cause.reason:
+        success, failure, pending = state.counts
+        logger.info(f'{_title(state.purpose)} is superseded by {title.lower()}: '
+                    f'{success} succeeded; {failure} failed; {pending} left to the moment.')
+        state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
+
+    # Lazy formatting: the bodies are big, and the debug logs are usually off.
+    logger.debug('%s is in progress: %r', title, context.raw_event['object'])
+    if cause.diff and cause.old is not None:
+        logger.debug('%s diff: %r', title, cause.diff)
+
+    state = state.with_purpose(cause.reason).with_handlers(cause_handlers)
+    outcomes = await execution.execute_handlers_once(
+        lifecycle=context.lifecycle if context.lifecycle is not None else lifecycles.get_default_lifecycle(),
+        settings=context.settings,
+        handlers=cause_handlers,
+        cause=cause,
+        state=state,
+        logger=logger,
+    )
+    state = state.with_outcomes(outcomes)
+    state.store(body=body, patch=patch, storage=storage)
+    execution.deliver_results(outcomes=outcomes, patch=patch)
+
+    if state.done:
+        if cause_handlers:
+            success, failure, _ = state.counts
+            logger.info(f'{title} is processed: {success} succeeded; {failure} failed.')
+        state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
+        if new != old:
+            persistence.diffbase_storage.store(body=body, patch=patch, essence=new)
+        context.memory.fully_handled_once = True
+
+    storage.touch(body=body, patch=patch, value=None)
+    storage.flush()
+    return state.done, state.delays
+
+
+#
+# Consistency: our own patches must arrive before the object's changes are handled.
+#
+
+def _is_newer(version: str, than: str) -> bool:
+    # The versions are opaque strings by the API's contract, but in practice (etcd) they are growing
+    # integers; if so, the newer ones mean that ours has been seen (maybe batched with later changes).
+    return version.isdigit() and than.isdigit() and int(version) > int(than)
+
+
+def _is_consistent(memory: ResourceMemory, raw_body: Mapping[str, Any]) -> bool:
+    """Whether the version of our own latest patch (if any) has arrived with this or an earlier event."""
+    expected = memory.expected_version
+    if expected is None:
+        return True
+    actual = _version_of(raw_body)
+    if actual is not None and (actual == expected or _is_newer(actual, expected)):
+        memory.expected_version = None
+        return True
+    return False
+
+
+async def _wait_for_consistency(context: _Context) -> bool:
+    """
+    Wait until the consistency timeout since our latest patch; True if the object can be handled now.
+
+    False means that a newer event of the object has arrived meanwhile (it will be processed instead).
+    """
+    memory = context.memory
+    loop = asyncio.get_running_loop()
+    timeout = context.settings.persistence.consistency_timeout
+    remaining = memory.expected_since + (timeout or 0) - loop.time()
+    if remaining > 0:
+        context.local_logger.debug(f'Waiting for our own patch (version {memory.expected_version}) '
+                                   f'to arrive, for {remaining:.3f} seconds at most.')
+        left = await application.sleep(remaining, context.stream_pressure)
+        if left is not None:
+            return False
+        context.local_logger.debug(f'Our own patch (version {memory.expected_version}) has not arrived '
+                                   f'in time; the object is handled as it is now.')
+    memory.expected_version = None
+    return True
+
+
+def _remember_version(memory: ResourceMemory, *, old_raw: Mapping[str, Any], new_raw: RawBody | None) -> bool:
+    """Remember the version made by our patch (if any) to wait for it; True if a new version was made."""
+    new_version = _version_of(new_raw)
+    if new_version is None or new_version == _version_of(old_raw):
+        return False
+    memory.expected_version = new_version
+    memory.expected_since = asyncio.get_running_loop().time()
+    return True
+
+
+#
+# Applying the accumulated changes.
+#
+
+async def _apply_changes(context: _Context, *, finalizing: bool = False, releasing: bool = False) -> bool:
+    """
+    Apply the accumulated patch (if not empty); True if the object has got a new version from it.
+
+    ``finalizing``: the patch changes our finalizer, so it is guarded by the object's version.
+    ``releasing``: the removal of the finalizer can delete the object, so the status goes first.
+    """
+    patch = context.patch
+    raw_body = context.raw_event['object']
+    if not patch:
+        return False
+
+    parts = _split_status_first(context.resource, patch) if releasing else [patch]
+    latest: RawBody | None = None
+    for part in parts:
+        if finalizing and 'finalizers' in part.get('metadata', {}):
+            # Guarded by the latest version we know: the original one, or the one made by our previous part.
+            version = _version_of(latest if latest is not None else raw_body)
+            if version is not None:
+                part.metadata['resourceVersion'] = version
+            latest = await _apply_finalizing_part(context, part)
+        else:
+            latest = await application.apply_patch(
+                settings=context.settings, vault=context.vault, resource=context.resource,
+                body=context.body, patch=part, logger=context.local_logger)
+        if latest is None:
+            return False  # the object is gone: nothing to wait for, the deletion event will come.
+
+    # E.g. the fields pruned by the CRD's schema. (The released objects can be returned as they were.)
+    inconsistencies = tuple(_iter_inconsistencies(patch, latest)) if not patch.fns and not releasing else ()
+    if inconsistencies:
+        context.local_logger.debug(f'Patching failed with inconsistencies: {inconsistencies}')
+    return _remember_version(context.memory, old_raw=raw_body, new_raw=latest)
+
+
+def _iter_inconsistencies(
+        patch: Mapping[str, Any],
+        body: Mapping[str, Any] | None,
+        path: tuple[str, ...] = (),
+) -> Iterator[tuple[str, tuple[str, ...], Any, Any]]:
+    """The fields of the merge-patch that the patched object has not got as patched: (op, path, old, new)."""
+    for key, value in patch.items():
+        if path == ('metadata',) and key == 'resourceVersion':
+            continue  # our precondition, not a change
+        actual = body.get(key) if body is not None else None
+        if isinstance(value, Mapping):
+            if isinstance(actual, Mapping):
+                yield from _iter_inconsistencies(value, actual, (*path, key))
+            elif value:
+                yield ('add', (*path, key), actual, value)
+        elif value is None:
+            if actual is not None:
+                yield ('remove', (*path, key), actual, value)
+        elif actual != value:
+            yield ('change', (*path, key), actual, value)
+
+
+def _split_status_first(resource: Resource, patch: Patch) -> list[Patch]:
+    """Put the status part first, if it goes to a separate endpoint: the object can vanish after the rest."""
+    if 'status' not in resource.subresources or 'status' not in patch or len(patch) < 2:
+        return [patch]
+    status_part = Patch({'status': patch['status']}, body=patch.body)
+    main_part = Patch({key: value for key, value in patch.items() if key != 'status'}, body=patch.body)
+    main_part.fns = list(patch.fns)
+    return [status_part, main_part]
+
+
+async def _apply_finalizing_part(context: _Context, part: Patch) -> RawBody | None:
+    """
+    Apply a merge-patch with the whole list of finalizers, guarded by the object's version.
+
+    If the object has changed since this version (e.g. someone has added their own finalizer,
+    which the list would lose), the API rejects the patch. Then, the rest of the patch is applied
+    unguarded, and our finalizer alone is added or removed with a JSON-patch of its position,
+    guarded by the fresh version of the object (as Kopf does it in all cases).
+    """
+    settings, vault, resource = context.settings, context.vault, context.resource
+    logger = context.local_logger
+    try:
+        return await application.apply_patch(settings=settings, vault=vault, resource=resource,
+                                             body=context.body, patch=part, logger=logger)
+    except APIConflictError:
+        pass
+
+    finalizer: str = settings.persistence.finalizer
+    metadata = part['metadata']
+    wanted: list[str] = list(metadata.pop('finalizers') or [])  # None when none are left
+    metadata.pop('resourceVersion', None)
+    if not metadata:
+        del part['metadata']
+    logger.debug('The object has changed meanwhile; the finalizer is changed separately.')
+
+    meta = context.body.metadata
+    fresh: RawBody | None
+    if part:
+        fresh = await application.apply_patch(settings=settings, vault=vault, resource=resource,
+                                              body=context.body, patch=part, logger=logger)
+    else:
+        fresh = await _read_or_none(context, namespace=meta.namespace, name=meta.name or '')
+    if fresh is None:
+        return None
+
+    if finalizer in wanted:
+        operations = finalizers.make_blocking_json_patch(fresh, finalizer)
+    else:
+        operations = finalizers.make_allowing_json_patch(fresh, finalizer)
+    if not operations:
+        return fresh
+    logger.debug(f'JSON-patching the resource with: {operations}')
+    return await json_patch_obj(settings=settings, vault=vault, resource=resource,
+                                namespace=meta.namespace, name=meta.name or '',
+                                patch=operations, logger=logger)
+
+
+async def _read_or_none(context: _Context, *, namespace: str | None, name: str) -> RawBody | None:
+    try:
+        return await read_obj(settings=context.settings, vault=context.vault, resource=context.resource,
+                              namespace=namespace, name=name, logger=context.local_logger)
+    except APINotFoundError:
+        return None

@@ -1,0 +1,619 @@
+"""
+Running the operator: ``kopf.run()``, ``kopf.operator()``, ``kopf.spawn_tasks()``, ``kopf.run_tasks()``.
+
+The life of an operator:
+
+1. The startup activity runs; nothing talks to the API before it succeeds (the startup handlers
+   can change the settings, and the changes take effect for everything that follows).
+2. The core tasks start: the authenticator (the initial login and re-logins), the observers
+   of the resources and namespaces, the orchestrator of the watchers (and their workers).
+3. The ready-flag is raised once the watch-streams for the initially known resources are started.
+4. The operator runs until the stop-flag is raised, a signal (SIGINT/SIGTERM) is received,
+   its task is cancelled, or any core task fails (e.g. no credentials).
+5. The core tasks stop: first the watchers (their workers get ``settings.queueing.exit_timeout``
+   to finish), then the rest. Then the cleanup activity runs (only if the startup has succeeded),
+   and the vault is closed.
+
+The signals are handled only when the operator runs in the main thread. The first signal
+starts a graceful exit; the next one is handled by Python's defaults (e.g. ``KeyboardInterrupt``),
+which ends the operator the hard way. If a graceful exit takes longer than
+``settings.process.ultimate_exiting_timeout``, the operator's remaining activities are cancelled.
+
+Several operators can run in one process (preferably in separate threads with their own event loops),
+each with its own registry, settings, vault, and memo.
+"""
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import importlib.metadata
+import logging
+import signal
+import threading
+import warnings
+from collections.abc import Callable, Collection, Coroutine, Iterable
+from typing import Any
+
+from kopf._clients.vault import Vault
+from kopf._cogs.structs.references import NamespacePattern, Resource
+from kopf._core.engines import activities, posting
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.handlers import Activity
+from kopf._core.intents.memos import Memo
+from kopf._core.intents.registries import OperatorRegistry, get_default_registry
+from kopf._core.reactor import observation, orchestration, queueing, simple_processing
+
+logger = logging.getLogger(__name__)
+
+# The flags to stop the operator from outside, or to know when it is ready: any of these types.
+Flag = asyncio.Future[Any] | asyncio.Event | concurrent.futures.Future[Any] | threading.Event
+
+# Not yet implemented in this distribution: accepted and passed through as they are.
+# TODO: use the precise types (LifeCycleFn, OperatorIndexers, ResourceMemories, Identity) once they exist.
+LifeCycleFn = Callable[..., Any]
+OperatorIndexers = Any
+ResourceMemories = Any
+Identity = Any
+
+# How long the tasks left running after the operator's exit get to finish before they are cancelled.
+HUNG_TASKS_GRACE = 1.0
+
+# How often a threading.Event stop-flag is checked: it has no way to notify the event loop.
+THREADING_FLAG_POLLING = 0.1
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+#
+# Public entry points.
+#
+
+def run(
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        lifecycle: LifeCycleFn | None = None,
+        indexers: OperatorIndexers | None = None,
+        registry: OperatorRegistry | None = None,
+        settings: OperatorSettings | None = None,
+        memories: ResourceMemories | None = None,
+        insights: observation.Insights | None = None,
+        identity: Identity | None = None,
+        standalone: bool | None = None,
+        priority: int | None = None,
+        peering_name: str | None = None,
+        liveness_endpoint: str | None = None,
+        clusterwide: bool = False,
+        namespaces: Collection[NamespacePattern] = (),
+        namespace: NamespacePattern | None = None,
+        stop_flag: Flag | None = None,
+        ready_flag: Flag | None = None,
+        vault: Vault | None = None,
+        memo: object | None = None,
+        _command: Coroutine[None, None, None] | None = None,
+) -> None:
+    """
+    Run the operator synchronously until it exits; see :func:`operator` for the options.
+
+    It runs in the given event loop, or else in the current thread's one (a new one is made if there is none).
+    ``asyncio.run(kopf.operator(...))`` is the alternative that makes & closes a new loop for one call.
+    """
+    coro = operator(
+        lifecycle=lifecycle, indexers=indexers, registry=registry, settings=settings, memories=memories,
+        insights=insights, identity=identity, standalone=standalone, priority=priority,
+        peering_name=peering_name, liveness_endpoint=liveness_endpoint, clusterwide=clusterwide,
+        namespaces=namespaces, namespace=namespace, stop_flag=stop_flag, ready_flag=ready_flag,
+        vault=vault, memo=memo, _command=_command,
+    )
+    actual_loop = loop if loop is not None else _get_current_loop()
+    actual_loop.run_until_complete(coro)
+
+
+async def operator(
+        *,
+        lifecycle: LifeCycleFn | None = None,
+        indexers: OperatorIndexers | None = None,
+        registry: OperatorRegistry | None = None,
+        settings: OperatorSettings | None = None,
+        memories: ResourceMemories | None = None,
+        insights: observation.Insights | None = None,
+        identity: Identity | None = None,
+        standalone: bool | None = None,
+        priority: int | None = None,
+        peering_name: str | None = None,
+        liveness_endpoint: str | None = None,
+        clusterwide: bool = False,
+        namespaces: Collection[NamespacePattern] = (),
+        namespace: NamespacePattern | None = None,
+        stop_flag: Flag | None = None,
+        ready_flag: Flag | None = None,
+        vault: Vault | None = None,
+        memo: object | None = None,
+        _command: Coroutine[None, None, None] | None = None,
+) -> None:
+    """
+    Run the operator in the current event loop until it exits: :func:`spawn_tasks` + :func:`run_tasks`.
+
+    The tasks that exist in the loop before the call are left alone at exit; all the others
+    (e.g. spawned by the handlers and not finished) are cancelled once the operator is done.
+    """
+    existing_tasks = asyncio.all_tasks()
+    tasks = await spawn_tasks(
+        lifecycle=lifecycle, indexers=indexers, registry=registry, settings=settings, memories=memories,
+        insights=insights, identity=identity, standalone=standalone, priority=priority,
+        peering_name=peering_name, liveness_endpoint=liveness_endpoint, clusterwide=clusterwide,
+        namespaces=namespaces, namespace=namespace, stop_flag=stop_flag, ready_flag=ready_flag,
+        vault=vault, memo=memo, _command=_command,
+    )
+    await run_tasks(tasks, ignored=existing_tasks)
+
+
+async def spawn_tasks(
+        *,
+        lifecycle: LifeCycleFn | None = None,
+        indexers: OperatorIndexers | None = None,
+        registry: OperatorRegistry | None = None,
+        settings: OperatorSettings | None = None,
+        memories: ResourceMemories | None = None,
+        insights: observation.Insights | None = None,
+        identity: Identity | None = None,
+        standalone: bool | None = None,
+        priority: int | None = None,
+        peering_name: str | None = None,
+        liveness_endpoint: str | None = None,
+        clusterwide: bool = False,
+        namespaces: Collection[NamespacePattern] = (),
+        namespace: NamespacePattern | None = None,
+        stop_flag: Flag | None = None,
+        ready_flag: Flag | None = None,
+        vault: Vault | None = None,
+        memo: object | None = None,
+        _command: Coroutine[None, None, None] | None = None,
+) -> Collection[asyncio.Task[None]]:
+    """
+    Create the root tasks of the operator (to be run by :func:`run_tasks`).
+
+    The registry is the default one unless given; the settings, the vault, the memo, and the insights
+    are new ones unless given. ``namespaces`` (plus the older ``namespace``) restricts the operator
+    to some namespaces (names, globs, negations, regexps); ``clusterwide=True`` serves the whole cluster.
+    ``standalone``, ``priority``, ``peering_name`` go to ``settings.peering`` (peering itself is not
+    implemented yet). ``_command``, if given, runs instead of the watching (after the startup & login),
+    and the operator exits when it is done.
+    """
+    logger.debug(f'Starting Kopf {_get_version()}.')
+    registry = registry if registry is not None else get_default_registry()
+    settings = settings if settings is not None else OperatorSettings()
+    vault = vault if vault is not None else Vault()
+    memo = memo if memo is not None else Memo()
+    insights = insights if insights is not None else observation.Insights()
+
+    patterns: list[NamespacePattern] = [*namespaces, *([namespace] if namespace is not None else [])]
+    if clusterwide and patterns:
+        raise TypeError('Either the namespaces or the cluster-wide mode can be used, not both.')
+    if not clusterwide and not patterns:
+        warnings.warn('Neither the namespaces nor the cluster-wide mode are specified; '
+                      'serving the whole cluster. Specify one of them explicitly.',
+                      FutureWarning, stacklevel=2)
+        clusterwide = True
+
+    if standalone is not None:
+        settings.peering.standalone = standalone
+    if priority is not None:
+        settings.peering.priority = priority
+    if peering_name is not None:
+        settings.peering.name = peering_name
+        settings.peering.mandatory = True
+    settings.peering.clusterwide = clusterwide
+
+    loop = asyncio.get_running_loop()
+    signal_flag = asyncio.Event()
+    signals_installed = _install_signal_handlers(loop, signal_flag)
+
+    # All the operator's tasks (and the handlers' sync threads) see their own operator's event queue,
+    # but the caller's context remains untouched (several operators can be spawned from one task).
+    event_queue = posting.EventQueue(settings=settings)
+    context = contextvars.copy_context()
+    context.run(posting.event_queue_var.set, event_queue)
+
+    runner = asyncio.create_task(_run_operator(
+        lifecycle=lifecycle, indexers=indexers, memories=memories, registry=registry, settings=settings,
+        vault=vault, memo=memo, insights=insights, clusterwide=clusterwide, namespaces=patterns,
+        ready_flag=ready_flag, peering_requested=peering_name is not None,
+        liveness_endpoint=liveness_endpoint, command=_command, event_queue=event_queue,
+    ), name='operator runner', context=context)
+    checker = asyncio.create_task(_stop_flag_checker(
+        stop_flag=stop_flag, signal_flag=signal_flag, runner=runner, settings=settings,
+        loop=loop if signals_installed else None,
+    ), name='stop-flag checker', context=context)
+    return [checker, runner]
+
+
+async def run_tasks(
+        root_tasks: Collection[asyncio.Task[Any]],
+        *,
+        ignored: Collection[asyncio.Task[Any]] = frozenset(),
+) -> None:
+    """
+    Run the root tasks until any of them exits, then stop all of them, and then the hung tasks.
+
+    The root tasks are meant to run forever: the exit of any of them (or the cancellation of this call)
+    means the exit of the operator. The hung tasks are all other tasks that appeared in the event loop
+    during the operator's run and are still there (except the ``ignored`` ones): they get a short
+    time to finish and are cancelled after that. The first failure of the root tasks is re-raised.
+    """
+    current_task = asyncio.current_task()
+    try:
+        if root_tasks:
+            await asyncio.wait(root_tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await _stop_tasks(root_tasks, title='Root tasks')
+        hung_tasks = [task for task in asyncio.all_tasks()
+                      if task is not current_task and task not in root_tasks and task not in ignored]
+        await _stop_tasks(hung_tasks, title='Hung tasks', grace=HUNG_TASKS_GRACE)
+
+    for task in root_tasks:
+        if not task.cancelled() and task.exception() is not None:
+            task.result()  # re-raise the failure as the operator's one.
+
+
+#
+# The operator's own activities: startup, core tasks, cleanup.
+#
+
+def make_processor(
+        *,
+        lifecycle: LifeCycleFn | None,
+        indexers: OperatorIndexers | None,
+        memories: ResourceMemories | None,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        vault: Vault,
+        memo: object,
+) -> queueing.Processor:
+    """
+    The hook where the per-object processing cycle plugs into the reactor.
+
+    Everything the processing needs from the operator is given here and bound to the processor,
+    which the watchers then call as ``processor(raw_event=..., stream_pressure=..., resource=...,
+    namespace=...)``, for one object at a time (see :class:`kopf._core.reactor.queueing.Processor`).
+    """
+    # TODO: bind the full processing cycle (kopf._core.reactor.processing) here once it exists;
+    #       the stopgap processor only invokes the @kopf.on.event handlers.
+    return functools.partial(simple_processing.process_watching_handlers,
+                             registry=registry, settings=settings, memo=memo)
+
+
+async def _run_operator(
+        *,
+        lifecycle: LifeCycleFn | None,
+        indexers: OperatorIndexers | None,
+        memories: ResourceMemories | None,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        vault: Vault,
+        memo: object,
+        insights: observation.Insights,
+        clusterwide: bool,
+        namespaces: Collection[NamespacePattern],
+        ready_flag: Flag | None,
+        peering_requested: bool,
+        liveness_endpoint: str | None,
+        command: Coroutine[None, None, None] | None,
+        event_queue: posting.EventQueue,
+) -> None:
+    """The operator's whole life: startup, the core tasks until any of them exits, cleanup."""
+    # The indices are maintained by the indexing engine, if any; the activities only read them.
+    indices = getattr(indexers, 'indices', None)
+    started = False
+    core_tasks: list[asyncio.Task[None]] = []
+    try:
+        try:
+            await activities.run_activity(activity=Activity.STARTUP, registry=registry, settings=settings,
+                                          memo=memo, indices=indices)
+        except asyncio.CancelledError:
+            logger.warning('Startup activity is only partially executed due to cancellation.')
+            raise
+        started = True
+
+        if (peering_requested or settings.peering.mandatory) and not settings.peering.standalone:
+            logger.warning('Peering is not implemented yet: running in the standalone mode.')
+        if liveness_endpoint is not None:
+            # TODO: serve the liveness endpoint with the probes (activities.run_probes) once it exists.
+            logger.warning(f'The liveness endpoint is not served yet: {liveness_endpoint}')
+
+        core_tasks = _spawn_core_tasks(
+            lifecycle=lifecycle, indexers=indexers, memories=memories, registry=registry,
+            settings=settings, vault=vault, memo=memo, indices=indices, insights=insights,
+            clusterwide=clusterwide, namespaces=namespaces, command=command, event_queue=event_queue,
+        )
+
+        # Ready means: the startup is over, and the objects are being watched (or the command can run).
+        ready = asyncio.create_task(
+            vault.wait_for_readiness() if command is not None else insights.watching.wait(),
+            name='readiness waiter',
+        )
+        try:
+            await asyncio.wait([ready, *core_tasks], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if ready.done() and not ready.cancelled():
+            raise_flag(ready_flag)
+
+        done, _ = await asyncio.wait(core_tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in core_tasks:
+            if task in done and not task.cancelled() and task.exception() is not None:
+                logger.error(f'{_title(task)} has failed: {task.exception()}')
+                task.result()  # re-raise as the operator's failure.
+
+    finally:
+        try:
+            await _stop_core_tasks(core_tasks)
+            if started:
+                try:
+                    await activities.run_activity(activity=Activity.CLEANUP, registry=registry,
+                                                  settings=settings, memo=memo, indices=indices)
+                except activities.ActivityError as e:
+                    logger.error(f'Cleanup activity has failed: {e}')
+                except asyncio.CancelledError:
+                    logger.warning('Cleanup activity is only partially executed due to cancellation.')
+                    raise
+        finally:
+            # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to.
+            await vault.close()
+
+
+def _spawn_core_tasks(
+        *,
+        lifecycle: LifeCycleFn | None,
+        indexers: OperatorIndexers | None,
+        memories: ResourceMemories | None,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        vault: Vault,
+        memo: object,
+        indices: Any,
+        insights: observation.Insights,
+        clusterwide: bool,
+        namespaces: Collection[NamespacePattern],
+        command: Coroutine[None, None, None] | None,
+        event_queue: posting.EventQueue,
+) -> list[asyncio.Task[None]]:
+    """Create the core tasks; they run forever, so the exit of any of them means the operator's exit."""
+    tasks = [
+        asyncio.create_task(activities.authenticator(
+            registry=registry, settings=settings, vault=vault, memo=memo, indices=indices,
+        ), name='credentials retriever'),
+        asyncio.create_task(posting.poster(
+            event_queue=event_queue, vault=vault,
+        ), name='poster of events'),
+    ]
+
+    if command is not None:
+        tasks.append(asyncio.create_task(command, name='command'))
+        return tasks
+
+    limit = settings.queueing.worker_limit
+    limiter = asyncio.Semaphore(limit) if limit is not None else None
+    processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories,
+                               registry=registry, settings=settings, vault=vault, memo=memo)
+
+    def watcher_factory(resource: Resource, namespace: str | None) -> Coroutine[Any, Any, None]:
+        return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
+                                processor=processor, limiter=limiter)
+
+    tasks.extend([
+        asyncio.create_task(observation.resource_observer(
+            settings=settings, registry=registry, vault=vault, insights=insights,
+        ), name='resource observer'),
+        asyncio.create_task(observation.namespace_observer(
+            settings=settings, vault=vault, insights=insights, clusterwide=clusterwide, namespaces=namespaces,
+        ), name='namespace observer'),
+        asyncio.create_task(orchestration.orchestrator(
+            insights=insights, watcher_factory=watcher_factory,
+        ), name='multidimensional multitasker'),
+    ])
+    return tasks
+
+
+async def _stop_core_tasks(tasks: Collection[asyncio.Task[None]]) -> None:
+    """
+    Stop the core tasks in the order that keeps the API usable for the finishing workers:
+    the watchers (with their workers) first, then the observers, then the poster of the k8s-events
+    (so that the workers' last messages are still posted), the credentials last.
+    """
+    watching = [task for task in tasks if task.get_name() == 'multidimensional multitasker']
+    posting = [task for task in tasks if task.get_name() == 'poster of events']
+    retriever = [task for task in tasks if task.get_name() == 'credentials retriever']
+    others = [task for task in tasks if task not in watching + posting + retriever]
+    for group in (watching, others, posting, retriever):
+        await _stop_tasks(group, title=None)
+    logger.debug('Core tasks are stopped.')
+
+
+#
+# Stopping: flags, signals, the ultimate exiting timeout.
+#
+
+async def _stop_flag_checker(
+        *,
+        stop_flag: Flag | None,
+        signal_flag: asyncio.Event,
+        runner: asyncio.Task[None],
+        settings: OperatorSettings,
+        loop: asyncio.AbstractEventLoop | None,
+) -> None:
+    """Exit when a stop is requested (and so make :func:`run_tasks` stop the operator)."""
+    waiters = [asyncio.create_task(signal_flag.wait(), name='signal waiter')]
+    if stop_flag is not None:
+        waiters.append(asyncio.create_task(wait_flag(stop_flag), name='stop-flag waiter'))
+    try:
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if waiters[0] not in done:
+            value = waiters[-1].result()
+            logger.info(f'Stop-flag is set to {value!r}. Operator is stopping.')
+        _schedule_ultimate_exit(runner, settings.process.ultimate_exiting_timeout)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.wait(waiters)
+        if loop is not None:
+            _remove_signal_handlers(loop)
+
+
+def _schedule_ultimate_exit(runner: asyncio.Task[None], timeout: float | None) -> None:
+    """Cancel the operator's activities (e.g. the cleanup) if the graceful exit takes too long."""
+    if timeout is None or runner.done():
+        return
+
+    async def guard() -> None:
+        await asyncio.sleep(timeout)
+        logger.error(f'The operator has not exited in {timeout} seconds; cancelling it forcefully.')
+        runner.cancel()
+
+    guard_task = asyncio.create_task(guard(), name='ultimate exiting guard')
+    runner.add_done_callback(lambda _: guard_task.cancel())
+
+
+def _install_signal_handlers(loop: asyncio.AbstractEventLoop, flag: asyncio.Event) -> bool:
+    """Handle the termination signals by raising the flag; only possible in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        for signum in _SIGNALS:
+            loop.add_signal_handler(signum, _on_signal, loop, flag, signum)
+    except (NotImplementedError, RuntimeError, ValueError):  # e.g. non-Unix loops, or foreign loops.
+        _remove_signal_handlers(loop)
+        return False
+    return True
+
+
+def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
+    for signum in _SIGNALS:
+        try:
+            loop.remove_signal_handler(signum)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+
+
+def _on_signal(loop: asyncio.AbstractEventLoop, flag: asyncio.Event, signum: signal.Signals) -> None:
+    logger.info(f'Signal {signum.name} is received. Operator is stopping.')
+    flag.set()
+    # The next signal gets Python's default reaction (e.g. KeyboardInterrupt): the hard way out.
+    _remove_signal_handlers(loop)
+
+
+async def wait_flag(flag: Flag) -> Any:
+    """Wait until the flag is raised; return its value (True for events, the result for futures)."""
+    if isinstance(flag, asyncio.Future):
+        await asyncio.wait([flag])  # unlike awaiting it directly, this never cancels the flag itself.
+        return _get_future_value(flag)
+    elif isinstance(flag, asyncio.Event):
+        await flag.wait()
+        return True
+    elif isinstance(flag, concurrent.futures.Future):
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+
+        def wake_up(_: concurrent.futures.Future[Any]) -> None:
+            try:
+                loop.call_soon_threadsafe(_resolve, waiter)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits anymore.
+
+        flag.add_done_callback(wake_up)
+        await waiter
+        return _get_future_value(flag)
+    elif isinstance(flag, threading.Event):
+        # A threading.Event cannot notify the loop; waiting for it in a thread would hold the thread forever.
+        while not flag.is_set():  # noqa: ASYNC110
+            await asyncio.sleep(THREADING_FLAG_POLLING)
+        return True
+    else:
+        raise TypeError(f'Unsupported type of a flag: {flag!r}')
+
+
+def raise_flag(flag: Flag | None) -> None:
+    """Raise the flag of any supported type (nothing happens if it is raised already or absent)."""
+    if flag is None:
+        return
+    elif isinstance(flag, asyncio.Future):
+        flag_loop = flag.get_loop()
+        if flag_loop is asyncio.get_running_loop():
+            if not flag.done():
+                flag.set_result(None)
+        else:
+            flag_loop.call_soon_threadsafe(_resolve, flag)
+    elif isinstance(flag, asyncio.Event):
+        flag.set()
+    elif isinstance(flag, concurrent.futures.Future):
+        try:
+            flag.set_result(None)
+        except concurrent.futures.InvalidStateError:
+            pass  # already done: by us or by someone else, it does not matter.
+    elif isinstance(flag, threading.Event):
+        flag.set()
+    else:
+        raise TypeError(f'Unsupported type of a flag: {flag!r}')
+
+
+def _resolve(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _get_future_value(future: asyncio.Future[Any] | concurrent.futures.Future[Any]) -> Any:
+    if future.cancelled() or future.exception() is not None:
+        return None
+    return future.result()
+
+
+async def _stop_tasks(
+        tasks: Iterable[asyncio.Task[Any]],
+        *,
+        title: str | None,
+        grace: float | None = None,
+) -> None:
+    """Cancel the tasks (after a grace period, if given) and wait until they are done."""
+    pending = [task for task in tasks if not task.done()]
+    if not pending:
+        if title is not None:
+            logger.debug(f'{title} stopping is skipped: no tasks given.')
+        return
+    if grace:
+        _, still_pending = await asyncio.wait(pending, timeout=grace)
+    else:
+        still_pending = set(pending)
+    for task in still_pending:
+        task.cancel()
+    # The cancelled tasks can take long to exit (e.g. the cleanup); only the hung ones are not waited long.
+    _, unstoppable = await asyncio.wait(pending, timeout=grace if grace else None)
+    for task in pending:
+        if task.cancelled():
+            logger.debug(f'{_title(task)} is cancelled.')
+    for task in unstoppable:
+        logger.warning(f'{_title(task)} has not exited after the cancellation; leaving it as is.')
+    if title is not None:
+        logger.debug(f'{title} are stopped.')
+
+
+def _title(task: asyncio.Task[Any]) -> str:
+    name = task.get_name()
+    return name[:1].upper() + name[1:]
+
+
+def _get_current_loop() -> asyncio.AbstractEventLoop:
+    """The event loop of the current context (thread); a new one if there is none yet."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        try:
+            return asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            return loop
+
+
+def _get_version() -> str:
+    try:
+        return importlib.metadata.version('kopf-core')
+    except importlib.metadata.PackageNotFoundError:
+        return 'unknown'

@@ -1,0 +1,117 @@
+"""
+The orchestration of the watchers: exactly one per resource & namespace that needs watching.
+"""
+import asyncio
+from typing import Any
+
+import pytest
+
+from kopf._cogs.structs.references import Resource
+from kopf._core.reactor.observation import Insights
+from kopf._core.reactor.orchestration import get_desired_keys, orchestrator
+
+pytestmark = pytest.mark.looptime
+
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', namespaced=True)
+POD = Resource('', 'v1', 'pods', namespaced=True)
+NODE = Resource('', 'v1', 'nodes', namespaced=False)
+
+
+def test_namespaced_resources_are_watched_per_namespace() -> None:
+    keys = get_desired_keys({KEX, POD}, {'ns1', 'ns2'})
+    assert keys == {(KEX, 'ns1'), (KEX, 'ns2'), (POD, 'ns1'), (POD, 'ns2')}
+
+
+def test_clusterwide_mode_watches_all_resources_clusterwide() -> None:
+    assert get_desired_keys({KEX, NODE}, {None}) == {(KEX, None), (NODE, None)}
+
+
+def test_cluster_scoped_resources_are_watched_clusterwide_regardless_of_namespaces() -> None:
+    assert get_desired_keys({NODE, KEX}, {'ns1'}) == {(NODE, None), (KEX, 'ns1')}
+    assert get_desired_keys({NODE, KEX}, set()) == {(NODE, None)}
+
+
+class FakeWatchers:
+    """Watchers that do nothing but remember that they run."""
+
+    def __init__(self) -> None:
+        self.running: set[tuple[Resource, str | None]] = set()
+        self.started: list[tuple[Resource, str | None]] = []
+
+    async def __call__(self, resource: Resource, namespace: str | None) -> None:
+        self.running.add((resource, namespace))
+        self.started.append((resource, namespace))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.running.discard((resource, namespace))
+
+
+async def test_watchers_follow_the_insights(looptime: float) -> None:
+    insights = Insights()
+    watchers = FakeWatchers()
+    task = asyncio.create_task(orchestrator(insights=insights, watcher_factory=watchers))
+
+    await asyncio.sleep(1)
+    assert not insights.watching.is_set()  # waits until both the resources and namespaces are known
+    assert watchers.running == set()
+
+    insights.resources = {KEX}
+    insights.namespaces = {'ns1'}
+    insights.ready_resources.set()
+    insights.ready_namespaces.set()
+    await asyncio.wait_for(insights.watching.wait(), timeout=1)
+    await asyncio.sleep(0)
+    assert watchers.running == {(KEX, 'ns1')}
+
+    insights.namespaces = {'ns1', 'ns2'}
+    insights.resources = {KEX, NODE}
+    insights.changed.set()
+    await asyncio.sleep(1)
+    assert watchers.running == {(KEX, 'ns1'), (KEX, 'ns2'), (NODE, None)}
+
+    insights.namespaces = {'ns2'}
+    insights.resources = {KEX}
+    insights.changed.set()
+    await asyncio.sleep(1)
+    assert watchers.running == {(KEX, 'ns2')}
+    assert len(watchers.started) == 3  # nothing is restarted needlessly
+
+    task.cancel()
+    await asyncio.wait([task])
+    assert watchers.running == set()
+
+
+async def test_orchestrator_stops_all_watchers_on_exit(looptime: float) -> None:
+    insights = Insights(resources={KEX, POD}, namespaces={None})
+    insights.ready_resources.set()
+    insights.ready_namespaces.set()
+    watchers = FakeWatchers()
+    task = asyncio.create_task(orchestrator(insights=insights, watcher_factory=watchers))
+    await asyncio.wait_for(insights.watching.wait(), timeout=1)
+    await asyncio.sleep(0)
+    assert watchers.running == {(KEX, None), (POD, None)}
+    task.cancel()
+    await asyncio.wait([task])
+    assert watchers.running == set()
+
+
+async def test_the_stopping_watchers_are_awaited(looptime: float) -> None:
+    stopped: list[Any] = []
+
+    async def slow_to_stop(resource: Resource, namespace: str | None) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(3)  # e.g. the objects' workers finishing gracefully
+            stopped.append((resource, namespace))
+
+    insights = Insights(resources={KEX}, namespaces={'ns1'})
+    insights.ready_resources.set()
+    insights.ready_namespaces.set()
+    task = asyncio.create_task(orchestrator(insights=insights, watcher_factory=slow_to_stop))
+    await asyncio.wait_for(insights.watching.wait(), timeout=1)
+    task.cancel()
+    await asyncio.wait([task])
+    assert looptime == 3
+    assert stopped == [(KEX, 'ns1')]

@@ -1,0 +1,327 @@
+"""
+The multiplexing of a watch-stream into per-object workers: serialisation, batching, idling, throttling.
+
+The events are fed directly into the multiplexer (as the watcher does it with the API's stream),
+and the time is the loop's fake time (looptime), so the delays are seen exactly as configured.
+"""
+import asyncio
+import collections
+import logging
+from typing import Any
+
+import pytest
+
+from kopf._clients.watching import Bookmark
+from kopf._cogs.structs.bodies import RawEvent
+from kopf._cogs.structs.references import Resource
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor.queueing import ObjectStreams
+
+pytestmark = pytest.mark.looptime
+
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample', namespaced=True)
+
+
+def event(name: str, value: Any = None, *, type: str | None = 'MODIFIED', uid: str | None = None) -> RawEvent:
+    body = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+            'metadata': {'name': name, 'namespace': 'ns1', 'uid': uid or f'uid-{name}'},
+            'spec': {'value': value}}
+    return {'type': type, 'object': body}  # type: ignore[typeddict-item]
+
+
+class Recorder:
+    """A processor that takes some time, remembers what it got, and checks the concurrency."""
+
+    def __init__(self, *, duration: float = 0, failures: int = 0) -> None:
+        self.duration = duration
+        self.failures = failures
+        self.calls: list[tuple[float, str, str | None, Any]] = []
+        self.pressures: list[bool] = []
+        self.active: collections.Counter[str] = collections.Counter()
+        self.max_per_object = 0
+        self.max_total = 0
+
+    async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
+                       resource: Resource, namespace: str | None) -> None:
+        assert resource == KEX
+        assert namespace == 'ns1'
+        name = raw_event['object']['metadata']['name']
+        self.calls.append((asyncio.get_running_loop().time(), name, raw_event['type'],
+                           raw_event['object'].get('spec', {}).get('value')))
+        self.active[name] += 1
+        self.max_per_object = max(self.max_per_object, self.active[name])
+        self.max_total = max(self.max_total, sum(self.active.values()))
+        try:
+            await asyncio.sleep(self.duration)
+            self.pressures.append(stream_pressure.is_set())
+            if self.failures > 0:
+                self.failures -= 1
+                raise RuntimeError('boom')
+        finally:
+            self.active[name] -= 1
+
+    def values(self, name: str) -> list[Any]:
+        return [value for _, obj, _, value in self.calls if obj == name]
+
+
+@pytest.fixture
+def settings() -> OperatorSettings:
+    settings = OperatorSettings()
+    settings.queueing.batch_window = 0.1
+    settings.queueing.idle_timeout = 5
+    settings.queueing.exit_timeout = 2
+    settings.queueing.error_delays = [1, 2, 5]
+    return settings
+
+
+def make_streams(processor: Recorder, settings: OperatorSettings, limit: int | None = None) -> ObjectStreams:
+    limiter = asyncio.Semaphore(limit) if limit is not None else None
+    return ObjectStreams(processor=processor, resource=KEX, namespace='ns1',
+                         settings=settings, limiter=limiter)
+
+
+async def test_a_burst_of_events_is_batched_and_the_latest_one_wins(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    for value in range(10):
+        streams.feed(event('kex1', value))
+    await asyncio.sleep(1)
+    assert recorder.values('kex1') == [9]
+    assert recorder.calls[0][0] == pytest.approx(0.1)  # after the batching window
+    await streams.close()
+
+
+async def test_events_arriving_while_busy_are_batched_and_press_the_processor(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=5)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'first'))
+    await asyncio.sleep(1)
+    for value in ['second', 'third', 'fourth']:
+        streams.feed(event('kex1', value))
+        await asyncio.sleep(1)
+    await asyncio.sleep(10)
+    assert recorder.values('kex1') == ['first', 'fourth']
+    assert recorder.pressures == [True, False]
+    assert recorder.max_per_object == 1
+    assert recorder.calls[1][0] == pytest.approx(5.2)  # the 1st one ends at 5.1, then the batching window
+    await streams.close()
+
+
+async def test_objects_are_processed_in_parallel_but_each_one_serially(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings)
+    for round in range(3):
+        for name in ['kex1', 'kex2', 'kex3']:
+            streams.feed(event(name, round))
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(5)
+    assert recorder.max_total == 3
+    assert recorder.max_per_object == 1
+    for name in ['kex1', 'kex2', 'kex3']:
+        assert recorder.values(name) == [0, 2]  # the 1st one processed, then only the latest one
+    await streams.close()
+
+
+async def test_worker_limit_caps_the_parallel_processing(settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings, limit=2)
+    for index in range(5):
+        streams.feed(event(f'kex{index}', index))
+    await asyncio.sleep(10)
+    assert len(recorder.calls) == 5
+    assert recorder.max_total == 2
+    assert sorted(round(time, 1) for time, *_ in recorder.calls) == [0.1, 0.1, 1.1, 1.1, 2.1]
+    await streams.close()
+
+
+async def test_idle_workers_exit_and_leave_no_tasks(settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    tasks_before = asyncio.all_tasks()
+    for index in range(1000):
+        streams.feed(event(f'kex{index}', index))
+    await asyncio.sleep(4.5)  # processed at 0.1, idle since then
+    assert len(recorder.calls) == 1000
+    assert streams.active_count == 1000
+    await asyncio.sleep(1)  # the idle timeout is over at 5.1
+    assert streams.active_count == 0
+    assert streams.known_count == 1000
+    assert asyncio.all_tasks() == tasks_before
+
+    # A new event of an idle object starts a new worker.
+    streams.feed(event('kex7', 'again'))
+    await asyncio.sleep(1)
+    assert recorder.values('kex7') == [7, 'again']
+    await streams.close()
+
+
+async def test_deleted_objects_release_their_workers_at_once(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'x'))
+    await asyncio.sleep(1)
+    streams.feed(event('kex1', 'x', type='DELETED'))
+    await asyncio.sleep(1)
+    assert [type for _, _, type, _ in recorder.calls] == ['MODIFIED', 'DELETED']
+    assert streams.active_count == 0
+    assert streams.known_count == 0
+    await streams.close()
+
+
+async def test_objects_vanished_between_listings_are_deleted(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1, type=None))
+    streams.feed(event('kex2', 2, type=None))
+    streams.feed(Bookmark.LISTED)
+    await asyncio.sleep(10)
+    assert streams.known_count == 2
+
+    # A relisting (e.g. after 410 Gone): kex2 was deleted while the stream was not watching.
+    streams.feed(event('kex1', 1, type=None))
+    streams.feed(Bookmark.LISTED)
+    await asyncio.sleep(1)
+    assert recorder.calls[-1][1:3] == ('kex2', 'DELETED')
+    assert streams.known_count == 1
+
+    # An empty listing means that everything is gone.
+    streams.feed(Bookmark.LISTED)
+    await asyncio.sleep(1)
+    assert recorder.calls[-1][1:3] == ('kex1', 'DELETED')
+    assert streams.known_count == 0
+    await streams.close()
+
+
+async def test_synthetic_deletion_has_the_identity_of_the_object(settings: OperatorSettings) -> None:
+    received: list[RawEvent] = []
+
+    async def processor(*, raw_event: RawEvent, **_: Any) -> None:
+        received.append(raw_event)
+
+    streams = ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings)
+    streams.feed(event('kex1', 1, type=None))
+    streams.feed(Bookmark.LISTED)
+    streams.feed(Bookmark.LISTED)
+    await asyncio.sleep(1)
+    assert received[-1] == {'type': 'DELETED', 'object': {
+        'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+        'metadata': {'name': 'kex1', 'namespace': 'ns1', 'uid': 'uid-kex1'},
+    }}
+    await streams.close()
+
+
+async def test_objects_without_uids_are_keyed_by_names(settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings)
+    for value in range(3):
+        body: Any = {'metadata': {'name': 'kex1', 'namespace': 'ns1'}, 'spec': {'value': value}}
+        streams.feed({'type': 'MODIFIED', 'object': body})
+    await asyncio.sleep(3)
+    assert recorder.values('kex1') == [2]
+    await streams.close()
+
+
+async def test_unexpected_errors_are_throttled(
+        settings: OperatorSettings, looptime: float, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, 'kopf.objects')
+    recorder = Recorder(failures=3)
+    streams = make_streams(recorder, settings)
+
+    streams.feed(event('kex1', 'a'))  # processed at 0.1 and fails: throttled till 1.1
+    await asyncio.sleep(0.5)
+    streams.feed(event('kex1', 'b'))  # processed at 1.2 and fails: throttled till 3.2
+    streams.feed(event('kex1', 'c'))
+    await asyncio.sleep(1.0)
+    streams.feed(event('kex1', 'd'))  # processed at 3.3 and fails: throttled till 8.3
+    await asyncio.sleep(2.0)
+    streams.feed(event('kex1', 'e'))  # processed at 8.4 and succeeds
+    await asyncio.sleep(10)
+
+    assert [(round(time, 1), value) for time, _, _, value in recorder.calls] == [
+        (0.1, 'a'), (1.2, 'c'), (3.3, 'd'), (8.4, 'e'),
+    ]
+    messages = [record.getMessage() for record in caplog.records if record.name == 'kopf.objects']
+    assert messages == [
+        "Throttling for 1 seconds due to an unexpected error: RuntimeError('boom')",
+        'Throttling is over. Switching back to normal operations.',
+        "Throttling for 2 seconds due to an unexpected error: RuntimeError('boom')",
+        'Throttling is over. Switching back to normal operations.',
+        "Throttling for 5 seconds due to an unexpected error: RuntimeError('boom')",
+        'Throttling is over. Switching back to normal operations.',
+    ]
+    assert all(record.exc_info for record in caplog.records if 'Throttling for' in record.getMessage())
+
+    # A success has reset the delays: the next error starts from the 1st delay again.
+    recorder.failures = 1
+    streams.feed(event('kex1', 'f'))
+    await asyncio.sleep(10)
+    assert "Throttling for 1 seconds due to an unexpected error: RuntimeError('boom')" in caplog.messages[-2]
+    await streams.close()
+
+
+async def test_the_last_error_delay_repeats(settings: OperatorSettings, looptime: float) -> None:
+    settings.queueing.error_delays = [1]
+    recorder = Recorder(failures=100)
+    streams = make_streams(recorder, settings)
+    for value in range(4):
+        streams.feed(event('kex1', value))
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(10)
+    assert [round(time, 1) for time, *_ in recorder.calls] == [0.1, 1.2, 2.3]
+    await streams.close()
+
+
+async def test_no_error_delays_means_no_throttling(settings: OperatorSettings, looptime: float) -> None:
+    settings.queueing.error_delays = []
+    recorder = Recorder(failures=100)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1))
+    await asyncio.sleep(0.5)
+    streams.feed(event('kex1', 2))
+    await asyncio.sleep(0.5)
+    assert [round(time, 1) for time, *_ in recorder.calls] == [0.1, 0.6]
+    await streams.close()
+
+
+async def test_closing_lets_the_busy_workers_finish_within_the_exit_timeout(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1.5)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1))
+    streams.feed(event('kex2', 2))
+    await asyncio.sleep(0.5)
+    streams.feed(event('kex2', 3))  # pending: still processed while closing, with no batching window
+    await streams.close(exit_timeout=5)
+    assert looptime == pytest.approx(3.1)  # 1.6 (the 1st processing of kex2) + 1.5 (the 2nd one)
+    assert recorder.values('kex1') == [1]
+    assert recorder.values('kex2') == [2, 3]
+    assert streams.active_count == 0
+
+
+async def test_closing_cancels_the_workers_after_the_exit_timeout(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=100)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1))
+    await asyncio.sleep(1)
+    await streams.close(exit_timeout=settings.queueing.exit_timeout)
+    assert looptime == 3
+    assert streams.active_count == 0
+    assert recorder.active['kex1'] == 0  # its processing is cancelled, not abandoned
+
+
+async def test_closing_interrupts_the_idle_workers_and_the_throttling(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(failures=1)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1))  # fails and throttles for 1s
+    streams.feed(event('kex2', 2))  # succeeds and idles for 5s
+    await asyncio.sleep(0.5)
+    await streams.close(exit_timeout=settings.queueing.exit_timeout)
+    assert looptime == 0.5
+    assert streams.active_count == 0

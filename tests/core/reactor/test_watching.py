@@ -1,0 +1,139 @@
+"""
+The watchers against the emulator: whatever happens to the watch-streams, the latest state is processed.
+"""
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from kopf._clients.vault import Vault
+from kopf._cogs.structs.bodies import RawEvent
+from kopf._cogs.structs.references import Resource
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor.queueing import watcher
+from kopf.testing.emulator import KubernetesEmulator
+
+Kube = Any  # the conftest's raw client
+WaitFor = Callable[..., Coroutine[Any, Any, None]]
+
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample', namespaced=True,
+               verbs=frozenset({'list', 'watch'}))
+
+
+class LatestStates:
+    """A processor that remembers the latest processed state of every object (and checks the overlaps)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.types: dict[str, str | None] = {}
+        self.active: collections.Counter[str] = collections.Counter()
+        self.overlaps = 0
+
+    async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
+                       resource: Resource, namespace: str | None) -> None:
+        name = raw_event['object']['metadata']['name']
+        self.active[name] += 1
+        self.overlaps += self.active[name] > 1
+        try:
+            await asyncio.sleep(0.01)  # let the events overlap with the processing
+            self.values[name] = raw_event['object'].get('spec', {}).get('value')
+            self.types[name] = raw_event['type']
+        finally:
+            self.active[name] -= 1
+
+
+@pytest.fixture
+async def states(settings: OperatorSettings, vault: Vault, kex_crd: None) -> AsyncIterator[LatestStates]:
+    processor = LatestStates()
+    task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace='default',
+                                       processor=processor))
+    yield processor
+    task.cancel()
+    await asyncio.wait([task])
+
+
+async def test_latest_state_survives_the_stream_disruptions(
+        states: LatestStates, kube: Kube, emulator: KubernetesEmulator, wait_for: WaitFor,
+) -> None:
+    await kube.create_kex('kex1', spec={'value': 0})
+    await wait_for(lambda: states.values.get('kex1') == 0)
+
+    # Closed by the server (as on its timeout).
+    assert emulator.drop_watches(path='kopfexamples') == 1
+    await kube.patch_kex('kex1', {'spec': {'value': 1}})
+    await wait_for(lambda: states.values.get('kex1') == 1)
+
+    # Broken mid-stream, then the reconnection fails with 5xx a few times.
+    emulator.fail_requests(2, status=503, verb='watch')
+    emulator.drop_watches(path='kopfexamples', abort=True)
+    for value in range(2, 12):
+        await kube.patch_kex('kex1', {'spec': {'value': value}})
+    await wait_for(lambda: states.values.get('kex1') == 11)
+
+    # Throttled by the server (HTTP 429 with Retry-After).
+    emulator.fail_requests(1, status=429, verb='watch', retry_after=0.1)
+    emulator.drop_watches(path='kopfexamples')
+    await kube.patch_kex('kex1', {'spec': {'value': 12}})
+    await wait_for(lambda: states.values.get('kex1') == 12)
+
+    assert states.overlaps == 0
+    assert emulator.requests.count('watch', 'kopfexamples') >= 5
+
+
+async def test_objects_deleted_while_not_watching_are_processed_as_deleted(
+        states: LatestStates, kube: Kube, emulator: KubernetesEmulator, wait_for: WaitFor,
+) -> None:
+    await kube.create_kex('kex1', spec={'value': 1})
+    await kube.create_kex('kex2', spec={'value': 2})
+    await wait_for(lambda: states.values.get('kex1') == 1 and states.values.get('kex2') == 2)
+
+    # Not watching for a while: the watch requests fail (even after the retries).
+    emulator.fail_requests(None, status=503, verb='watch')
+    emulator.drop_watches(path='kopfexamples')
+    await kube.delete_kex('kex2')
+    await kube.patch_kex('kex1', {'spec': {'value': 10}})
+    emulator.forget_history()  # the resumption is impossible now: 410 Gone, and a relisting
+    emulator.clear_faults()
+
+    await wait_for(lambda: states.types.get('kex2') == 'DELETED' and states.values.get('kex1') == 10)
+    assert states.types['kex1'] is None  # it came from the relisting
+
+
+async def test_watch_stream_start_and_stop_are_logged(
+        settings: OperatorSettings, vault: Vault, kex_crd: None, caplog: pytest.LogCaptureFixture,
+        emulator: KubernetesEmulator, wait_for: WaitFor,
+) -> None:
+    caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
+    task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace=None,
+                                       processor=LatestStates()))
+    await wait_for(lambda: emulator.open_watches == 1)
+    task.cancel()
+    await asyncio.wait([task])
+    assert [record.getMessage() for record in caplog.records if record.name == 'kopf._core.reactor.queueing'] == [
+        'Starting the watch-stream for kopfexamples.v1.kopf.dev cluster-wide.',
+        'Stopping the watch-stream for kopfexamples.v1.kopf.dev cluster-wide.',
+    ]
+
+
+async def test_failing_watcher_restarts_with_delays(
+        settings: OperatorSettings, vault: Vault, kex_crd: None, kube: Kube, caplog: pytest.LogCaptureFixture,
+        emulator: KubernetesEmulator, wait_for: WaitFor,
+) -> None:
+    emulator.fail_requests(2, status=403, verb='list', path='kopfexamples')
+    states = LatestStates()
+    task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace='default',
+                                       processor=states))
+    try:
+        await kube.create_kex('kex1', spec={'value': 1})
+        await wait_for(lambda: states.values.get('kex1') == 1)
+    finally:
+        task.cancel()
+        await asyncio.wait([task])
+    failures = [record for record in caplog.records if 'has failed' in record.getMessage()]
+    assert len(failures) == 2
+    assert failures[0].getMessage().startswith(
+        'Watcher for kopfexamples.v1.kopf.dev@default has failed: HTTP 403')
+    assert failures[0].levelno == logging.ERROR
