@@ -39,7 +39,9 @@ def kopf_command(request: pytest.FixtureRequest) -> list[str]:
     return [sys.executable, '-m', 'kopf']
 
 
-def run_kopf(command: list[str], *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_kopf(
+        command: list[str], *args: str, env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=TIMEOUT, env=env)
 
 
@@ -47,7 +49,8 @@ class Process:
     """A running ``kopf run`` whose stderr is read in the background, to wait for the log lines."""
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.popen = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.popen = subprocess.Popen(args, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -116,7 +119,8 @@ def test_run_stops_on_signals(
 ) -> None:
     path = write_source('signalled_operator.py', STARTUP_OPERATOR)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        process = Process([*kopf_command, 'run', '-A', '--standalone', '--log-format=plain', str(path)], kopf_env)
+        args = [*kopf_command, 'run', '-A', '--standalone', '--log-format=plain', str(path)]
+        process = Process(args, kopf_env)
         started_processes.append(process)
         process.wait_for_line('The operator has started.')
         process.popen.send_signal(signum)
@@ -155,7 +159,6 @@ def test_unreachable_cluster_exits_with_1_and_one_message(
     assert result.returncode == 1
     last_line = result.stderr.splitlines()[-1]
     assert last_line.startswith('Error: Cannot reach the Kubernetes API: ')
-    assert 'Traceback' not in result.stderr
     assert sum(line.startswith('Error:') for line in result.stderr.splitlines()) == 1
 
 
@@ -165,7 +168,9 @@ def test_unreachable_cluster_with_debug_shows_the_traceback(
     path = write_source('unreachable_operator.py', STARTUP_OPERATOR)
     result = run_kopf(kopf_command, 'run', '-A', '--standalone', '--debug', str(path), env=dict(os.environ))
     assert result.returncode == 1
-    assert 'Traceback (most recent call last):' in result.stderr
+    assert not any(line.startswith('Error:') for line in result.stderr.splitlines())
+    assert result.stderr.splitlines()[-1].startswith('aiohttp.client_exceptions.ClientConnectorError: ')
+    assert 'in _run_operator\n' in result.stderr  # the traceback goes through the framework
 
 
 def test_usage_error_exits_with_2(kopf_command: list[str]) -> None:

@@ -37,7 +37,8 @@ def test_file_is_a_module_named_after_it(write_source: Callable[..., pathlib.Pat
     assert sys.modules['named_after_file'] is module
 
 
-def test_file_imported_by_its_sibling_is_not_executed_twice(write_source: Callable[..., pathlib.Path]) -> None:
+def test_file_imported_by_its_sibling_is_not_executed_twice(
+        write_source: Callable[..., pathlib.Path]) -> None:
     write_source('execution_counter.py', 'executions = 0\n')
     write_source('imports_main_back.py', 'import main_with_sibling\n')
     path = write_source('main_with_sibling.py', '''
@@ -57,7 +58,8 @@ def test_file_is_executed_anew_on_every_loading(write_source: Callable[..., path
     assert sys.modules['reload_counter'].executions == 2
 
 
-def test_file_named_as_a_standard_module_does_not_shadow_it(write_source: Callable[..., pathlib.Path]) -> None:
+def test_file_named_as_a_standard_module_does_not_shadow_it(
+        write_source: Callable[..., pathlib.Path]) -> None:
     import operator
     path = write_source('operator.py', 'NAME = __name__\n')
     module = load_file(str(path))
@@ -99,7 +101,8 @@ def test_module_is_imported_from_the_current_directory(
     assert module.VALUE == 7
 
 
-def test_module_is_imported_once(write_source: Callable[..., pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_module_is_imported_once(
+        write_source: Callable[..., pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_source('imported_once.py', 'import random\nTOKEN = random.random()\n')
     monkeypatch.chdir(path.parent)
     assert import_module('imported_once').TOKEN == import_module('imported_once').TOKEN
@@ -115,7 +118,8 @@ def test_module_failing_inside_is_not_reported_as_missing(
     assert 'missing_dependency.py", line 1, in <module>' in str(error.value)
 
 
-def test_files_go_before_modules(write_source: Callable[..., pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_files_go_before_modules(
+        write_source: Callable[..., pathlib.Path], monkeypatch: pytest.MonkeyPatch) -> None:
     write_source('load_order.py', 'order = []\n')
     write_source('ordered_module.py', 'import load_order\nload_order.order.append("module")\n')
     first = write_source('ordered_file1.py', 'import load_order\nload_order.order.append("file1")\n')
@@ -151,11 +155,14 @@ def test_handlers_of_files_and_modules_run(
         'from_first_file', 'from_second_file', 'from_module',
     }
     assert kopf.get_default_registry() is default_registry  # restored after loading
-    assert not any(handler.id.startswith('from_') for handler in default_registry.activities.get_all_handlers())
+    default_handlers = default_registry.activities.get_all_handlers()
+    assert not any(handler.id.startswith('from_') for handler in default_handlers)
 
 
-def test_module_given_several_times(write_source: Callable[..., pathlib.Path], monkeypatch: pytest.MonkeyPatch,
-                                    k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+def test_module_given_several_times(
+        write_source: Callable[..., pathlib.Path], monkeypatch: pytest.MonkeyPatch,
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry,
+) -> None:
     path = write_source('repeated_module.py', STARTUP_OPERATOR.format(name='repeated'))
     monkeypatch.chdir(path.parent)
     with KopfRunner(['run', '-A', '--standalone', '--log-format=plain',

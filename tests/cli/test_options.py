@@ -172,15 +172,18 @@ def test_namespaces(args: list[str], namespaces: set[str], wait_for: Callable[..
         wait_for(lambda: _watched_namespaces(k8s_emulator) == namespaces)
 
 
-def test_namespace_via_environment_variable(wait_for: Callable[..., Any], k8s_emulator: KubernetesEmulator,
-                                            registry: OperatorRegistry, seen_configmap: threading.Event) -> None:
+def test_namespace_via_environment_variable(
+        wait_for: Callable[..., Any], k8s_emulator: KubernetesEmulator,
+        registry: OperatorRegistry, seen_configmap: threading.Event,
+) -> None:
     with KopfRunner(['run', '--standalone'], registry=registry, env={'KOPF_RUN_NAMESPACE': 'kube-system'}):
         wait_for(lambda: _watched_namespaces(k8s_emulator) == {'kube-system'})
 
 
-def test_no_scope_serves_the_cluster_with_a_warning(wait_for: Callable[..., Any],
-                                                    k8s_emulator: KubernetesEmulator, registry: OperatorRegistry,
-                                                    seen_configmap: threading.Event) -> None:
+def test_no_scope_serves_the_cluster_with_a_warning(
+        wait_for: Callable[..., Any], k8s_emulator: KubernetesEmulator,
+        registry: OperatorRegistry, seen_configmap: threading.Event,
+) -> None:
     with pytest.warns(FutureWarning), KopfRunner(['run', '--standalone'], registry=registry):
         wait_for(lambda: _watched_namespaces(k8s_emulator) == {''})
 
@@ -190,14 +193,14 @@ def test_no_scope_serves_the_cluster_with_a_warning(wait_for: Callable[..., Any]
 #
 
 @pytest.mark.parametrize('args, expected', [
-    ([], dict(standalone=False, priority=0, name='default', mandatory=False, clusterwide=True)),
-    (['--standalone'], dict(standalone=True, priority=0, name='default', mandatory=False)),
-    (['--priority', '100'], dict(standalone=False, priority=100)),
-    (['-p', '-5'], dict(priority=-5)),
-    (['--dev'], dict(standalone=False, priority=666)),
-    (['--dev', '-p', '5'], dict(priority=666)),
-    (['--peering', 'example'], dict(name='example', mandatory=True, standalone=False)),
-    (['-P', 'example', '--standalone'], dict(name='example', mandatory=True, standalone=True)),
+    ([], {'standalone': False, 'priority': 0, 'name': 'default', 'mandatory': False, 'clusterwide': True}),
+    (['--standalone'], {'standalone': True, 'priority': 0, 'name': 'default', 'mandatory': False}),
+    (['--priority', '100'], {'standalone': False, 'priority': 100}),
+    (['-p', '-5'], {'priority': -5}),
+    (['--dev'], {'standalone': False, 'priority': 666}),
+    (['--dev', '-p', '5'], {'priority': 666}),
+    (['--peering', 'example'], {'name': 'example', 'mandatory': True, 'standalone': False}),
+    (['-P', 'example', '--standalone'], {'name': 'example', 'mandatory': True, 'standalone': True}),
 ])
 def test_peering_options(args: list[str], expected: dict[str, Any], k8s_emulator: KubernetesEmulator,
                          registry: OperatorRegistry, peering_seen: dict[str, Any]) -> None:
@@ -237,6 +240,6 @@ def test_liveness_endpoint_is_served(k8s_emulator: KubernetesEmulator, registry:
         sock.bind(('127.0.0.1', 0))
         port = sock.getsockname()[1]
     url = f'http://127.0.0.1:{port}/healthz'
-    with KopfRunner(['run', '-A', '--standalone', '--liveness', url], registry=registry):
-        with urllib.request.urlopen(url, timeout=WAIT) as response:
-            assert response.status == 200
+    with (KopfRunner(['run', '-A', '--standalone', '--liveness', url], registry=registry),
+          urllib.request.urlopen(url, timeout=WAIT) as response):
+        assert response.status == 200

@@ -67,12 +67,13 @@ def test_results_are_unavailable_while_running(k8s_emulator: KubernetesEmulator,
                                                registry: OperatorRegistry) -> None:
     with KopfRunner(RUN, registry=registry) as runner:
         with pytest.raises(RuntimeError, match='still running'):
-            runner.exit_code
+            _ = runner.exit_code
         with pytest.raises(RuntimeError, match='still running'):
-            runner.output
+            _ = runner.output
 
 
-def test_stops_via_the_stop_flag_with_cleanup(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+def test_stops_via_the_stop_flag_with_cleanup(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
     cleaned_up = threading.Event()
 
     @kopf.on.cleanup(registry=registry)
@@ -85,7 +86,8 @@ def test_stops_via_the_stop_flag_with_cleanup(k8s_emulator: KubernetesEmulator, 
     assert 'Stop-flag is set to True. Operator is stopping.' in runner.output.splitlines()
 
 
-def test_repeated_start_and_stop_never_hangs(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+def test_repeated_start_and_stop_never_hangs(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
     starts: list[int] = []
     cleanups: list[int] = []
 
@@ -107,7 +109,8 @@ def test_repeated_start_and_stop_never_hangs(k8s_emulator: KubernetesEmulator, r
     assert not [thread for thread in threading.enumerate() if thread.name == 'KopfRunner']
 
 
-def test_settings_are_passed_to_the_operator(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+def test_settings_are_passed_to_the_operator(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
     settings = kopf.OperatorSettings()
     settings.posting.level = 42
     seen: list[Any] = []
@@ -139,7 +142,8 @@ def test_files_register_into_the_given_registry(k8s_emulator: KubernetesEmulator
     assert kopf.get_default_registry().activities.get_all_handlers() == default_before
 
 
-def test_click_arguments_are_passed_through(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+def test_click_arguments_are_passed_through(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
     seen: list[Any] = []
 
     @kopf.on.startup(registry=registry)
@@ -161,9 +165,8 @@ def test_cannot_be_entered_twice(k8s_emulator: KubernetesEmulator, registry: Ope
     runner = KopfRunner(['--version'])
     with runner:
         pass
-    with pytest.raises(RuntimeError, match='can be entered only once'):
-        with runner:
-            pass
+    with pytest.raises(RuntimeError, match='can be entered only once'), runner:
+        pass
 
 
 def test_commands_that_exit_at_once(registry: OperatorRegistry) -> None:
@@ -181,9 +184,9 @@ def test_failing_source_is_reraised_as_the_original_error_when_entering(
         write_source: Callable[..., pathlib.Path], registry: OperatorRegistry) -> None:
     path = write_source('broken_runner_operator.py', 'raise ValueError("the operator is broken")\n')
     body_has_run = False
-    with pytest.raises(ValueError, match='the operator is broken'):
-        with KopfRunner([*RUN, str(path)], registry=registry):
-            body_has_run = True
+    with (pytest.raises(ValueError, match='the operator is broken'),
+          KopfRunner([*RUN, str(path)], registry=registry)):
+        body_has_run = True
     assert not body_has_run
 
 
@@ -202,9 +205,8 @@ def test_failing_source_without_reraising(write_source: Callable[..., pathlib.Pa
 
 
 def test_usage_errors_are_reraised_as_system_exit(registry: OperatorRegistry) -> None:
-    with pytest.raises(SystemExit) as error:
-        with KopfRunner(['run', '-A', '-n', 'default'], registry=registry):
-            pass
+    with pytest.raises(SystemExit) as error, KopfRunner(['run', '-A', '-n', 'default'], registry=registry):
+        pass
     assert error.value.code == 2
 
 
@@ -222,19 +224,18 @@ def test_operator_failure_while_running_is_reraised_when_exiting(
     def no_retries(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.networking.error_backoffs = ()
 
-    with pytest.raises(kopf.LoginError):
-        with KopfRunner(RUN, registry=registry) as runner:
-            k8s_emulator.fail_requests(None, status=401)  # all of them, from now on
-            k8s_emulator.drop_watches()  # so that the operator makes new requests
-            wait_for(lambda: runner.finished)
+    with pytest.raises(kopf.LoginError), KopfRunner(RUN, registry=registry) as runner:
+        k8s_emulator.fail_requests(None, status=401)  # all of them, from now on
+        k8s_emulator.drop_watches()  # so that the operator makes new requests
+        wait_for(lambda: runner.finished)
     assert runner.exit_code == 1
     assert isinstance(runner.exception, kopf.LoginError)
 
 
-def test_the_blocks_own_error_is_not_replaced(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
-    with pytest.raises(KeyError, match='from the block'):
-        with KopfRunner(RUN, registry=registry) as runner:
-            raise KeyError('from the block')
+def test_the_blocks_own_error_is_not_replaced(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+    with pytest.raises(KeyError, match='from the block'), KopfRunner(RUN, registry=registry) as runner:
+        raise KeyError('from the block')
     assert runner.finished
     assert runner.exit_code == 0
 
@@ -250,9 +251,9 @@ def test_stuck_at_exit_is_cancelled_and_reported(k8s_emulator: KubernetesEmulato
         await asyncio.Event().wait()
 
     started_at = time.monotonic()
-    with pytest.raises(OperatorStuckError) as error:
-        with KopfRunner(RUN, registry=registry, timeout=0.5) as runner:
-            pass
+    with (pytest.raises(OperatorStuckError) as error,
+          KopfRunner(RUN, registry=registry, timeout=0.5) as runner):
+        pass
     assert time.monotonic() - started_at < WAIT
     assert runner.finished
     message = str(error.value)
@@ -271,9 +272,9 @@ def test_stuck_beyond_cancellation_is_abandoned_and_reported(k8s_emulator: Kuber
 
     stdout, stderr = sys.stdout, sys.stderr
     try:
-        with pytest.raises(OperatorStuckError) as error:
-            with KopfRunner(RUN, registry=registry, timeout=0.5) as runner:
-                pass
+        with (pytest.raises(OperatorStuckError) as error,
+              KopfRunner(RUN, registry=registry, timeout=0.5) as runner):
+            pass
         assert not runner.finished
         assert sys.stdout is stdout and sys.stderr is stderr  # restored, though the thread still runs
         message = str(error.value)
@@ -291,9 +292,8 @@ def test_not_ready_in_time_is_stopped_and_reported(k8s_emulator: KubernetesEmula
         await asyncio.Event().wait()
 
     body_has_run = False
-    with pytest.raises(OperatorStuckError) as error:
-        with KopfRunner(RUN, registry=registry, timeout=0.5):
-            body_has_run = True
+    with pytest.raises(OperatorStuckError) as error, KopfRunner(RUN, registry=registry, timeout=0.5):
+        body_has_run = True
     assert not body_has_run
     message = str(error.value)
     assert message.startswith('The operator did not get ready within 0.5 seconds, and was stopped.\n')
@@ -346,7 +346,7 @@ def test_with_a_given_emulator(registry: OperatorRegistry, create_configmap: Cal
         assert emulator.requests.count('watch', 'configmaps') >= 1
 
 
-def test_without_an_emulator_there_is_none(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
-    with KopfRunner(RUN, registry=registry) as runner:
-        with pytest.raises(RuntimeError, match='no emulator'):
-            runner.emulator
+def test_without_an_emulator_there_is_none(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+    with KopfRunner(RUN, registry=registry) as runner, pytest.raises(RuntimeError, match='no emulator'):
+        _ = runner.emulator

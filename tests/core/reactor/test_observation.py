@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kopf._clients.errors import APIServerError
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.references import NamespacePattern, Selector
 from kopf._core.intents.configuration import OperatorSettings
@@ -175,3 +176,23 @@ async def test_disabled_scanning_ignores_namespace_patterns(
     await asyncio.wait_for(insights.ready_namespaces.wait(), timeout=5)
     assert insights.namespaces == {'default'}
     assert emulator.requests.count(resource='namespaces') == 0
+
+
+async def test_namespace_observation_fails_when_the_api_stays_broken(
+        settings: OperatorSettings, vault: Vault, insights: Insights, emulator: KubernetesEmulator,
+) -> None:
+    emulator.fail_requests(None, status=500, verb='list', path='/api/v1/namespaces')
+    with pytest.raises(APIServerError):
+        await asyncio.wait_for(namespace_observer(settings=settings, vault=vault, insights=insights,
+                                                  clusterwide=False, namespaces=['default*']), timeout=5)
+    assert emulator.requests.count('list', 'namespaces') == 4  # 1 attempt + 3 retries by the settings
+
+
+async def test_resource_observation_fails_when_the_api_stays_broken(
+        settings: OperatorSettings, registry: OperatorRegistry, vault: Vault, insights: Insights,
+        emulator: KubernetesEmulator,
+) -> None:
+    emulator.fail_requests(None, status=500, path='^/apis$')
+    with pytest.raises(APIServerError):
+        await asyncio.wait_for(resource_observer(settings=settings, registry=registry, vault=vault,
+                                                 insights=insights), timeout=5)

@@ -112,7 +112,8 @@ async def test_watch_stream_start_and_stop_are_logged(
     await wait_for(lambda: emulator.open_watches == 1)
     task.cancel()
     await asyncio.wait([task])
-    assert [record.getMessage() for record in caplog.records if record.name == 'kopf._core.reactor.queueing'] == [
+    messages = [rec.getMessage() for rec in caplog.records if rec.name == 'kopf._core.reactor.queueing']
+    assert messages == [
         'Starting the watch-stream for kopfexamples.v1.kopf.dev cluster-wide.',
         'Stopping the watch-stream for kopfexamples.v1.kopf.dev cluster-wide.',
     ]

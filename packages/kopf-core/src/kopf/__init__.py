@@ -128,6 +128,15 @@ from kopf._core.persistence.progress import (
     SmartProgressStorage,
     StatusProgressStorage,
 )
+from kopf._core.reactor.inventory import (
+    ResourceMemories,
+)
+from kopf._core.reactor.running import (
+    operator,
+    run,
+    run_tasks,
+    spawn_tasks,
+)
 from kopf._kits.hierarchies import (
     ObjectReference,
     OwnerReference,
@@ -249,6 +258,7 @@ __all__ = [
     'RawEventType',
     'Reason',
     'Resource',
+    'ResourceMemories',
     'SmartProgressStorage',
     'Spec',
     'Status',
@@ -284,10 +294,14 @@ __all__ = [
     'none_',
     'not_',
     'on',
+    'operator',
     'register',
     'remove_owner_reference',
+    'run',
+    'run_tasks',
     'set_default_lifecycle',
     'set_default_registry',
+    'spawn_tasks',
     'subhandler',
     'timer',
     'warn',

@@ -6,5 +6,6 @@ The reactor: the topmost layer of the framework, which brings the operator into 
 * ``observation``: the discovery of the resources and namespaces to serve, at the start and at runtime.
 * ``orchestration``: one watcher per resource & namespace that needs watching.
 * ``queueing``: the watchers, which multiplex the watch-streams into per-object workers.
-* ``simple_processing``: a stopgap processor of the ``@kopf.on.event`` handlers only.
+* ``processing``: one object's event: event handlers, then the change-handling cycle.
+* ``inventory``: the per-object in-memory state (``kopf.ResourceMemories``).
 """

@@ -14,8 +14,12 @@ yet: Kubernetes allows watching them anyway). If there are globs, negations, or 
 the namespaces of the cluster are watched, and those matching the patterns are served as they appear
 and disappear. If the namespaces cannot be watched (HTTP 403) or the scanning is disabled, only the plain
 names among the patterns are served, and the patterns themselves are ignored.
+
+Other failures of the observation (after the API client's own retries of the network errors and 5xx)
+are fatal for the operator: it cannot know what to serve, so it stops instead of serving it wrongly.
 """
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Collection, Iterable
@@ -138,21 +142,21 @@ async def resource_observer(
             await rescan()
 
     async def watch_crds() -> None:
-        crds = watching.infinite_watch(settings=settings, vault=vault, resource=CRDS, namespace=None,
-                                       logger=logger)
         logger.debug(f'Starting the watch-stream for {_describe(CRDS)} cluster-wide.')
         try:
-            async for item in crds:
-                # The initial listing itself means nothing: only its end (and what comes after) does.
-                if item is Bookmark.LISTED or (isinstance(item, dict) and item.get('type') is not None):
-                    rescan_needed.set()
+            source = watching.infinite_watch(settings=settings, vault=vault, resource=CRDS, namespace=None,
+                                             logger=logger)
+            async with contextlib.aclosing(source) as crds:
+                async for item in crds:
+                    # The initial listing itself means nothing: only its end (and what comes after) does.
+                    if item is Bookmark.LISTED or (isinstance(item, dict) and item.get('type') is not None):
+                        rescan_needed.set()
         except (errors.APIForbiddenError, errors.APINotFoundError) as e:
             logger.warning(f'The custom resource definitions cannot be watched, so the resources are scanned '
                            f'only once; the CRDs created or deleted later will not be noticed: {e}')
             rescan_needed.set()  # if the initial scan has not happened yet, it must happen anyway.
             await _sleep_forever()
         finally:
-            await crds.aclose()
             logger.debug(f'Stopping the watch-stream for {_describe(CRDS)} cluster-wide.')
 
     tasks = [
@@ -205,33 +209,34 @@ async def namespace_observer(
 
     existing: set[str] = set()
     listing: set[str] | None = None
-    stream = watching.infinite_watch(settings=settings, vault=vault, resource=NAMESPACES, namespace=None,
-                                     logger=logger)
     logger.debug(f'Starting the watch-stream for {_describe(NAMESPACES)} cluster-wide.')
     try:
-        async for item in stream:
-            if item is Bookmark.LISTED:
-                existing, listing = listing or set(), None
-            elif isinstance(item, dict):
-                name = (item.get('object', {}).get('metadata') or {}).get('name')
-                if not isinstance(name, str):
-                    continue
-                if item.get('type') is None:
-                    listing = (listing or set()) | {name}
-                    continue  # published only when the listing is complete.
-                elif item.get('type') == 'DELETED':
-                    existing.discard(name)
-                else:
-                    existing.add(name)
-            _publish_namespaces(insights, {name for name in existing if match_namespaces(name, namespaces)})
-    except errors.APIForbiddenError:
+        source = watching.infinite_watch(settings=settings, vault=vault, resource=NAMESPACES, namespace=None,
+                                         logger=logger)
+        async with contextlib.aclosing(source) as stream:
+            async for item in stream:
+                if item is Bookmark.LISTED:
+                    existing, listing = listing or set(), None
+                elif isinstance(item, dict):
+                    name = (item.get('object', {}).get('metadata') or {}).get('name')
+                    if not isinstance(name, str):
+                        continue
+                    if item.get('type') is None:
+                        listing = (listing or set()) | {name}
+                        continue  # published only when the listing is complete.
+                    elif item.get('type') == 'DELETED':
+                        existing.discard(name)
+                    else:
+                        existing.add(name)
+                served = {name for name in existing if match_namespaces(name, namespaces)}
+                _publish_namespaces(insights, served)
+    except (errors.APIForbiddenError, errors.APINotFoundError):
         logger.warning('Not enough permissions to watch the namespaces: '
                        'serving the specific namespaces only (if any); the patterns are ignored.')
         _warn_on_ignored_patterns(namespaces)
         _publish_namespaces(insights, select_specific_namespaces(namespaces))
         await _sleep_forever()
     finally:
-        await stream.aclose()
         logger.debug(f'Stopping the watch-stream for {_describe(NAMESPACES)} cluster-wide.')
 
 

@@ -31,28 +31,27 @@ import logging
 import signal
 import threading
 import warnings
-from collections.abc import Callable, Collection, Coroutine, Iterable
+from collections.abc import Collection, Coroutine, Iterable
 from typing import Any
 
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.references import NamespacePattern, Resource
+from kopf._core.actions.lifecycles import LifeCycleFn
 from kopf._core.engines import activities, posting
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry
-from kopf._core.reactor import observation, orchestration, queueing, simple_processing
+from kopf._core.reactor import observation, orchestration, processing, queueing
+from kopf._core.reactor.inventory import ResourceMemories
 
 logger = logging.getLogger(__name__)
 
 # The flags to stop the operator from outside, or to know when it is ready: any of these types.
 Flag = asyncio.Future[Any] | asyncio.Event | concurrent.futures.Future[Any] | threading.Event
 
-# Not yet implemented in this distribution: accepted and passed through as they are.
-# TODO: use the precise types (LifeCycleFn, OperatorIndexers, ResourceMemories, Identity) once they exist.
-LifeCycleFn = Callable[..., Any]
+# Not yet implemented (indexing and peering come with their engines): accepted and passed through.
 OperatorIndexers = Any
-ResourceMemories = Any
 Identity = Any
 
 # How long the tasks left running after the operator's exit get to finish before they are cancelled.
@@ -276,10 +275,12 @@ def make_processor(
     which the watchers then call as ``processor(raw_event=..., stream_pressure=..., resource=...,
     namespace=...)``, for one object at a time (see :class:`kopf._core.reactor.queueing.Processor`).
     """
-    # TODO: bind the full processing cycle (kopf._core.reactor.processing) here once it exists;
-    #       the stopgap processor only invokes the @kopf.on.event handlers.
-    return functools.partial(simple_processing.process_watching_handlers,
-                             registry=registry, settings=settings, memo=memo)
+    return functools.partial(
+        processing.process_resource_event,
+        registry=registry, settings=settings, vault=vault, memobase=memo, lifecycle=lifecycle,
+        memories=memories if memories is not None else ResourceMemories(),
+        indices=getattr(indexers, 'indices', None),
+    )
 
 
 async def _run_operator(
@@ -341,7 +342,7 @@ async def _run_operator(
         done, _ = await asyncio.wait(core_tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in core_tasks:
             if task in done and not task.cancelled() and task.exception() is not None:
-                logger.error(f'{_title(task)} has failed: {task.exception()}')
+                logger.error(f'{_title(task)} has failed: {task.exception()}', exc_info=task.exception())
                 task.result()  # re-raise as the operator's failure.
 
     finally:
@@ -359,6 +360,8 @@ async def _run_operator(
         finally:
             # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to.
             await vault.close()
+            if command is not None and not core_tasks:
+                command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
 
 
 def _spawn_core_tasks(

@@ -558,7 +558,10 @@ class ApiHandler:
                 if request.transport is not None:
                     request.transport.abort()
                 return response
-            await response.write_eof()
+            try:
+                await response.write_eof()
+            except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one too
+                pass  # the client went away first (e.g. an operator stopping): nothing to finish
             return response
         finally:
             state.watchers.discard(watcher)
