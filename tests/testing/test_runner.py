@@ -204,6 +204,19 @@ def test_failing_source_without_reraising(write_source: Callable[..., pathlib.Pa
     assert runner.stderr.startswith("Error: Cannot load '")
 
 
+def test_errors_escaping_the_command_are_kept(write_source: Callable[..., pathlib.Path],
+                                             registry: OperatorRegistry) -> None:
+    path = write_source('broken_runner_operator.py', 'raise ValueError("the operator is broken")\n')
+    args = [*RUN, '--debug', str(path)]  # --debug: the error is not reported by the command, but raised
+    with KopfRunner(args, registry=registry, reraise=False, catch_exceptions=False) as runner:
+        pass
+    assert runner.exit_code == 1
+    assert isinstance(runner.exception, ValueError)
+    assert runner.output == ''
+    with pytest.raises(RuntimeError, match='crashed outside of the command'):
+        _ = runner.result
+
+
 def test_usage_errors_are_reraised_as_system_exit(registry: OperatorRegistry) -> None:
     with pytest.raises(SystemExit) as error, KopfRunner(['run', '-A', '-n', 'default'], registry=registry):
         pass

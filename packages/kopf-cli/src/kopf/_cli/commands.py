@@ -217,7 +217,8 @@ def run(
 
     from kopf._core.reactor import running  # here: a plain `kopf --version` should not import the reactor
 
-    loop = controls.loop if controls.loop is not None else _make_custom_loop()
+    own_loop = controls.loop is None  # the command closes only the loop it has made itself
+    loop = controls.loop if controls.loop is not None else _make_loop()
     try:
         running.run(
             loop=loop,
@@ -239,8 +240,8 @@ def run(
             raise
         _fail(controls, _describe_operator_failure(e), e)
     finally:
-        if loop is not None and loop is not controls.loop and not loop.is_closed():
-            loop.close()
+        if own_loop and not loop.is_closed():
+            _close_loop(loop)
 
 
 # The default registry is global: loading in several threads at once (e.g. parallel KopfRunners)
@@ -273,14 +274,25 @@ def _iter_handler_counts(registry: OperatorRegistry) -> Iterator[int]:
     yield len(registry.webhooks)
 
 
-def _make_custom_loop() -> asyncio.AbstractEventLoop | None:
-    """A uvloop event loop if uvloop is installed (it is faster); otherwise, the standard one (None)."""
+def _make_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop event loop if uvloop is installed (it is faster); otherwise, a standard one."""
     try:
         uvloop = importlib.import_module('uvloop')
     except ImportError:
-        return None
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        loop = asyncio.new_event_loop()
+    else:
+        loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)  # for the code that looks it up instead of receiving it
     return loop
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the loop as ``asyncio.run()`` does; the operator has stopped its own tasks by now."""
+    try:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def _describe_operator_failure(exception: Exception) -> str:

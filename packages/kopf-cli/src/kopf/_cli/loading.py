@@ -22,8 +22,6 @@ import traceback
 import types
 from collections.abc import Iterable
 
-import kopf
-
 
 class LoadingError(Exception):
     """A source file or module could not be loaded; the message says which one and why."""
@@ -109,7 +107,8 @@ def _is_framework_file(filename: str) -> bool:
 def _framework_directories() -> list[str]:
     # Every portion of the kopf package (its distributions may be installed in different places),
     # and the standard importlib, whose frames wrap every import.
-    directories = [os.path.abspath(directory) for directory in kopf.__path__]
+    kopf_package = sys.modules['kopf']  # always imported as the parent of this module; not the facade's API
+    directories = [os.path.abspath(directory) for directory in kopf_package.__path__]
     directories.append(os.path.dirname(os.path.abspath(importlib.__file__ or '')))
     return directories
 
