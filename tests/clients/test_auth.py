@@ -40,7 +40,8 @@ async def tls_server() -> AsyncIterator[tuple[kmock.RawHandler, str]]:
 
 
 def _kopf_tmpdirs() -> set[str]:
-    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith('kopf-')}
+    # Only the client's own directories: other tools (e.g. emulators) may create theirs meanwhile.
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith('kopf-credentials-')}
 
 
 async def test_tls_with_data(tls_server: tuple[kmock.RawHandler, str]) -> None:

@@ -58,14 +58,19 @@ def iter_backoffs(backoffs: BackoffsSpec | None) -> Iterator[float]:
     return iter(backoffs)
 
 
+def _make_context(info: ConnectionInfo) -> auth.APIContext:
+    return auth.APIContext(info, trust_env=False)
+
+
+def _make_context_trusting_env(info: ConnectionInfo) -> auth.APIContext:
+    return auth.APIContext(info, trust_env=True)
+
+
 def _context_factory(settings: ClientSettings) -> tuple[Callable[[ConnectionInfo], auth.APIContext], str]:
-    trust_env = bool(settings.networking.trust_env)
-
-    def factory(info: ConnectionInfo) -> auth.APIContext:
-        return auth.APIContext(info, trust_env=trust_env)
-
     # Different settings must not share the same session: distinguish the cached objects by purpose.
-    return factory, f'kopf-api-context(trust_env={trust_env})'
+    if settings.networking.trust_env:
+        return _make_context_trusting_env, 'kopf-api-context(trust_env=True)'
+    return _make_context, 'kopf-api-context(trust_env=False)'
 
 
 def _request_timeout(settings: ClientSettings) -> aiohttp.ClientTimeout:
@@ -119,6 +124,34 @@ async def _retrying(
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 
 
+async def _send(
+        context: auth.APIContext,
+        method: str,
+        url: URLSpec,
+        *,
+        data: bytes | None,
+        headers: Mapping[str, str] | None,
+        params: Mapping[str, str] | None,
+        client_timeout: aiohttp.ClientTimeout,
+) -> aiohttp.ClientResponse:
+    """Send one request with these credentials; any HTTP error escalates as an APIError (the response released)."""
+    full_url = context.url(url(context) if callable(url) else url)
+    response = await context.session.request(
+        method, full_url,
+        data=data,
+        headers=headers,
+        params=params,
+        timeout=client_timeout,
+        proxy=context.proxy_url,
+    )
+    try:
+        await errors.check_response(response)
+    except BaseException:
+        response.release()
+        raise
+    return response
+
+
 async def _open(
         stack: contextlib.AsyncExitStack,
         method: str,
@@ -131,10 +164,9 @@ async def _open(
         params: Mapping[str, str] | None,
         client_timeout: aiohttp.ClientTimeout,
         logger: Logger,
-        streaming: bool = False,
 ) -> tuple[auth.APIContext, aiohttp.ClientResponse]:
     """
-    Send one request with the best credentials, switching the credentials on HTTP 401.
+    Open a streaming response with the best credentials, switching the credentials on HTTP 401.
 
     The credentials' lease and the response are kept open in the stack until it is closed.
     Any non-401 error escalates as an exception for the caller to decide on repeating.
@@ -142,37 +174,65 @@ async def _open(
     factory, purpose = _context_factory(settings)
     credentials = await stack.enter_async_context(contextlib.aclosing(vault.extended(factory, purpose)))
     async for key, info, context in credentials:
-        full_url = context.url(url(context) if callable(url) else url)
-        response = await context.session.request(
-            method, full_url,
-            data=data,
-            headers=headers,
-            params=params,
-            timeout=client_timeout,
-            proxy=context.proxy_url,
-        )
         try:
-            await errors.check_response(response)
+            response = await _send(context, method, url, data=data, headers=headers, params=params,
+                                   client_timeout=client_timeout)
         except errors.APIUnauthorizedError as e:
-            response.release()
             logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
             await vault.invalidate(key, info, exc=e)
             continue
-        except BaseException:
-            response.release()
-            raise
         # An unfinished stream must be closed, not returned to the pool with the unread data in it.
-        stack.callback(response.close if streaming else response.release)
+        stack.callback(response.close)
         return context, response
     # The vault yields each credential once; all of them were rejected but are still there (a race).
     raise LoginError('Ran out of valid credentials: all of them were rejected by the server.')
 
 
-def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, dict[str, str]]:
-    headers = {'Accept': 'application/json'}
+async def _fetch(
+        method: str,
+        url: URLSpec,
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        data: bytes | None,
+        headers: Mapping[str, str] | None,
+        params: Mapping[str, str] | None,
+        client_timeout: aiohttp.ClientTimeout,
+        logger: Logger,
+) -> Any:
+    """
+    Make a regular request with the best credentials (switching them on HTTP 401) and read its response.
+
+    The request takes a place among the credentials' limited concurrent requests (see ``APIContext``)
+    for the time of sending and reading; any non-401 error escalates for the caller to decide on repeating.
+    """
+    factory, purpose = _context_factory(settings)
+    async with contextlib.aclosing(vault.extended(factory, purpose)) as credentials:
+        async for key, info, context in credentials:
+            async with context.limiter:
+                try:
+                    response = await _send(context, method, url, data=data, headers=headers, params=params,
+                                           client_timeout=client_timeout)
+                except errors.APIUnauthorizedError as e:
+                    unauthorized = e
+                else:
+                    try:
+                        return await _read(response)
+                    finally:
+                        response.release()
+            logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
+            await vault.invalidate(key, info, exc=unauthorized)
+    # The vault yields each credential once; all of them were rejected but are still there (a race).
+    raise LoginError('Ran out of valid credentials: all of them were rejected by the server.')
+
+
+_ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}
+
+
+def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, Mapping[str, str]]:
     if payload is None:
-        return None, headers
-    headers['Content-Type'] = content_type or 'application/json'
+        return None, _ACCEPT_JSON
+    headers = {'Accept': 'application/json', 'Content-Type': content_type or 'application/json'}
     return json.dumps(payload).encode('utf-8'), headers
 
 
@@ -213,11 +273,8 @@ async def request(
     what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
 
     async def attempt() -> Any:
-        async with contextlib.AsyncExitStack() as stack:
-            _, response = await _open(stack, method, url, settings=settings, vault=vault,
-                                      data=data, headers=headers, params=params,
-                                      client_timeout=timeout, logger=actual_logger)
-            return await _read(response)
+        return await _fetch(method, url, settings=settings, vault=vault, data=data, headers=headers,
+                            params=params, client_timeout=timeout, logger=actual_logger)
 
     return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
                            no_retry_statuses=no_retry_statuses)
@@ -251,7 +308,7 @@ async def stream(
         try:
             _, response = await _open(stack, method, url, settings=settings, vault=vault,
                                       data=None, headers=headers, params=params,
-                                      client_timeout=actual_timeout, logger=actual_logger, streaming=True)
+                                      client_timeout=actual_timeout, logger=actual_logger)
         except BaseException:
             await stack.aclose()
             raise

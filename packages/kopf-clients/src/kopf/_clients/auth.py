@@ -10,6 +10,7 @@ Secrets given as data (client certificates & private keys) must be loaded from f
 library; they are written to a private temporary directory only for the time of loading,
 and deleted right after.
 """
+import asyncio
 import base64
 import contextlib
 import os
@@ -22,6 +23,12 @@ import aiohttp
 from kopf._cogs.structs.credentials import ConnectionInfo
 
 DEFAULT_USER_AGENT = 'kopf'
+
+# How many regular (non-streaming) requests can be in flight at once per credential, i.e. how many
+# pooled connections they use: a burst of patches (e.g. a thousand objects at startup) then reuses
+# a few keep-alive connections instead of opening a thousand new ones (costly on both sides).
+# The API server processes them at its own pace anyway. The watch-streams are not limited.
+MAX_CONCURRENT_REQUESTS = 32
 
 
 @contextlib.contextmanager
@@ -37,7 +44,7 @@ def _materialized(
         yield os.path.expanduser(path)
     elif data is not None:
         if not tmpdir:
-            tmpdir.append(tempfile.mkdtemp(prefix='kopf-'))  # mode 0700: readable by us only.
+            tmpdir.append(tempfile.mkdtemp(prefix='kopf-credentials-'))  # mode 0700: readable by us only.
         filepath = os.path.join(tmpdir[0], name)
         fd = os.open(filepath, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -103,15 +110,18 @@ class APIContext:
     """
     Everything needed to make requests with one credential: the server URL and an HTTP session.
 
-    The session has an unlimited connection pool (watch-streams hold their connections for long,
-    and thousands of objects can be patched concurrently) and is shared by all requests with
-    the same credential. Timeouts are not set on the session: they are given per request.
+    The session has an unlimited connection pool (watch-streams hold their connections for long)
+    and is shared by all requests with the same credential; the regular requests take a place
+    in ``limiter`` (:data:`MAX_CONCURRENT_REQUESTS`) for the time of the request, so they reuse
+    the pooled connections instead of opening new ones in bursts.
+    Timeouts are not set on the session: they are given per request.
     """
 
     server: str
     default_namespace: str | None
     proxy_url: str | None
     session: aiohttp.ClientSession
+    limiter: asyncio.Semaphore
 
     def __init__(
             self,
@@ -124,6 +134,7 @@ class APIContext:
         self.server = info.server.rstrip('/')
         self.default_namespace = info.default_namespace
         self.proxy_url = info.proxy_url
+        self.limiter = asyncio.Semaphore(MAX_CONCURRENT_REQUESTS)
 
         ssl_context: ssl.SSLContext | None = None
         if self.server.startswith('https:'):

@@ -29,8 +29,10 @@ update or resuming cycle (but not into their creation, nor into their deletion u
 accept the deleted objects), once per operator lifetime.
 """
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from kopf._clients.errors import APIConflictError, APINotFoundError
@@ -46,6 +48,7 @@ from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import HANDLER_REASONS, Reason
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.persistence import finalizers
+from kopf._core.reactor import pacing
 from kopf._core.reactor.inventory import ResourceMemories, ResourceMemory
 
 __all__ = ['process_resource_event']
@@ -82,6 +85,7 @@ async def process_resource_event(
         memobase: object | None = None,
         lifecycle: lifecycles.LifeCycleFn | None = None,
         indices: Mapping[str, Any] | None = None,
+        pacer: pacing.Pacer | None = None,
 ) -> None:
     """
     Process the latest event of one object: invoke its handlers, apply the changes, sleep if needed.
@@ -91,8 +95,34 @@ async def process_resource_event(
     event is processed sooner. ``namespace`` is that of the watch-stream (unused here).
     ``memobase`` is the operator's memo: every new object gets a shallow copy of it.
     ``indices`` are the operator's indices, given to the handlers as kwargs.
+    ``pacer`` paces the framework's own steps of all objects (see :mod:`.pacing`); None: unpaced.
     The API errors escape (the queueing logs them and retries the object later).
     """
+    if pacer is None:
+        await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
+                             registry=registry, settings=settings, memories=memories, vault=vault,
+                             memobase=memobase, lifecycle=lifecycle, indices=indices, seat=None)
+    else:
+        async with pacer.seat() as seat:
+            await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
+                                 registry=registry, settings=settings, memories=memories, vault=vault,
+                                 memobase=memobase, lifecycle=lifecycle, indices=indices, seat=seat)
+
+
+async def _process_event(
+        *,
+        raw_event: RawEvent,
+        stream_pressure: asyncio.Event | None,
+        resource: Resource,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        memories: ResourceMemories,
+        vault: Vault,
+        memobase: object | None,
+        lifecycle: lifecycles.LifeCycleFn | None,
+        indices: Mapping[str, Any] | None,
+        seat: pacing.Seat | None,
+) -> None:
     raw_body = raw_event['object']
     event_type = raw_event['type']
     gone = event_type == 'DELETED'
@@ -116,6 +146,7 @@ async def process_resource_event(
         stream_pressure=stream_pressure,
         lifecycle=lifecycle,
         indices=indices if indices is not None else {},
+        seat=seat,
     )
     try:
         if registry.watching.has_handlers(resource):
@@ -148,6 +179,11 @@ class _Context:
     stream_pressure: asyncio.Event | None
     lifecycle: lifecycles.LifeCycleFn | None
     indices: Mapping[str, Any]
+    seat: pacing.Seat | None
+
+    def lending(self, delay: float = 0) -> AbstractAsyncContextManager[None]:
+        """Let other objects be processed while this one waits for a handler or a sleep (see :mod:`.pacing`)."""
+        return self.seat.lending(delay) if self.seat is not None else contextlib.nullcontext()
 
 
 #
@@ -171,14 +207,15 @@ async def _process_watching(context: _Context) -> None:
     if not handlers:
         return
     # No state is kept for these handlers: every event is a new attempt, with no retries.
-    outcomes = await execution.execute_handlers_once(
-        lifecycle=lifecycles.all_at_once,
-        settings=context.settings,
-        handlers=handlers,
-        cause=cause,
-        state=progression.State.from_scratch(),
-        logger=context.local_logger,
-    )
+    async with context.lending(pacing.LENDING_DELAY):
+        outcomes = await execution.execute_handlers_once(
+            lifecycle=lifecycles.all_at_once,
+            settings=context.settings,
+            handlers=handlers,
+            cause=cause,
+            state=progression.State.from_scratch(),
+            logger=context.local_logger,
+        )
     execution.deliver_results(outcomes=outcomes, patch=context.patch)
 
 
@@ -248,8 +285,11 @@ async def _process_changing(context: _Context) -> None:
     # The object's patch causes a new event and a new cycle anyway, unless the handlers must wait.
     # Otherwise, sleep until the nearest delayed handler is due, and "touch" the object to wake it up.
     must_wait = bool(delays) and not (patched and min(delays) <= 0)
-    if must_wait and await application.sleep_for_delays(delays=delays, wakeup=context.stream_pressure,
-                                                        patched=patched, logger=context.local_logger):
+    if must_wait:
+        async with context.lending():
+            must_touch = await application.sleep_for_delays(delays=delays, wakeup=context.stream_pressure,
+                                                            patched=patched, logger=context.local_logger)
+    if must_wait and must_touch:
         touched = await application.touch(
             settings=context.settings, vault=context.vault, resource=context.resource, body=body,
             storage=context.settings.persistence.progress_storage, logger=context.local_logger)
@@ -332,14 +372,15 @@ async def _process_handlers(
         logger.debug('%s diff: %r', title, cause.diff)
 
     state = state.with_purpose(cause.reason).with_handlers(cause_handlers)
-    outcomes = await execution.execute_handlers_once(
-        lifecycle=context.lifecycle if context.lifecycle is not None else lifecycles.get_default_lifecycle(),
-        settings=context.settings,
-        handlers=cause_handlers,
-        cause=cause,
-        state=state,
-        logger=logger,
-    )
+    async with context.lending(pacing.LENDING_DELAY):
+        outcomes = await execution.execute_handlers_once(
+            lifecycle=context.lifecycle if context.lifecycle is not None else lifecycles.get_default_lifecycle(),
+            settings=context.settings,
+            handlers=cause_handlers,
+            cause=cause,
+            state=state,
+            logger=logger,
+        )
     state = state.with_outcomes(outcomes)
     state.store(body=body, patch=patch, storage=storage)
     execution.deliver_results(outcomes=outcomes, patch=patch)
@@ -393,7 +434,8 @@ async def _wait_for_consistency(context: _Context) -> bool:
     if remaining > 0:
         context.local_logger.debug(f'Waiting for our own patch (version {memory.expected_version}) '
                                    f'to arrive, for {remaining:.3f} seconds at most.')
-        left = await application.sleep(remaining, context.stream_pressure)
+        async with context.lending():
+            left = await application.sleep(remaining, context.stream_pressure)
         if left is not None:
             return False
         context.local_logger.debug(f'Our own patch (version {memory.expected_version}) has not arrived '

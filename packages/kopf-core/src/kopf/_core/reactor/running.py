@@ -42,7 +42,7 @@ from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry
-from kopf._core.reactor import observation, orchestration, processing, queueing
+from kopf._core.reactor import observation, orchestration, pacing, processing, queueing
 from kopf._core.reactor.inventory import ResourceMemories
 
 logger = logging.getLogger(__name__)
@@ -267,6 +267,7 @@ def make_processor(
         settings: OperatorSettings,
         vault: Vault,
         memo: object,
+        pacer: pacing.Pacer | None = None,
 ) -> queueing.Processor:
     """
     The hook where the per-object processing cycle plugs into the reactor.
@@ -280,6 +281,7 @@ def make_processor(
         registry=registry, settings=settings, vault=vault, memobase=memo, lifecycle=lifecycle,
         memories=memories if memories is not None else ResourceMemories(),
         indices=getattr(indexers, 'indices', None),
+        pacer=pacer if pacer is not None else pacing.Pacer(),
     )
 
 
@@ -340,10 +342,14 @@ async def _run_operator(
             raise_flag(ready_flag)
 
         done, _ = await asyncio.wait(core_tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in core_tasks:
-            if task in done and not task.cancelled() and task.exception() is not None:
-                logger.error(f'{_title(task)} has failed: {task.exception()}', exc_info=task.exception())
-                task.result()  # re-raise as the operator's failure.
+        # Retrieve every failure (so that none is reported as "never retrieved"), re-raise the first.
+        failed = [task for task in core_tasks
+                  if task in done and not task.cancelled() and task.exception() is not None]
+        for task in failed:
+            # The traceback goes with the exception to the caller (e.g. the CLI): one line here.
+            logger.error(f'{_title(task)} has failed: {task.exception()}')
+        if failed:
+            failed[0].result()  # re-raise as the operator's failure.
 
     finally:
         try:
@@ -358,8 +364,9 @@ async def _run_operator(
                     logger.warning('Cleanup activity is only partially executed due to cancellation.')
                     raise
         finally:
-            # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to.
-            await vault.close()
+            # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to,
+            # so a repeated cancellation (e.g. of a hung cleanup) must not interrupt the closing.
+            await asyncio.shield(vault.close())
             if command is not None and not core_tasks:
                 command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
 

@@ -1,0 +1,140 @@
+"""
+Pacing of the processing: how many objects are in the framework's own hands at once.
+
+A burst of events (e.g. the initial listing of thousands of objects, all of them due for handling)
+would otherwise start the processing of all the objects at once: every object would get as far as
+its first API request and wait there, with its body, patch, cause, loggers and a deep stack of
+coroutines alive, until all the others are there too --- so the memory peaks with the burst's size,
+and the first objects are finished only when the last ones are.
+
+So the processing of an object takes a seat (one of :data:`DEFAULT_SEATS`, shared by all the
+resources of the operator) for its own steps: parsing, detecting the causes, storing the progress,
+and the API requests. The handlers and the sleeps are not the framework's steps: while they run,
+the seat can be lent to another object (see :meth:`Seat.lending`): at once for the sleeps,
+and only after a short while for the handlers, so that the quick handlers (most of them) keep
+the seat and the object is finished without more waiting. Those who return from a handler or
+a sleep take the next free seat before any new object, so that the started objects are finished
+first and the new ones are started only when there is a free seat.
+
+This is not a limit on how many objects can be handled in parallel (that is ``settings.queueing.
+worker_limit``, unlimited by default): the slow handlers of all objects run concurrently anyway.
+It only paces the framework's own work, which is CPU- and API-bound, and gains nothing from
+more concurrency than the CPU and the API server can serve.
+"""
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator
+
+__all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat']
+
+# How many objects are processed by the framework at once (the handlers and sleeps excluded).
+DEFAULT_SEATS = 64
+
+# How long a running handler keeps its object's seat before lending it to another object, in seconds.
+LENDING_DELAY = 0.05
+
+
+class Pacer:
+    """
+    A semaphore with two queues: the returning holders (urgent) go before the new ones.
+
+    The seats are handed over directly from the releaser to the next waiter in the queues,
+    so that nobody can sneak in between; the cancelled waiters are removed from the queues.
+    """
+
+    def __init__(self, seats: int = DEFAULT_SEATS) -> None:
+        super().__init__()
+        if seats < 1:
+            raise ValueError(f'The pacer needs at least one seat, got {seats!r}.')
+        self._free = seats
+        self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    @property
+    def waiting(self) -> int:
+        return len(self._urgent) + len(self._normal)
+
+    async def acquire(self, *, urgent: bool = False) -> None:
+        if self._free > 0 and not self._urgent and (urgent or not self._normal):
+            self._free -= 1
+            return
+        queue = self._urgent if urgent else self._normal
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # the seat was handed over to us, but we are leaving: hand it over further.
+            else:
+                with contextlib.suppress(ValueError):
+                    queue.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        for queue in (self._urgent, self._normal):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self._free += 1
+
+    def seat(self) -> 'Seat':
+        return Seat(self)
+
+
+class Seat:
+    """One processing's place in the pacer: taken at the start, released at the end, lent in between."""
+
+    __slots__ = ('_pacer', '_taken')
+
+    def __init__(self, pacer: Pacer) -> None:
+        super().__init__()
+        self._pacer = pacer
+        self._taken = False
+
+    async def __aenter__(self) -> 'Seat':
+        await self._pacer.acquire()
+        self._taken = True
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self._leave()
+
+    def _leave(self) -> None:
+        if self._taken:
+            self._taken = False
+            self._pacer.release()
+
+    @contextlib.asynccontextmanager
+    async def lending(self, delay: float = 0) -> AsyncIterator[None]:
+        """
+        Lend the seat to others after the delay (at once if 0) while in the context; take it back after.
+
+        Taking it back goes before the new objects, but after those who are already returning.
+        """
+        if not self._taken:  # e.g. nested lending: the outer one has it already.
+            yield
+            return
+        timer: asyncio.TimerHandle | None = None
+        if delay > 0:
+            timer = asyncio.get_running_loop().call_later(delay, self._leave)
+        else:
+            self._leave()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
+            await self._take_back()
+
+    async def _take_back(self) -> None:
+        if not self._taken:
+            await self._pacer.acquire(urgent=True)
+            self._taken = True
