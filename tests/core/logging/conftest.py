@@ -3,8 +3,6 @@ Fixtures of the logging tests: the global logging state is restored after every 
 since ``kopf.configure()`` deliberately changes the root logger and some third-party loggers.
 """
 import copy
-import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,25 +22,6 @@ CLUSTER_BODY: dict[str, Any] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    names = ['asyncio', 'aiohttp', 'kopf', 'kopf.objects']
-    root = logging.getLogger()
-    root_state = (list(root.handlers), root.level)
-    states = {name: (list(logging.getLogger(name).handlers), logging.getLogger(name).level,
-                     logging.getLogger(name).propagate) for name in names}
-    try:
-        yield
-    finally:
-        root.handlers[:] = root_state[0]
-        root.setLevel(root_state[1])
-        for name, (handlers, level, propagate) in states.items():
-            logger = logging.getLogger(name)
-            logger.handlers[:] = handlers
-            logger.setLevel(level)
-            logger.propagate = propagate
-
-
 @pytest.fixture()
 def settings() -> OperatorSettings:
     return OperatorSettings()
@@ -56,3 +35,8 @@ def namespaced_body() -> dict[str, Any]:
 @pytest.fixture()
 def cluster_body() -> dict[str, Any]:
     return copy.deepcopy(CLUSTER_BODY)
+
+
+@pytest.fixture(autouse=True)
+def _isolated(restore_logging: None) -> None:
+    """``kopf.configure()`` changes the process-wide logging: it is restored after every test."""

@@ -1,0 +1,102 @@
+"""
+Fixtures shared by the test areas (the emulator's `k8s_emulator` comes from kopf-testing's plugin).
+
+The isolation fixtures are not autouse here: the areas that change process-wide state (logging
+configuration, imported operator sources) opt in with an autouse fixture of their own.
+The helpers are fixtures, since the test modules cannot import each other (importlib mode).
+"""
+import json
+import logging
+import pathlib
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from kopf._core.intents.registries import OperatorRegistry
+from kopf.testing.emulator import KubernetesEmulator
+
+WAIT_TIMEOUT = 10.0
+LOGGERS_TO_RESTORE = ['asyncio', 'aiohttp', 'aiohttp.access', 'kopf', 'kopf.objects']
+
+
+@pytest.fixture()
+def restore_logging() -> Iterator[None]:
+    """Restore the root logger and the loggers that ``kopf.configure()`` changes."""
+    root = logging.getLogger()
+    root_state = (list(root.handlers), root.level)
+    states = {name: (list(logging.getLogger(name).handlers), logging.getLogger(name).level,
+                     logging.getLogger(name).propagate) for name in LOGGERS_TO_RESTORE}
+    try:
+        yield
+    finally:
+        root.handlers[:] = root_state[0]
+        root.setLevel(root_state[1])
+        for name, (handlers, level, propagate) in states.items():
+            logger = logging.getLogger(name)
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+@pytest.fixture()
+def restore_imports(tmp_path: pathlib.Path) -> Iterator[None]:
+    """Restore ``sys.path`` and forget the modules imported from the test's own files."""
+    saved_path = list(sys.path)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved_path
+        # Only the modules of the test's own files: re-importing the framework's modules would
+        # make duplicate classes and break the next tests.
+        for name, module in list(sys.modules.items()):
+            filename = getattr(module, '__file__', None)
+            if filename and pathlib.Path(filename).is_relative_to(tmp_path):
+                del sys.modules[name]
+
+
+@pytest.fixture()
+def registry() -> OperatorRegistry:
+    return OperatorRegistry()
+
+
+@pytest.fixture()
+def write_source(tmp_path: pathlib.Path) -> Callable[..., pathlib.Path]:
+    """Write a (dedented) source file into the test's directory; return its path."""
+    def write(name: str, code: str) -> pathlib.Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(code))
+        return path
+    return write
+
+
+@pytest.fixture()
+def wait_for() -> Callable[[Callable[[], Any]], Any]:
+    """Wait until a condition is truthy, checking it often; fail if it does not happen in time."""
+    def wait(condition: Callable[[], Any], timeout: float = WAIT_TIMEOUT) -> Any:
+        deadline = time.monotonic() + timeout
+        while not (result := condition()):
+            if time.monotonic() > deadline:
+                pytest.fail(f'The condition was not met in {timeout} seconds.')
+            time.sleep(0.01)
+        return result
+    return wait
+
+
+@pytest.fixture()
+def create_configmap() -> Callable[..., None]:
+    """Create a ConfigMap in an emulator via its HTTP API, as any client would."""
+    def create(emulator: KubernetesEmulator, name: str, namespace: str = 'default') -> None:
+        body = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': name}}
+        request = urllib.request.Request(
+            f'{emulator.url}/api/v1/namespaces/{namespace}/configmaps', method='POST',
+            data=json.dumps(body).encode(), headers={'Content-Type': 'application/json'},
+        )
+        with urllib.request.urlopen(request, timeout=WAIT_TIMEOUT) as response:
+            assert response.status == 201
+    return create
