@@ -1,0 +1,522 @@
+"""
+The examples, end to end: every example operator runs as ``kopf run`` (via ``KopfRunner``) against
+the Kubernetes API emulator, and its sample object goes through its whole life: creation, a change
+of its spec, deletion. At every stage, the test waits until the example's effects are visible
+(in the object, its children, its events), or fails with the last unmet assertion if they never are.
+After the operator exits, its output is checked for the documented log lines.
+
+Every example is a class below: how to create & change its object, and what to expect after that.
+The embedding example is run by its own ``main()`` instead of ``kopf run``.
+"""
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import pathlib
+import runpy
+import time
+import urllib.request
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+import yaml
+
+import kopf
+from kopf.testing import KopfRunner, KubernetesEmulator
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / 'examples'
+CRDS = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions'
+KOPFEXAMPLES = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
+CONFIGMAPS = '/api/v1/namespaces/default/configmaps'
+NAME = 'kopf-example-1'  # of the sample objects, in the "default" namespace
+DIFFBASE = 'kopf.zalando.org/last-handled-configuration'
+DEFAULT_FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+DELETION_NOTICE = 'Deleted, really deleted, and we are notified.'
+WAIT_TIMEOUT = 10.0
+
+_T = TypeVar('_T')
+
+
+class Cluster:
+    """The emulator as the test sees it: HTTP calls as any client would make them, plus inspection."""
+
+    def __init__(self, emulator: KubernetesEmulator) -> None:
+        self.emulator = emulator
+
+    def call(self, method: str, path: str, body: Any = None, content_type: str = 'application/json') -> Any:
+        request = urllib.request.Request(
+            self.emulator.url + path, method=method, headers={'Content-Type': content_type},
+            data=json.dumps(body).encode() if body is not None else None,
+        )
+        with urllib.request.urlopen(request, timeout=WAIT_TIMEOUT) as response:
+            return json.loads(response.read())
+
+    def get(self, resource: str, name: str = NAME) -> dict[str, Any] | None:
+        return self.emulator.get_object(resource, name, namespace='default')
+
+    def kopfexample(self) -> dict[str, Any]:
+        return self.get('kopfexamples.kopf.dev') or {}
+
+    def status(self) -> dict[str, Any]:
+        """The sample KopfExample's status (empty if none, or if there is no such object)."""
+        return dict(self.kopfexample().get('status', {}))
+
+    def configmaps(self) -> list[dict[str, Any]]:
+        return self.emulator.list_objects('configmaps', namespace='default')
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.emulator.list_objects('pods', namespace='default')
+
+    def events(self) -> list[tuple[str, str, str]]:
+        """The events about the sample object: (type, reason, message) in the order of posting."""
+        events = sorted(self.emulator.list_objects('events', namespace='default'),
+                        key=lambda event: int(event['metadata']['resourceVersion']))
+        return [(event['type'], event['reason'], event['message'])
+                for event in events if event['involvedObject'].get('name') == NAME]
+
+
+def handled(obj: dict[str, Any] | None, *path: str) -> Any:
+    """The value of a field as of the last handling (in the diff-base), or None if not handled yet."""
+    annotations = (obj or {}).get('metadata', {}).get('annotations', {})
+    value: Any = json.loads(annotations[DIFFBASE]) if DIFFBASE in annotations else None
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def the_only(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    assert len(objs) == 1
+    return objs[0]
+
+
+def owner_reference_to(owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        'apiVersion': owner['apiVersion'],
+        'kind': owner['kind'],
+        'name': owner['metadata']['name'],
+        'uid': owner['metadata']['uid'],
+        'controller': True,
+        'blockOwnerDeletion': True,
+    }
+
+
+def eventually(check: Callable[[], _T]) -> _T:
+    """Repeat a check (with asserts) until it passes; fail with its last assertion if it never does."""
+    deadline = time.monotonic() + WAIT_TIMEOUT
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)
+
+
+async def eventually_async(check: Callable[[], _T]) -> _T:
+    """The same as :func:`eventually`, without blocking the event loop (the operator runs in it)."""
+    deadline = time.monotonic() + WAIT_TIMEOUT
+    while True:
+        try:
+            return await asyncio.to_thread(check)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.02)
+
+
+#
+# The examples' scenarios.
+#
+
+class Example:
+    """An example with the sample KopfExample (examples/obj.yaml): its defaults and expectations."""
+    name: ClassVar[str]
+    crd: ClassVar[bool] = True  # whether the example needs the KopfExample's CRD
+    url: ClassVar[str] = KOPFEXAMPLES
+    sample: ClassVar[pathlib.Path] = EXAMPLES / 'obj.yaml'
+    change: ClassVar[dict[str, Any]] = {'spec': {'field': 'changed'}}
+    restarts: ClassVar[bool] = False  # whether to restart the operator after the creation
+    logs: ClassVar[tuple[str, ...]] = ()  # the lines expected in the output, besides the common ones
+    tracebacks: ClassVar[int] = 0
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def get(self, cluster: Cluster) -> dict[str, Any] | None:
+        return cluster.get('kopfexamples.kopf.dev')
+
+    def after_creation(self, cluster: Cluster) -> None:
+        assert handled(self.get(cluster), 'spec', 'field') == 'value'
+
+    def after_restart(self, cluster: Cluster) -> None:
+        pass
+
+    def after_update(self, cluster: Cluster) -> None:
+        assert handled(self.get(cluster), 'spec', 'field') == 'changed'
+
+    def after_deletion(self, cluster: Cluster) -> None:
+        assert self.get(cluster) is None
+
+    def check_outputs(self, outputs: list[str]) -> None:
+        pass
+
+
+class Minimal(Example):
+    name = '01-minimal'
+    logs = (
+        "[default/kopf-example-1] Handler 'create_fn' succeeded.",
+        "[default/kopf-example-1] Changed: change spec.field: 'value' -> 'changed'",
+        "[default/kopf-example-1] Handler 'update_fn' succeeded.",
+        "[default/kopf-example-1] Deletion is in progress:",
+        "[default/kopf-example-1] A KopfExample 'kopf-example-1' is being deleted: cleaning up.",
+        "[default/kopf-example-1] Handler 'delete_fn' succeeded.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        obj = cluster.kopfexample()
+        assert cluster.status().get('create_fn') == {'message': 'hello, kopf-example-1'}
+        assert obj['metadata'].get('finalizers') == [DEFAULT_FINALIZER]  # because of the deletion handler
+
+
+class Children(Example):
+    name = '02-children'
+    logs = (
+        "[default/kopf-example-1] ConfigMap 'kopf-example-1' is created for 'kopf-example-1'.",
+        "[default/kopf-example-1] Handler 'create_fn' succeeded.",
+        "[default/kopf-example-1] ConfigMap 'kopf-example-1' now has field='changed'.",
+        "[default/kopf-example-1] Handler 'update_fn/spec.field' succeeded.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        parent = cluster.kopfexample()
+        assert cluster.status().get('create_fn') == {'children': [NAME]}
+        assert 'finalizers' not in parent['metadata']  # no deletion handlers: nothing to block
+        child = the_only(cluster.configmaps())
+        assert child['metadata']['name'] == NAME
+        assert child['metadata']['labels'] == {'somelabel': 'somevalue'}
+        assert child['metadata']['ownerReferences'] == [owner_reference_to(parent)]
+        assert child['data'] == {'field': 'value', 'items': 'item1,item2'}
+
+    def after_update(self, cluster: Cluster) -> None:
+        super().after_update(cluster)
+        child = the_only(cluster.configmaps())
+        assert child['data'] == {'field': 'changed', 'items': 'item1,item2'}
+
+    def after_deletion(self, cluster: Cluster) -> None:
+        super().after_deletion(cluster)
+        assert cluster.configmaps() == []  # garbage-collected with its owner
+
+
+class Errors(Example):
+    name = '03-errors'
+    tracebacks = 2  # of the arbitrary exceptions (not of the temporary & permanent errors)
+    logs = (
+        "[default/kopf-example-1] Handler 'wait_for_data' failed temporarily: The data is not ready yet.",
+        "[default/kopf-example-1] The data is ready at the attempt #2.",
+        "[default/kopf-example-1] Handler 'wait_for_data' succeeded.",
+        "[default/kopf-example-1] Handler 'call_flaky_service' failed with an exception",
+        "\nConnectionError: The service is unavailable.\n",
+        "[default/kopf-example-1] Handler 'call_flaky_service' succeeded.",
+        "[default/kopf-example-1] Handler 'send_notification' failed with an exception",
+        "\nRuntimeError: The notification service is down.\n",
+        "[default/kopf-example-1] Creation is processed: 3 succeeded; 0 failed.",
+        "[default/kopf-example-1] Handler 'forbid_changes/spec.field' failed permanently: "
+        "spec.field cannot be changed from 'value' to 'changed'.",
+        "[default/kopf-example-1] Updating is processed: 0 succeeded; 1 failed.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        status = cluster.status()
+        assert status.get('wait_for_data') == {'attempts': 2}
+        assert status.get('call_flaky_service') == {'attempts': 2}
+        assert 'send_notification' not in status  # no result: it has failed
+
+    def check_outputs(self, outputs: list[str]) -> None:
+        [output] = outputs
+        assert output.count("Handler 'send_notification' is invoked.") == 1  # the error is ignored
+        assert output.count("Handler 'forbid_changes/spec.field' is invoked.") == 1  # not retried
+
+
+class Events(Example):
+    name = '04-events'
+    logs = (
+        "Activity 'configure' succeeded.",
+        "[default/kopf-example-1] Handler 'create_fn' succeeded.",
+        "[default/kopf-example-1] Handler 'update_fn/spec.field' succeeded.",
+        "[default/kopf-example-1] Handler 'delete_fn' succeeded.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        assert ('Normal', 'Provisioned', "Provisioned with field='value'.") in cluster.events()
+        # The log messages too (settings.posting.loggers), but not the debug ones.
+        assert ('Normal', 'Logging', "Handler 'create_fn' succeeded.") in cluster.events()
+        assert not [event for event in cluster.events() if 'is in progress' in event[2]]
+
+    def after_update(self, cluster: Cluster) -> None:
+        super().after_update(cluster)
+        expected = ('Warning', 'FieldChanged', "spec.field changed from 'value' to 'changed'.")
+        assert expected in cluster.events()
+
+    def after_deletion(self, cluster: Cluster) -> None:
+        super().after_deletion(cluster)
+        expected = ('Error', 'CleanupFailed',
+                    'The external resources are not released: The external system is unreachable.')
+        assert expected in cluster.events()
+
+
+class Handlers(Example):
+    name = '05-handlers'
+    restarts = True
+    logs = (
+        "[default/kopf-example-1] 'kopf-example-1' is created.",
+        "[default/kopf-example-1] 'kopf-example-1' is resumed after the operator has started.",
+        "[default/kopf-example-1] Updated fields: spec.field.",
+        "[default/kopf-example-1] spec.field: 'value' -> 'changed'",
+        "[default/kopf-example-1] Handler 'field_fn/spec.field' succeeded.",
+        "[default/kopf-example-1] 'kopf-example-1' is deleted.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        status = cluster.status()
+        assert status.get('create_fn') == {'message': 'created'}
+        assert 'resume_fn' not in status  # the objects are not resumed when created
+
+    def after_restart(self, cluster: Cluster) -> None:
+        assert cluster.status().get('resume_fn') == {'message': 'resumed'}
+
+    def check_outputs(self, outputs: list[str]) -> None:
+        first, second = outputs
+        assert "Handler 'create_fn' succeeded." in first
+        assert "spec.field: None -> 'value'" in first  # the field handlers run on creation too
+        assert "Handler 'resume_fn'" not in first
+        assert "Handler 'resume_fn' succeeded." in second
+        assert "Handler 'create_fn'" not in second
+        assert "spec.field: 'value' -> 'changed'" in second
+
+
+class Subhandlers(Example):
+    name = '06-subhandlers'
+    logs = (
+        "[default/kopf-example-1] Creating 'item1'.",
+        "[default/kopf-example-1] Handler 'create_fn/item1' succeeded.",
+        "[default/kopf-example-1] Creating 'item2'.",
+        "[default/kopf-example-1] Handler 'create_fn/item2' succeeded.",
+        "[default/kopf-example-1] Handler 'create_fn' succeeded.",
+        "[default/kopf-example-1] Updating 'item1' with 'changed'.",
+        "[default/kopf-example-1] Handler 'update_fn/spec.field/item1' succeeded.",
+        "[default/kopf-example-1] Updating 'item2' with 'changed'.",
+        "[default/kopf-example-1] Handler 'update_fn/spec.field/item2' succeeded.",
+        "[default/kopf-example-1] Handler 'update_fn/spec.field' succeeded.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        status = cluster.status()
+        assert status.get('create_fn/item1') == {'created': 'item1'}
+        assert status.get('create_fn/item2') == {'created': 'item2'}
+
+    def after_update(self, cluster: Cluster) -> None:
+        super().after_update(cluster)
+        status = cluster.status()
+        assert status.get('update_fn/spec.field/item1') == {'updated': 'item1', 'value': 'changed'}
+        assert status.get('update_fn/spec.field/item2') == {'updated': 'item2', 'value': 'changed'}
+
+
+class Builtins(Example):
+    name = '07-builtins'
+    crd = False
+    url = CONFIGMAPS
+    sample = EXAMPLES / '07-builtins' / 'configmap.yaml'
+    change = {'data': {'field': 'changed'}}
+    logs = (
+        "[default/kopf-example-1] Handler 'checksum_fn' succeeded.",
+        "[default/kopf-example-1] Handler 'checksum_fn/data' succeeded.",
+    )
+
+    def get(self, cluster: Cluster) -> dict[str, Any] | None:
+        return cluster.get('configmaps')
+
+    @staticmethod
+    def checksum(obj: dict[str, Any] | None) -> Any:
+        return (obj or {}).get('metadata', {}).get('annotations', {}).get('kopf.dev/data-checksum')
+
+    def after_creation(self, cluster: Cluster) -> None:
+        obj = self.get(cluster)
+        assert handled(obj, 'data', 'field') == 'value'
+        assert self.checksum(obj) == hashlib.sha256(b'{"field": "value"}').hexdigest()
+
+    def after_update(self, cluster: Cluster) -> None:
+        obj = self.get(cluster)
+        assert handled(obj, 'data', 'field') == 'changed'
+        assert self.checksum(obj) == hashlib.sha256(b'{"field": "changed"}').hexdigest()
+
+
+class Filters(Example):
+    name = '08-filters'
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        results = {key: value for key, value in cluster.status().items() if key != 'kopf'}
+        assert results == {
+            'by_metadata': True,
+            'without_label': True,
+            'by_field/spec.field': True,
+            'by_callbacks': True,
+            'by_combined_callbacks': True,
+        }
+
+    def after_update(self, cluster: Cluster) -> None:
+        super().after_update(cluster)
+        assert cluster.status().get('field_changed/spec.field') is True
+
+    def check_outputs(self, outputs: list[str]) -> None:
+        [output] = outputs
+        assert "Handler 'by_other_label'" not in output
+        assert "Handler 'without_items'" not in output
+
+
+class Activities(Example):
+    name = '10-activities'
+    logs = (
+        "The operator is configured.",
+        "Activity 'startup_fn' succeeded.",
+        "[default/kopf-example-1] Served objects: ['kopf-example-1']",
+        "[default/kopf-example-1] Handler 'register_fn' succeeded.",
+        "[default/kopf-example-1] Served objects: []",
+        "[default/kopf-example-1] Handler 'delete_fn' succeeded.",
+        "The operator exits; the objects still served: []",
+        "Activity 'cleanup_fn' succeeded.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        assert cluster.kopfexample()['metadata'].get('finalizers') == ['kopf.dev/example-finalizer']
+
+
+class KubernetesClient(Example):
+    name = '11-kubernetes-client'
+    logs = (
+        "The kubernetes client is configured.",
+        "[default/kopf-example-1] Handler 'create_fn' succeeded.",
+        "[default/kopf-example-1] Handler 'update_fn/spec.field' succeeded.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        parent = cluster.kopfexample()
+        pod = the_only(cluster.pods())
+        assert cluster.status().get('create_fn') == {'children': [pod['metadata']['name']]}
+        assert pod['metadata']['name'].startswith('kopf-example-1-')  # a generated name
+        assert pod['metadata']['labels'] == {'somelabel': 'somevalue'}
+        assert pod['metadata'].get('annotations') == {'kopf.dev/field': 'value'}
+        assert pod['metadata']['ownerReferences'] == [owner_reference_to(parent)]
+        assert pod['spec']['containers'][0]['image'] == 'busybox'
+
+    def after_update(self, cluster: Cluster) -> None:
+        super().after_update(cluster)
+        pod = the_only(cluster.pods())
+        assert pod['metadata'].get('annotations') == {'kopf.dev/field': 'changed'}
+
+    def after_deletion(self, cluster: Cluster) -> None:
+        super().after_deletion(cluster)
+        assert cluster.pods() == []  # garbage-collected with its owner
+
+
+EXAMPLES_RUN_BY_KOPF = [
+    Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
+    Activities(), KubernetesClient(),
+]
+EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
+
+
+def test_all_examples_are_tested() -> None:
+    directories = {path.parent.name for path in EXAMPLES.glob('*/example.py')}
+    tested = {example.name for example in EXAMPLES_RUN_BY_KOPF} | set(EXAMPLES_RUN_BY_THEMSELVES)
+    assert directories == tested
+
+
+@contextlib.contextmanager
+def running(example: Example, emulator: KubernetesEmulator, outputs: list[str]) -> Iterator[KopfRunner]:
+    """Run the example's operator as ``kopf run`` would; remember its output when it exits."""
+    args = ['run', '--all-namespaces', '--verbose', str(EXAMPLES / example.name / 'example.py')]
+    registry = kopf.OperatorRegistry()  # not the default one: the handlers of the examples would pile up
+    with KopfRunner(args, registry=registry, emulator=emulator, timeout=WAIT_TIMEOUT) as runner:
+        yield runner
+    assert runner.exit_code == 0
+    assert runner.exception is None
+    outputs.append(runner.output)
+
+
+@pytest.mark.parametrize('example', EXAMPLES_RUN_BY_KOPF, ids=repr)
+def test_example(
+        example: Example, k8s_emulator: KubernetesEmulator, caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = Cluster(k8s_emulator)
+    if example.crd:
+        cluster.call('POST', CRDS, yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
+
+    outputs: list[str] = []
+    with contextlib.ExitStack() as operator:
+        operator.enter_context(running(example, k8s_emulator, outputs))
+        cluster.call('POST', example.url, yaml.safe_load(example.sample.read_text()))
+        eventually(lambda: example.after_creation(cluster))
+
+        if example.restarts:  # everything the operator needs is stored in the objects
+            operator.close()
+            operator.enter_context(running(example, k8s_emulator, outputs))
+            eventually(lambda: example.after_restart(cluster))
+
+        cluster.call('PATCH', f'{example.url}/{NAME}', example.change, 'application/merge-patch+json')
+        eventually(lambda: example.after_update(cluster))
+
+        cluster.call('DELETE', f'{example.url}/{NAME}')
+        eventually(lambda: example.after_deletion(cluster))
+        eventually(lambda: _assert_in(DELETION_NOTICE, caplog.messages))  # the last words of the object
+
+    output = ''.join(outputs)
+    assert output.count('Traceback (most recent call last)') == example.tracebacks
+    assert '[default/kopf-example-1] Creation is in progress:' in output  # a debug message
+    assert f'[default/kopf-example-1] {DELETION_NOTICE}' in output
+    for line in example.logs:
+        assert line in output
+    example.check_outputs(outputs)
+
+
+def _assert_in(item: Any, collection: Any) -> None:
+    assert item in collection
+
+
+async def test_embedding(k8s_emulator: KubernetesEmulator, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)  # nobody configures the logging here: it is up to the application
+    main: Callable[[asyncio.Event], Coroutine[Any, Any, None]] = runpy.run_path(
+        str(EXAMPLES / '09-embedding' / 'example.py'))['main']
+    cluster = Cluster(k8s_emulator)
+    cluster.call('POST', CRDS, yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
+
+    stop_flag = asyncio.Event()
+    app = asyncio.create_task(main(stop_flag))
+    try:
+        sample = yaml.safe_load((EXAMPLES / 'obj.yaml').read_text())
+        await asyncio.to_thread(cluster.call, 'POST', KOPFEXAMPLES, sample)
+
+        def created() -> None:
+            assert cluster.status().get('create_fn') == {'message': 'hello, kopf-example-1'}
+            assert "The application has noticed a new KopfExample: 'kopf-example-1'." in caplog.messages
+
+        await eventually_async(created)
+        await asyncio.to_thread(cluster.call, 'DELETE', f'{KOPFEXAMPLES}/{NAME}')
+        await eventually_async(lambda: _assert_in(DELETION_NOTICE, caplog.messages))
+        assert not app.done()  # the application runs until it is told to stop
+    finally:
+        stop_flag.set()
+        await asyncio.wait_for(app, timeout=WAIT_TIMEOUT)  # and then it exits, with no errors
+
+    assert "Handler 'create_fn' succeeded." in caplog.messages
+    assert not [record for record in caplog.records if record.exc_info is not None]
