@@ -6,8 +6,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 import kopf
 
 Cluster = Any  # the conftest's raw client of the emulator
@@ -127,11 +125,3 @@ async def test_changes_while_the_very_first_creation_handler_is_running(
     assert cluster.diffbase() == {'spec': {'field': 'new'}}
     assert cluster.progress_annotations() == {}
 
-
-test_deletion_while_the_very_first_creation_handler_is_running = pytest.mark.xfail(
-    strict=True,
-    reason='The finalizer is added only together with the results of the first handlers (one patch, '
-           'after they finish), not before them as Kopf does: an object deleted while its first '
-           'creation handler runs has no finalizer yet, is deleted at once, and its deletion handler '
-           'never runs (kopf._core.reactor.processing._process_changing).',
-)(test_deletion_while_the_very_first_creation_handler_is_running)

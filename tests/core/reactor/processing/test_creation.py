@@ -80,12 +80,15 @@ async def test_one_handler_without_result_with_status_subresource(
     assert requests() == requests('patch', subresource='') == 1
 
 
-async def test_finalizer_goes_with_the_first_patch(
+async def test_finalizer_goes_before_the_handlers(
         registry: OperatorRegistry, operator: Any, cluster: Any, emulator: Any, kex: Resource,
         requests: Callable[..., int], messages: Callable[[], list[str]]) -> None:
+    seen_finalizers: list[list[str]] = []
 
     @kopf.on.create(kex.plural, registry=registry)
     def create_fn(**_: Any) -> Any:
+        # The finalizer must already be on the object: a deletion now would wait for delete_fn.
+        seen_finalizers.append(cluster.get()['metadata']['finalizers'])
         return 'created'
 
     @kopf.on.delete(kex.plural, registry=registry)
@@ -97,12 +100,13 @@ async def test_finalizer_goes_with_the_first_patch(
     await operator.settle()
 
     obj = cluster.get()
+    assert seen_finalizers == [['example.com/foreign', FINALIZER]]
     assert obj['metadata']['finalizers'] == ['example.com/foreign', FINALIZER]
     assert obj['status'] == {'create_fn': 'created'}
     assert DIFFBASE in obj['metadata']['annotations']
-    assert requests('patch', subresource='') == 1
+    assert requests('patch', subresource='') == 2  # the finalizer first, then the diff-base
     assert requests('patch', subresource='status') == 1
-    assert requests() == 2  # Kopf: 3 (a separate JSON-patch for the finalizer)
+    assert requests() == 3  # as Kopf: the deletion handlers are guaranteed
     assert 'Adding the finalizer, thus preventing the actual deletion.' in messages()
 
 

@@ -42,6 +42,7 @@ async def test_levels_and_locality(
               and not record.getMessage().startswith(("Handler 'event_fn'", 'EVENT'))]
     assert logged == [
         ('DEBUG', 'Adding the finalizer, thus preventing the actual deletion.', True),
+        ('DEBUG', 'Merge-patching the resource with', True),  # the finalizer, before the handlers
         ('DEBUG', 'Creation is in progress', False),
         ('DEBUG', "Handler 'create_fn' is invoked.", False),
         ('INFO', 'CREATE', False),

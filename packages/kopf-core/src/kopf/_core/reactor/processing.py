@@ -15,7 +15,9 @@ and applied at the end of the call with as few requests as the API allows:
 
 So, a creation handler with a result costs one request for resources without the status
 subresource, and two for those with it (the API drops the status changes sent to the main
-endpoint and everything else sent to ``/status``); the finalizer (if needed) goes with them.
+endpoint and everything else sent to ``/status``). The one exception: when our finalizer must be
+added, it is applied (with whatever is accumulated so far) before the handlers run, so that
+the deletion handlers are guaranteed even for objects deleted during their first handling.
 
 The change handling needs a consistent state of the object: our own latest patch must have arrived
 via the watch-stream, otherwise the old state of the object would be handled once again.
@@ -131,7 +133,7 @@ async def _process_event(
     body = Body(raw_body)
     patch = Patch(body=body)
     logger = loggers.ObjectLogger(body=raw_body, settings=settings)
-    local_logger = loggers.LocalObjectLogger(body=raw_body, settings=settings)
+    local_logger = logger._twin(loggers.LocalObjectLogger)  # the same as made from the body, but faster
     context = _Context(
         registry=registry,
         settings=settings,
@@ -182,7 +184,7 @@ class _Context:
     seat: pacing.Seat | None
 
     def lending(self, delay: float = 0) -> AbstractAsyncContextManager[None]:
-        """Let other objects be processed while this one waits for a handler or a sleep (see :mod:`.pacing`)."""
+        """Let other objects be processed while this one waits for handlers or sleeps (see :mod:`.pacing`)."""
         return self.seat.lending(delay) if self.seat is not None else contextlib.nullcontext()
 
 
@@ -246,7 +248,7 @@ async def _process_changing(context: _Context) -> None:
     cause, old, new = _detect_cause(context)
 
     # While the object lives, our finalizer is there if and only if something needs it.
-    # It goes with the same patch as the handlers' progress (never as a separate step).
+    handled = registry.changing.prematch(cause)
     finalizing = releasing = False
     decision = causes.decide_finalizer(body=body, finalizer=finalizer,
                                        requires_finalizer=registry.requires_finalizer(cause))
@@ -255,7 +257,15 @@ async def _process_changing(context: _Context) -> None:
         _apply_finalizer_decision(decision, body=body, patch=context.patch, finalizer=finalizer)
         finalizing = True
 
-    handled = registry.changing.prematch(cause)
+        # A finalizer that is added goes out BEFORE the handlers run: if the object is deleted
+        # while they run (even the very first time), it waits for the deletion handlers instead of
+        # vanishing. This costs a request per object's life, but guarantees the deletion handlers,
+        # as Kopf does. The cycle goes on at once, without waiting for the patch's watch-event.
+        if decision.action == causes.FinalizerAction.ADD and handled and cause.reason in HANDLER_REASONS:
+            if not await _block_deletion_first(context):
+                return  # the object is gone: nothing to handle, the deletion event will come.
+            finalizing = False
+
     done = True
     delays: list[float] = []
     if not handled:
@@ -374,7 +384,8 @@ async def _process_handlers(
     state = state.with_purpose(cause.reason).with_handlers(cause_handlers)
     async with context.lending(pacing.LENDING_DELAY):
         outcomes = await execution.execute_handlers_once(
-            lifecycle=context.lifecycle if context.lifecycle is not None else lifecycles.get_default_lifecycle(),
+            lifecycle=(context.lifecycle if context.lifecycle is not None else
+                       lifecycles.get_default_lifecycle()),
             settings=context.settings,
             handlers=cause_handlers,
             cause=cause,
@@ -523,6 +534,21 @@ def _split_status_first(resource: Resource, patch: Patch) -> list[Patch]:
     main_part = Patch({key: value for key, value in patch.items() if key != 'status'}, body=patch.body)
     main_part.fns = list(patch.fns)
     return [status_part, main_part]
+
+
+async def _block_deletion_first(context: _Context) -> bool:
+    """Apply the accumulated patch with our added finalizer now, guarded; False if the object is gone."""
+    raw_body = context.raw_event['object']
+    version = _version_of(raw_body)
+    if version is not None:
+        context.patch.metadata['resourceVersion'] = version
+    latest = await _apply_finalizing_part(context, context.patch)
+    context.patch.clear()  # applied: the handlers start with a clean patch
+    context.patch.fns.clear()
+    if latest is None:
+        return False
+    _remember_version(context.memory, old_raw=raw_body, new_raw=latest)
+    return True
 
 
 async def _apply_finalizing_part(context: _Context, part: Patch) -> RawBody | None:
