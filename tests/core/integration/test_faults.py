@@ -139,11 +139,6 @@ async def test_gone_history_causes_a_relisting_without_double_handling(
                                ('update', 'kex1', 'b')]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'settings.watching.inactivity_timeout covers only the reading of the stream\'s body, not the wait for '
-    'the response of the watch request: a stream silent from its start (no headers, no events) hangs '
-    'until the server or the client_timeout ends it (Kopf 1.45.2 reconnects after the inactivity timeout); '
-    'kopf._clients.watching._watch_once/_read_lines.'))
 async def test_silent_watch_streams_are_reconnected_after_the_inactivity_timeout(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
         operator: Operator, eventually: Eventually, quiet: Quiet,
