@@ -268,7 +268,7 @@ def eventually() -> Eventually:
 def quiet(cluster: Cluster) -> Callable[..., Any]:
     """Wait until nothing more happens to the objects: no requests for a while (the operator idles)."""
 
-    async def quiet(period: float = 0.25, within: float = 10.0) -> None:
+    async def quiet(period: float = 0.5, within: float = 10.0) -> None:
         deadline = time.monotonic() + within
         last = cluster.emulator.requests.snapshot()
         stable_since = time.monotonic()

@@ -88,7 +88,25 @@ async def test_a_burst_of_events_is_batched_and_the_latest_one_wins(
         streams.feed(event('kex1', value))
     await asyncio.sleep(1)
     assert recorder.values('kex1') == [9]
-    assert recorder.calls[0][0] == pytest.approx(0.1)  # after the batching window
+    assert recorder.calls[0][0] == pytest.approx(0.0)  # the 1st event after a quiet period goes at once
+    await streams.close()
+
+
+async def test_an_isolated_event_goes_at_once_but_the_events_right_after_a_processing_are_batched(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=0.5)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'first'))
+    await asyncio.sleep(0.55)  # processed at 0.0-0.5, the events come right after it (e.g. its own echoes)
+    streams.feed(event('kex1', 'echo1'))
+    await asyncio.sleep(0.05)
+    streams.feed(event('kex1', 'echo2'))
+    await asyncio.sleep(3)  # batched: processed once at 0.7, then quiet for long
+    streams.feed(event('kex1', 'later'))
+    await asyncio.sleep(1)
+    assert [(round(time, 2), value) for time, _, _, value in recorder.calls] == [
+        (0.0, 'first'), (0.7, 'echo2'), (3.6, 'later'),
+    ]
     await streams.close()
 
 
@@ -105,7 +123,7 @@ async def test_events_arriving_while_busy_are_batched_and_press_the_processor(
     assert recorder.values('kex1') == ['first', 'fourth']
     assert recorder.pressures == [True, False]
     assert recorder.max_per_object == 1
-    assert recorder.calls[1][0] == pytest.approx(5.2)  # the 1st one ends at 5.1, then the batching window
+    assert recorder.calls[1][0] == pytest.approx(5.1)  # the 1st one ends at 5.0, then the batching window
     await streams.close()
 
 
@@ -133,7 +151,7 @@ async def test_worker_limit_caps_the_parallel_processing(settings: OperatorSetti
     await asyncio.sleep(10)
     assert len(recorder.calls) == 5
     assert recorder.max_total == 2
-    assert sorted(round(time, 1) for time, *_ in recorder.calls) == [0.1, 0.1, 1.1, 1.1, 2.1]
+    assert sorted(round(time, 1) for time, *_ in recorder.calls) == [0.0, 0.0, 1.0, 1.0, 2.0]
     await streams.close()
 
 
@@ -143,10 +161,10 @@ async def test_idle_workers_exit_and_leave_no_tasks(settings: OperatorSettings, 
     tasks_before = asyncio.all_tasks()
     for index in range(1000):
         streams.feed(event(f'kex{index}', index))
-    await asyncio.sleep(4.5)  # processed at 0.1, idle since then
+    await asyncio.sleep(4.5)  # processed at 0.0, idle since then
     assert len(recorder.calls) == 1000
     assert streams.active_count == 1000
-    await asyncio.sleep(1)  # the idle timeout is over at 5.1
+    await asyncio.sleep(1)  # the idle timeout is over at 5.0
     assert streams.active_count == 0
     assert streams.known_count == 1000
     assert asyncio.all_tasks() == tasks_before
@@ -232,18 +250,18 @@ async def test_unexpected_errors_are_throttled(
     recorder = Recorder(failures=3)
     streams = make_streams(recorder, settings)
 
-    streams.feed(event('kex1', 'a'))  # processed at 0.1 and fails: throttled till 1.1
+    streams.feed(event('kex1', 'a'))  # processed at 0.0 and fails: throttled till 1.0
     await asyncio.sleep(0.5)
-    streams.feed(event('kex1', 'b'))  # processed at 1.2 and fails: throttled till 3.2
+    streams.feed(event('kex1', 'b'))  # processed at 1.1 (after the window) and fails: throttled till 3.1
     streams.feed(event('kex1', 'c'))
     await asyncio.sleep(1.0)
-    streams.feed(event('kex1', 'd'))  # processed at 3.3 and fails: throttled till 8.3
+    streams.feed(event('kex1', 'd'))  # processed at 3.2 and fails: throttled till 8.2
     await asyncio.sleep(2.0)
-    streams.feed(event('kex1', 'e'))  # processed at 8.4 and succeeds
+    streams.feed(event('kex1', 'e'))  # processed at 8.3 and succeeds
     await asyncio.sleep(10)
 
     assert [(round(time, 1), value) for time, _, _, value in recorder.calls] == [
-        (0.1, 'a'), (1.2, 'c'), (3.3, 'd'), (8.4, 'e'),
+        (0.0, 'a'), (1.1, 'c'), (3.2, 'd'), (8.3, 'e'),
     ]
     messages = [record.getMessage() for record in caplog.records if record.name == 'kopf.objects']
     assert messages == [
@@ -272,7 +290,7 @@ async def test_the_last_error_delay_repeats(settings: OperatorSettings, looptime
         streams.feed(event('kex1', value))
         await asyncio.sleep(0.5)
     await asyncio.sleep(10)
-    assert [round(time, 1) for time, *_ in recorder.calls] == [0.1, 1.2, 2.3]
+    assert [round(time, 1) for time, *_ in recorder.calls] == [0.0, 1.1, 2.2]
     await streams.close()
 
 
@@ -284,7 +302,7 @@ async def test_no_error_delays_means_no_throttling(settings: OperatorSettings, l
     await asyncio.sleep(0.5)
     streams.feed(event('kex1', 2))
     await asyncio.sleep(0.5)
-    assert [round(time, 1) for time, *_ in recorder.calls] == [0.1, 0.6]
+    assert [round(time, 1) for time, *_ in recorder.calls] == [0.0, 0.5]
     await streams.close()
 
 
@@ -297,7 +315,7 @@ async def test_closing_lets_the_busy_workers_finish_within_the_exit_timeout(
     await asyncio.sleep(0.5)
     streams.feed(event('kex2', 3))  # pending: still processed while closing, with no batching window
     await streams.close(exit_timeout=5)
-    assert looptime == pytest.approx(3.1)  # 1.6 (the 1st processing of kex2) + 1.5 (the 2nd one)
+    assert looptime == pytest.approx(3.0)  # 1.5 (the 1st processing of kex2) + 1.5 (the 2nd one)
     assert recorder.values('kex1') == [1]
     assert recorder.values('kex2') == [2, 3]
     assert streams.active_count == 0

@@ -18,6 +18,7 @@ The backoff sequence starts anew for every call: a success resets it.
 """
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -74,10 +75,12 @@ def _context_factory(settings: ClientSettings) -> tuple[Callable[[ConnectionInfo
 
 
 def _request_timeout(settings: ClientSettings) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(
-        total=settings.networking.request_timeout,
-        sock_connect=settings.networking.connect_timeout,
-    )
+    return _make_timeout(settings.networking.request_timeout, settings.networking.connect_timeout)
+
+
+@functools.lru_cache(maxsize=64)
+def _make_timeout(total: float | None, sock_connect: float | None) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=total, sock_connect=sock_connect)  # immutable, so shareable
 
 
 async def _retrying(
@@ -134,8 +137,8 @@ async def _send(
         params: Mapping[str, str] | None,
         client_timeout: aiohttp.ClientTimeout,
 ) -> aiohttp.ClientResponse:
-    """Send one request with these credentials; any HTTP error escalates as an APIError (the response released)."""
-    full_url = context.url(url(context) if callable(url) else url)
+    """Send one request with these credentials; HTTP errors escalate as APIErrors (the response released)."""
+    full_url = context.request_url(url(context) if callable(url) else url)
     response = await context.session.request(
         method, full_url,
         data=data,

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 
 import aiohttp
+import yarl  # aiohttp's own URLs: given to it pre-parsed
 
 from kopf._cogs.structs.credentials import ConnectionInfo
 
@@ -28,7 +29,7 @@ DEFAULT_USER_AGENT = 'kopf'
 # pooled connections they use: a burst of patches (e.g. a thousand objects at startup) then reuses
 # a few keep-alive connections instead of opening a thousand new ones (costly on both sides).
 # The API server processes them at its own pace anyway. The watch-streams are not limited.
-MAX_CONCURRENT_REQUESTS = 32
+MAX_CONCURRENT_REQUESTS = 64
 
 
 @contextlib.contextmanager
@@ -135,6 +136,7 @@ class APIContext:
         self.default_namespace = info.default_namespace
         self.proxy_url = info.proxy_url
         self.limiter = asyncio.Semaphore(MAX_CONCURRENT_REQUESTS)
+        self._encoded_server = str(yarl.URL(self.server))  # normalised & encoded once, not per request
 
         ssl_context: ssl.SSLContext | None = None
         if self.server.startswith('https:'):
@@ -154,6 +156,17 @@ class APIContext:
     def url(self, path: str) -> str:
         """The absolute URL for a path on this server (the server URL can have its own path prefix)."""
         return self.server + path if path.startswith('/') else path
+
+    def request_url(self, path: str) -> yarl.URL | str:
+        """
+        The same as :meth:`url`, but pre-parsed for the HTTP client, which would parse it on every request.
+
+        The paths on the server are quoted already (see ``Resource.get_url``), so only the server's
+        part needs the encoding, and it is encoded once. Other URLs are left to the HTTP client.
+        """
+        if path.startswith('/'):
+            return yarl.URL(self._encoded_server + path, encoded=True)
+        return path
 
     async def close(self) -> None:
         """Close the HTTP session and its connections."""

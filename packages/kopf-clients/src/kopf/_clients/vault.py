@@ -159,7 +159,13 @@ class Vault:
         for obj in caches.values():
             await _close_object(obj)
 
+    def _has_expirations(self) -> bool:
+        # Most credentials never expire (e.g. service account tokens, certificates): no clock needed then.
+        return any(item.info.expiration is not None for item in self._items.values())
+
     async def _expire(self) -> None:
+        if not self._has_expirations():
+            return
         now = datetime.datetime.now(datetime.UTC)
         expired = {key: item for key, item in self._items.items() if _is_expired(item.info, now)}
         for key in expired:
@@ -169,7 +175,9 @@ class Vault:
             await self._drop(list(expired.values()))
             await self._notify()
 
-    def _valid_items(self) -> dict[VaultKey, _Item]:
+    def _valid_items(self) -> Mapping[VaultKey, _Item]:
+        if not self._has_expirations():
+            return self._items  # read-only for the callers
         now = datetime.datetime.now(datetime.UTC)
         return {key: item for key, item in self._items.items() if not _is_expired(item.info, now)}
 
@@ -284,17 +292,21 @@ class Vault:
         yielded: list[_Item] = []
         while True:
             await self._expire()
-            if self.is_empty():
+            valid = self._valid_items()
+            if not valid:
                 await self._refill()
                 continue
 
-            candidates = [(key, item) for key, item in self._valid_items().items()
+            candidates = [(key, item) for key, item in valid.items()
                           if all(item is not seen for seen in yielded)]
             if not candidates:
                 return  # everything usable has been tried and is still in the vault.
 
-            best_priority = max(item.info.priority for _, item in candidates)
-            key, item = random.choice([(k, i) for k, i in candidates if i.info.priority == best_priority])
+            if len(candidates) == 1:  # the usual case: one credential, nothing to choose from
+                key, item = candidates[0]
+            else:
+                best_priority = max(item.info.priority for _, item in candidates)
+                key, item = random.choice([(k, i) for k, i in candidates if i.info.priority == best_priority])
             yielded.append(item)
 
             obj: Any = None

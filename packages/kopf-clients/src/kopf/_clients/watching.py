@@ -160,10 +160,20 @@ async def _watch_once(
     url = resource.get_url(namespace=namespace)
     params = build_watch_params(settings, resource, since=since, streaming=streaming)
     what = f'{resource} in {namespace!r}' if namespace is not None else f'{resource} cluster-wide'
+    inactivity_timeout = settings.watching.inactivity_timeout
     try:
-        async with api.stream('GET', url, params=params, client_timeout=get_watch_timeout(settings),
-                              settings=settings, vault=vault, logger=logger) as response:
-            async for line in _read_lines(response, inactivity_timeout=settings.watching.inactivity_timeout,
+        async with contextlib.AsyncExitStack() as stack:
+            # A request that gets no response at all is as dead as a silent stream: reconnect.
+            try:
+                async with asyncio.timeout(inactivity_timeout):
+                    response = await stack.enter_async_context(api.stream(
+                        'GET', url, params=params, client_timeout=get_watch_timeout(settings),
+                        settings=settings, vault=vault, logger=logger))
+            except TimeoutError:
+                logger.debug(f'The watch-request for {what} got no response in {inactivity_timeout}s; '
+                             f'reconnecting.')
+                return
+            async for line in _read_lines(response, inactivity_timeout=inactivity_timeout,
                                           what=what, logger=logger):
                 yield line
     except errors.APIGoneError as e:
@@ -199,8 +209,12 @@ async def infinite_watch(
         if resource_version is None and not streaming:
             objs, resource_version = await fetching.list_objs(
                 settings=settings, vault=vault, resource=resource, namespace=namespace, logger=actual_logger)
-            for obj in objs:
-                yield {'type': None, 'object': obj}
+            # Hand the objects over one by one and keep none: this generator lives as long as the watching,
+            # and the listing must not stay in memory after the consumer is done with the objects.
+            objs.reverse()
+            while objs:
+                yield {'type': None, 'object': objs.pop()}
+            del objs
             yield Bookmark.LISTED
 
         # In the streaming mode, the initial objects are held until the listing is complete.
@@ -228,10 +242,11 @@ async def infinite_watch(
                     elif event_type == 'BOOKMARK':
                         annotations = payload.get('metadata', {}).get('annotations') or {}
                         if listing is not None and annotations.get(INITIAL_EVENTS_END) == 'true':
-                            for listed_obj in listing:
-                                yield {'type': None, 'object': listed_obj}
+                            listed_objs, listing = listing, None
+                            listed_objs.reverse()
+                            while listed_objs:  # handed over one by one, none kept (see above)
+                                yield {'type': None, 'object': listed_objs.pop()}
                             yield Bookmark.LISTED
-                            listing = None
                         resource_version = new_version or resource_version
 
                     elif event_type in ('ADDED', 'MODIFIED', 'DELETED'):

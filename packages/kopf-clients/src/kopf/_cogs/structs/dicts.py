@@ -40,6 +40,8 @@ def parse_field(field: FieldSpec) -> FieldPath:
     """
     if field is None:
         return ()
+    if type(field) is tuple and all(type(key) is str for key in field):
+        return field  # already a path (the most frequent case in the framework's own calls)
     if isinstance(field, str):
         return tuple(field.split('.')) if field else ()
     if isinstance(field, (tuple, list)):
@@ -72,7 +74,8 @@ def resolve(
     path = parse_field(field)
     value: Any = obj if obj is not None else {}
     for index, key in enumerate(path):
-        if isinstance(value, Mapping) and key in value:
+        # The exact-dict check goes first: it is the usual case, and much faster than the ABC check.
+        if (type(value) is dict or isinstance(value, Mapping)) and key in value:
             value = value[key]
         elif default is not _UNSET:
             return default
@@ -251,6 +254,18 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
 
     def get(self, key: _K, default: Any = None) -> Any:  # a faster shortcut of the Mapping's mixin.
         return self._resolve().get(key, default)
+
+
+def raw_mapping(obj: Mapping[_K, _V]) -> Mapping[_K, _V]:
+    """
+    The mapping itself, or the raw mapping behind a live view as it is now: for fast reads of many keys.
+
+    Every access to a view resolves its path anew; when many keys are read at once (e.g. all of them),
+    it is faster to resolve once. The result must not be kept: the view's source can be replaced.
+    """
+    if isinstance(obj, MappingView):
+        return obj._resolve()
+    return obj
 
 
 class ReplaceableMappingView(MappingView[_K, _V], Generic[_K, _V]):

@@ -26,6 +26,7 @@ The sleep is interrupted by any new event of the object, which starts a new cycl
 import asyncio
 import copy
 import datetime
+import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -66,12 +67,13 @@ async def apply_patch(
     meta = body.get('metadata', {})
     namespace: str | None = meta.get('namespace')
     name: str = meta.get('name', '')
-    current: RawBody = _as_raw(body)
+    current: RawBody | None = None  # the unpatched body is unwrapped only if needed (rarely)
 
     main, status = split_merge_patch(resource, patch)
     for part, subject in [(main, 'resource'), (status, 'status')]:
         if part:
-            logger.debug(f'Merge-patching the {subject} with: {part}')
+            if logger.isEnabledFor(logging.DEBUG):  # the patches can be big; the debug logs are usually off
+                logger.debug(f'Merge-patching the {subject} with: {part}')
             patched = await patch_obj(settings=settings, vault=vault, resource=resource,
                                       namespace=namespace, name=name, patch=part, logger=logger)
             if patched is None:
@@ -79,18 +81,19 @@ async def apply_patch(
             current = patched
 
     if patch.fns:
-        transformations = Patch(body=current)
+        transformations = Patch(body=current if current is not None else _as_raw(body))
         transformations.fns = list(patch.fns)
         operations = transformations.as_json_patch()
         if operations:
-            logger.debug(f'JSON-patching the resource with: {operations}')
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(f'JSON-patching the resource with: {operations}')
             patched = await json_patch_obj(settings=settings, vault=vault, resource=resource,
                                            namespace=namespace, name=name, patch=operations, logger=logger)
             if patched is None:
                 return None
             current = patched
 
-    return current
+    return current if current is not None else _as_raw(body)
 
 
 def _as_raw(body: Mapping[str, Any]) -> RawBody:

@@ -97,7 +97,9 @@ async def execute_handlers_once(
     pending = [handler for handler in handlers if not states[handler.id].finished
                and states[handler.id].awakened]
     pending_by_id = {handler.id: handler for handler in pending}
-    selected = lifecycle(pending, **{**cause.kwargs, 'state': state})
+    lifecycle_kwargs = cause.kwargs  # a new dict every time: it is safe to extend it
+    lifecycle_kwargs['state'] = state
+    selected = lifecycle(pending, **lifecycle_kwargs)
 
     outcomes: dict[HandlerId, Outcome] = {}
     for candidate in selected:
@@ -217,7 +219,8 @@ async def _call(
         title: str,
 ) -> Any:
     # The retrying kwargs go first: the cause's kwargs end with the operator's indices, which must win.
-    kwargs = {**handler_kwargs(state), **cause.kwargs_for(handler)}
+    kwargs = handler_kwargs(state)  # a new dict: the cause's kwargs go over it (as in {**a, **b})
+    kwargs.update(cause.kwargs_for(handler))
     executor = settings.execution.executor
     if handler.timeout is None or not invocation.is_async_fn(handler.fn):
         return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)

@@ -58,8 +58,60 @@ async def invoke(
 
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
-    call = functools.partial(context.run, functools.partial(fn, **kwargs))
-    result = await loop.run_in_executor(executor, call)
+    if executor is None:
+        call = functools.partial(context.run, functools.partial(fn, **kwargs))
+        result = await loop.run_in_executor(executor, call)
+    else:
+        result = await _run_in_thread(loop, executor, context, fn, kwargs)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+async def _run_in_thread(
+        loop: asyncio.AbstractEventLoop,
+        executor: concurrent.futures.Executor,
+        context: contextvars.Context,
+        fn: Callable[..., Any],
+        kwargs: Mapping[str, Any],
+) -> Any:
+    """
+    The same as ``loop.run_in_executor()``, but lighter: the outcome comes to the loop directly.
+
+    There is no chaining of the executor's future to an asyncio future and back; the thread puts
+    the result (or the error) into the awaited future with one thread-safe callback.
+    """
+    waiter: asyncio.Future[Any] = loop.create_future()
+
+    def call() -> None:
+        try:
+            result = context.run(fn, **kwargs)
+        except BaseException as e:
+            _deliver(loop, waiter, None, e)
+        else:
+            _deliver(loop, waiter, result, None)
+
+    job = executor.submit(call)
+    try:
+        return await waiter
+    except asyncio.CancelledError:
+        job.cancel()  # if not started yet; a running thread cannot be interrupted (see the module)
+        raise
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any],
+             result: Any, exc: BaseException | None) -> None:
+    # From the thread. If the loop is closed (the operator has exited), nobody waits for the result.
+    if not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(_resolve, waiter, result, exc)
+        except RuntimeError:  # closed in the meantime
+            pass
+
+
+def _resolve(waiter: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if not waiter.done():  # e.g. cancelled while the thread was running
+        if exc is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(result)

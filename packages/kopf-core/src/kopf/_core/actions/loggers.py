@@ -119,6 +119,13 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         }
         super().__init__(object_logger, self._own_extra)
 
+    def _twin(self, cls: type['ObjectLogger']) -> 'ObjectLogger':
+        """The same logger of another class (e.g. the local one), with no repeated parsing of the body."""
+        twin = cls.__new__(cls)
+        twin._own_extra = {**self._own_extra, LOCAL_ATTR: cls.local}
+        logging.LoggerAdapter.__init__(twin, object_logger, twin._own_extra)
+        return twin
+
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         # Keep the caller's own extras (they get into JSON logs), but never let them replace ours.
         own_extra = self._own_extra

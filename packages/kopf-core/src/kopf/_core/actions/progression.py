@@ -318,8 +318,9 @@ class State(Mapping[HandlerId, HandlerState]):
     def store(self, *, body: Body, patch: Patch, storage: ProgressStorage) -> None:
         """Put the changed (and new) states into the patch, via the storage."""
         for key, state in self._states.items():
-            if state.changed:
-                storage.store(key=key, record=state.as_record(), body=body, patch=patch)
+            record = state.as_record()  # the same as `state.changed` does, but made only once
+            if _normalized(record) != _normalized(state.stored):
+                storage.store(key=key, record=record, body=body, patch=patch)
 
     def purge(
             self,

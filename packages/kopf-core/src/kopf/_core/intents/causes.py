@@ -48,11 +48,18 @@ class BaseCause:
     @property
     def kwargs(self) -> dict[str, Any]:
         """The kwargs for the handlers and filters of this cause, except the handler-specific ones."""
-        return {**self._own_kwargs(), **self.indices}
+        kwargs = self._own_kwargs()  # a new dict every time: it is safe to modify it
+        if self.indices:
+            kwargs.update(self.indices)
+        return kwargs
 
     def kwargs_for(self, handler: BaseHandler) -> dict[str, Any]:
         """The kwargs for a specific handler: the cause's kwargs plus the handler's ``param``."""
-        return {**self._own_kwargs(), 'param': handler.param, **self.indices}
+        kwargs = self._own_kwargs()  # a new dict every time: it is safe to modify it
+        kwargs['param'] = handler.param
+        if self.indices:
+            kwargs.update(self.indices)
+        return kwargs
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -75,7 +82,8 @@ class ResourceCause(BaseCause):
     def _own_kwargs(self) -> dict[str, Any]:
         meta = self.body.metadata
         return {
-            **super()._own_kwargs(),
+            'logger': self.logger,  # as in BaseCause, but with no intermediate dicts: this is done often
+            'memo': self.memo,
             'resource': self.resource,
             'patch': self.patch,
             'body': self.body,
@@ -122,13 +130,9 @@ class ResourceChangingCause(ResourceCause):
         return is_deletion_ongoing(self.body)
 
     def _own_kwargs(self) -> dict[str, Any]:
-        return {
-            **super()._own_kwargs(),
-            'reason': self.reason,
-            'diff': self.diff,
-            'old': self.old,
-            'new': self.new,
-        }
+        kwargs = super()._own_kwargs()
+        kwargs.update(reason=self.reason, diff=self.diff, old=self.old, new=self.new)
+        return kwargs
 
     def kwargs_for(self, handler: BaseHandler) -> dict[str, Any]:
         kwargs = super().kwargs_for(handler)
@@ -206,14 +210,22 @@ def narrow_to_field(cause: ResourceChangingCause, field: dicts.FieldSpec) -> Fie
 # Detection.
 #
 
+def _metadata_field(body: Mapping[str, Any], name: str) -> Any:
+    # A shortcut of ``dicts.resolve(body, ('metadata', name), None)``: this is checked for every event.
+    metadata = body.get('metadata')
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        return metadata.get(name)
+    return None
+
+
 def is_deletion_ongoing(body: Mapping[str, Any]) -> bool:
     """Whether the object is marked for deletion (but still exists, blocked by some finalizers)."""
-    return dicts.resolve(body, ('metadata', 'deletionTimestamp'), None) is not None
+    return _metadata_field(body, 'deletionTimestamp') is not None
 
 
 def has_finalizer(body: Mapping[str, Any], finalizer: str) -> bool:
     """Whether the object has the finalizer (i.e. its actual deletion is blocked by us)."""
-    finalizers = dicts.resolve(body, ('metadata', 'finalizers'), None) or []
+    finalizers = _metadata_field(body, 'finalizers') or []
     return finalizer in finalizers
 
 

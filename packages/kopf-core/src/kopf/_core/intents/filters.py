@@ -175,10 +175,11 @@ def prematch(handler: ResourceHandler, cause: ResourceCause) -> bool:
 
 def _match(handler: ResourceHandler, cause: ResourceCause, *, with_changes: bool) -> bool:
     kwargs = _LazyKwargs(cause, handler)
-    meta = cause.body.metadata
-    if not match_metadata(handler.labels, meta.labels, kwargs):
+    # The views of the metadata are made only if needed: most handlers have no metadata filters.
+    if handler.labels and not match_metadata(handler.labels, cause.body.metadata.labels, kwargs):
         return False
-    if not match_metadata(handler.annotations, meta.annotations, kwargs):
+    if handler.annotations and not match_metadata(handler.annotations, cause.body.metadata.annotations,
+                                                  kwargs):
         return False
 
     if isinstance(handler, ChangingHandler) and handler.field_needs_change:

@@ -151,10 +151,12 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
     def __init__(self) -> None:
         super().__init__()
         self._by_reason: dict[tuple[Resource, Reason, bool], tuple[ChangingHandler, ...]] = {}
+        self._extra_fields: dict[Resource, frozenset[dicts.FieldPath]] = {}
 
     def _invalidate(self) -> None:
         super()._invalidate()
         self._by_reason.clear()
+        self._extra_fields.clear()
 
     def _iter_candidates(self, cause: ResourceCause) -> Iterable[ChangingHandler]:
         if not isinstance(cause, ResourceChangingCause):
@@ -185,10 +187,16 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
         The essence of the objects (the diff-base) must keep them even if it normally drops them
         (e.g. ``status.x``), otherwise their changes would never be seen.
         """
-        return frozenset(
+        try:
+            return self._extra_fields[resource]
+        except KeyError:
+            pass
+        fields = frozenset(
             handler.field for handler in self.get_resource_handlers(resource)
             if handler.field and handler.field_needs_change
         )
+        self._extra_fields[resource] = fields
+        return fields
 
 
 def matches_reason(handler: ChangingHandler, *, reason: Reason, initial: bool) -> bool:

@@ -97,21 +97,37 @@ class StorageKeyFormingConvention(CollisionEvadingConvention):
     prefix: str
     v1: bool
 
+    # The keys are formed for every handler of every object in every cycle, always the same ones:
+    # they are remembered per storage (by everything they depend on), within a sane limit.
+    _MAX_CACHED_KEYS = 1024
+
     def __init__(self, *args: Any, prefix: str, v1: bool, **kwargs: Any) -> None:
         if not prefix:
             raise ValueError('Annotations storages must be prefixed.')
         super().__init__(*args, **kwargs)
         self.prefix = prefix
         self.v1 = v1
+        self._cached_keys: dict[tuple[str, bool, str], tuple[str, ...]] = {}
 
     def make_keys(self, key: str, *, body: bodies.Body | None = None) -> Iterable[str]:
         """All the keys to write and to read (in the order of precedence) for one logical key."""
         marked_key = self.mark_key(key, body=body) if body is not None else key
+        # Absent if a descendant skips our __init__: then, no caching.
+        cache = cast(dict[tuple[str, bool, str], tuple[str, ...]] | None, self.__dict__.get('_cached_keys'))
+        cache_key = (self.prefix, self.v1, marked_key)
+        if cache is not None and cache_key in cache:
+            return cache[cache_key]
         v2_key = self.make_v2_key(marked_key)
         if not self.v1:
-            return [v2_key]
-        v1_key = self.make_v1_key(marked_key)
-        return [v2_key] if v1_key == v2_key else [v2_key, v1_key]
+            keys: tuple[str, ...] = (v2_key,)
+        else:
+            v1_key = self.make_v1_key(marked_key)
+            keys = (v2_key,) if v1_key == v2_key else (v2_key, v1_key)
+        if cache is not None:
+            if len(cache) >= self._MAX_CACHED_KEYS:
+                cache.clear()
+            cache[cache_key] = keys
+        return keys
 
     def make_v1_key(self, key: str, max_length: int = MAX_KEY_LENGTH) -> str:
         """The key as older Kopf versions formed it: the whole key is limited, the safe key is hashed."""
@@ -237,9 +253,13 @@ def decode_json(text: str) -> Any:
     return copy_json(_parse_json(text))
 
 
+# The same as json.dumps(value, separators=...), which would make a new encoder on every call.
+_COMPACT_JSON_ENCODER = json.JSONEncoder(separators=(',', ':'))
+
+
 def encode_json(value: Any) -> str:
     """The compact JSON form of the value, as Kopf writes it (no spaces, ASCII-only)."""
-    return json.dumps(value, separators=(',', ':'))
+    return _COMPACT_JSON_ENCODER.encode(value)
 
 
 def remove_along(essence: AnyEssence, path: Iterable[str]) -> None:

@@ -63,12 +63,13 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
         the empty metadata, labels, annotations, status are removed (but not an empty spec).
         The fields are kept in the order of the object, with the metadata and extra fields last.
         """
+        raw_body = dicts.raw_mapping(body)  # many keys are read: resolve the live view only once
         essence: dict[str, Any] = {}
-        for field, value in body.items():
+        for field, value in raw_body.items():
             if field not in _NON_ESSENTIAL_FIELDS:
                 essence[field] = conventions.copy_json(value)
 
-        raw_metadata = body.get('metadata')
+        raw_metadata = raw_body.get('metadata')
         if isinstance(raw_metadata, Mapping):
             metadata: dict[str, Any] = {}
             labels = raw_metadata.get('labels')

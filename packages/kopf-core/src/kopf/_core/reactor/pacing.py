@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 __all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat']
 
 # How many objects are processed by the framework at once (the handlers and sleeps excluded).
-DEFAULT_SEATS = 64
+DEFAULT_SEATS = 128
 
 # How long a running handler keeps its object's seat before lending it to another object, in seconds.
 LENDING_DELAY = 0.05
@@ -43,8 +43,9 @@ class Pacer:
     so that nobody can sneak in between; the cancelled waiters are removed from the queues.
     """
 
-    def __init__(self, seats: int = DEFAULT_SEATS) -> None:
+    def __init__(self, seats: int | None = None) -> None:
         super().__init__()
+        seats = DEFAULT_SEATS if seats is None else seats
         if seats < 1:
             raise ValueError(f'The pacer needs at least one seat, got {seats!r}.')
         self._free = seats

@@ -8,10 +8,14 @@ so the events of one object are never processed concurrently; different objects 
 in parallel (up to ``settings.queueing.worker_limit`` at once, shared by the whole operator).
 
 Batching: an object's stream holds only the latest unprocessed event. The events that arrive
-while the object is being processed, or within ``settings.queueing.batch_window`` of each other,
-replace each other, and only the latest one is processed: the processing always works
-with the latest known state of the object. The newer events also set ``stream_pressure``,
-so that a processor sleeping on something (e.g. for its delayed handlers) can wake up earlier.
+while the object is being processed replace each other, and only the latest one is processed:
+the processing always works with the latest known state of the object. The first event after
+a quiet period (e.g. of a new object, or of one seen in a listing) is processed at once, as Kopf does;
+but when the object has just been processed (within ``settings.queueing.batch_window``), the events
+are batched until they stop arriving within the window of each other: e.g. the watch-events caused by
+the processing's own patches come in quick succession, and only the latest of them is processed.
+The newer events also set ``stream_pressure``, so that a processor sleeping on something
+(e.g. for its delayed handlers) can wake up earlier.
 
 Workers exit after ``settings.queueing.idle_timeout`` with no new events (or right after the object
 is deleted), and their streams are forgotten: an idle object costs no task and no queue, only a small
@@ -34,6 +38,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import sys
 from collections.abc import Awaitable, Hashable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -81,8 +86,9 @@ class ObjectIdentity(NamedTuple):
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> 'ObjectIdentity':
         meta = body.get('metadata') or {}
-        return cls(body.get('apiVersion'), body.get('kind'),
-                   meta.get('namespace'), meta.get('name'), meta.get('uid'))
+        # These are kept for every idle object: the values common to many objects are shared, not copied.
+        return cls(_shared(body.get('apiVersion')), _shared(body.get('kind')),
+                   _shared(meta.get('namespace')), meta.get('name'), meta.get('uid'))
 
     @property
     def key(self) -> Hashable:
@@ -96,6 +102,10 @@ class ObjectIdentity(NamedTuple):
         return cast(RawBody, {**body, 'metadata': meta})
 
 
+def _shared(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
 @dataclasses.dataclass(eq=False, slots=True)
 class _Stream:
     """An active object: its latest unprocessed event, the pressure flag, and its only worker."""
@@ -103,6 +113,7 @@ class _Stream:
     pressure: asyncio.Event
     pending: RawEvent | None = None
     worker: asyncio.Task[None] | None = None
+    events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -166,7 +177,7 @@ class ObjectStreams:
             self._listing.add(key)
         if raw_event['type'] == 'DELETED':
             self._known.pop(key, None)
-        else:
+        elif self._known.get(key) != identity:  # usually the same: keep the old one, let the new one go
             self._known[key] = identity
         self._dispatch(key, raw_event)
 
@@ -184,6 +195,7 @@ class ObjectStreams:
             self._streams[key] = stream
             stream.worker = asyncio.create_task(self._worker(key, stream), name=f'worker for {key!r}')
         stream.pending = raw_event
+        stream.events += 1
         stream.pressure.set()
 
     async def close(self, *, exit_timeout: float | None = None) -> None:
@@ -206,22 +218,27 @@ class ObjectStreams:
             await asyncio.wait(pending)
 
     async def _worker(self, key: Hashable, stream: _Stream) -> None:
+        loop = asyncio.get_running_loop()
+        processed_at: float | None = None  # when the latest processing has ended (in the loop's time)
         try:
             while True:
                 if stream.pending is None:
                     if self._closing.is_set():
                         break
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self._settings.queueing.idle_timeout):
-                            await stream.pressure.wait()
+                    await _wait_or_expire(stream.pressure, self._settings.queueing.idle_timeout)
                     if stream.pending is None:
                         break  # idle for too long, or closing with nothing left to do.
 
-                await self._wait_for_silence(stream)
+                # The first event after a quiet period goes at once; the events right after a processing
+                # (e.g. the echoes of its own patches) are batched until they stop coming.
+                window = self._settings.queueing.batch_window
+                if processed_at is not None and loop.time() - processed_at < window:
+                    await self._wait_for_silence(stream)
                 raw_event, stream.pending = stream.pending, None
                 stream.pressure.clear()
 
                 await self._process(key, raw_event, stream)
+                processed_at = loop.time()
 
                 # Nothing can come after the deletion (of this uid): do not keep the worker for nothing.
                 if raw_event['type'] == 'DELETED' and stream.pending is None:
@@ -237,11 +254,10 @@ class ObjectStreams:
         """Batch the bursts of events: wait until no new events arrive within the batching window."""
         while not self._closing.is_set():
             stream.pressure.clear()
-            try:
-                async with asyncio.timeout(self._settings.queueing.batch_window):
-                    await stream.pressure.wait()
-            except TimeoutError:
-                break
+            events = stream.events
+            await _wait_or_expire(stream.pressure, self._settings.queueing.batch_window)
+            if stream.events == events and not self._closing.is_set():
+                break  # the window has passed in silence (otherwise, it starts anew)
 
     async def _process(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> None:
         try:
@@ -272,6 +288,24 @@ class ObjectStreams:
             async with asyncio.timeout(delay):
                 await self._closing.wait()
         object_logger.info('Throttling is over. Switching back to normal operations.')
+
+
+async def _wait_or_expire(event: asyncio.Event, delay: float | None) -> None:
+    """
+    Wait until the event is set, or until the delay is over: the event is then set by the timer itself.
+
+    The callers tell one from another by other signs (e.g. the pending or counted events).
+    This is much cheaper than ``asyncio.timeout()``, which cancels the waiting task and raises
+    ``TimeoutError`` --- this happens for every object at least twice (batching, idling).
+    """
+    if event.is_set():
+        return
+    timer = asyncio.get_running_loop().call_later(delay, event.set) if delay is not None else None
+    try:
+        await event.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def describe_resource(resource: Resource) -> str:
