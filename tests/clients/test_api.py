@@ -1,11 +1,12 @@
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 import kmock
 import pytest
 
-from kopf._clients import api, errors
+from kopf._clients import api, auth, errors
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import StandaloneClientSettings
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
@@ -331,6 +332,40 @@ async def test_session_reused_per_credentials(kmock: kmock.RawHandler, settings:
     results = [await api.request('GET', '/api', settings=settings, vault=vault) for _ in range(3)]
     # The same client port means the same keep-alive connection of the same session's pool.
     assert len({result['peer'] for result in results}) == 1
+
+
+async def test_concurrent_requests_are_limited_and_reuse_the_connections(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 3)
+    active: list[int] = [0]
+    peak: list[int] = [0]
+
+    async def slow(req: Any) -> dict[str, Any]:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        await asyncio.sleep(1)
+        active[0] -= 1
+        return {'peer': req._raw_request.transport.get_extra_info('peername')[1]}
+
+    kmock['get /api'] << slow
+    results = await asyncio.gather(*(api.request('GET', '/api', settings=settings, vault=vault)
+                                     for _ in range(10)))
+    assert peak[0] == 3  # the burst is served 3 at a time...
+    assert len({result['peer'] for result in results}) == 3  # ...via 3 keep-alive connections only
+
+
+async def test_streams_are_not_limited_by_the_requests_limit(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+    kmock['get /stream'] << (b'hello\n', lambda: asyncio.sleep(10), b'world\n')
+    kmock['get /api'] << {}
+    async with (
+        api.stream('GET', '/stream', settings=settings, vault=vault),
+        api.stream('GET', '/stream', settings=settings, vault=vault),
+    ):
+        assert await api.request('GET', '/api', settings=settings, vault=vault) == {}
 
 
 async def test_stream_gives_open_response(kmock: kmock.RawHandler, settings: StandaloneClientSettings,

@@ -1,0 +1,124 @@
+"""
+The pacing of the framework's own steps: a limited number of seats, the returning holders go first.
+
+The time is the loop's fake time (looptime), so the lending delays are seen exactly as configured.
+"""
+import asyncio
+
+import pytest
+
+from kopf._core.reactor.pacing import Pacer
+
+pytestmark = pytest.mark.looptime
+
+
+async def test_no_seats_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        Pacer(0)
+
+
+async def test_seats_are_limited_and_handed_over_in_order() -> None:
+    pacer = Pacer(2)
+    order: list[str] = []
+
+    async def occupy(name: str) -> None:
+        async with pacer.seat():
+            order.append(name)
+            await asyncio.sleep(1)
+
+    await asyncio.gather(*(occupy(name) for name in 'abcde'))
+    assert order == list('abcde')
+    assert pacer.free == 2
+    assert pacer.waiting == 0
+
+
+async def test_seats_are_limited_in_time(looptime: float) -> None:
+    pacer = Pacer(2)
+    started: list[float] = []
+
+    async def occupy() -> None:
+        async with pacer.seat():
+            started.append(asyncio.get_running_loop().time())
+            await asyncio.sleep(1)
+
+    await asyncio.gather(*(occupy() for _ in range(5)))
+    assert started == [0, 0, 1, 1, 2]
+
+
+async def test_lending_at_once_lets_the_others_in_and_the_returning_ones_go_first(looptime: float) -> None:
+    pacer = Pacer(1)
+    events: list[tuple[float, str]] = []
+
+    async def slow() -> None:
+        async with pacer.seat() as seat:
+            events.append((asyncio.get_running_loop().time(), 'slow-in'))
+            async with seat.lending():
+                await asyncio.sleep(1)  # e.g. a sleep: the seat is lent at once
+            events.append((asyncio.get_running_loop().time(), 'slow-back'))
+            await asyncio.sleep(1)
+
+    async def fast(name: str) -> None:
+        await asyncio.sleep(0.1)
+        async with pacer.seat():
+            events.append((asyncio.get_running_loop().time(), name))
+            await asyncio.sleep(0.5)
+
+    await asyncio.gather(slow(), fast('fast1'), fast('fast2'), fast('fast3'))
+    # fast1 takes the lent seat at 0.1, fast2 follows it at 0.6; slow returns at 1.0 and waits for fast2
+    # (till 1.1), but then goes before fast3, which has been waiting since 0.1 (the returning ones go first).
+    assert [(round(time, 2), name) for time, name in events] == [
+        (0, 'slow-in'), (0.1, 'fast1'), (0.6, 'fast2'), (1.1, 'slow-back'), (2.1, 'fast3'),
+    ]
+
+
+async def test_lending_after_a_delay_keeps_the_seat_for_the_quick_ones(looptime: float) -> None:
+    pacer = Pacer(1)
+    events: list[tuple[float, str]] = []
+
+    async def holder(duration: float) -> None:
+        async with pacer.seat() as seat:
+            async with seat.lending(0.5):
+                await asyncio.sleep(duration)
+            events.append((asyncio.get_running_loop().time(), f'held-{duration}'))
+
+    async def other() -> None:
+        await asyncio.sleep(0.01)
+        async with pacer.seat():
+            events.append((asyncio.get_running_loop().time(), 'other'))
+
+    await asyncio.gather(holder(0.2), other())  # quick: the seat is not lent, the other one waits
+    assert events == [(0.2, 'held-0.2'), (0.2, 'other')]
+
+    events.clear()
+    start = asyncio.get_running_loop().time()
+    await asyncio.gather(holder(2), other())  # slow: the seat is lent after 0.5s
+    assert [(round(time - start, 2), name) for time, name in events] == [(0.5, 'other'), (2.0, 'held-2')]
+    assert pacer.free == 1
+
+
+async def test_cancelled_waiters_leave_the_queue_and_pass_the_seat_on() -> None:
+    pacer = Pacer(1)
+    await pacer.acquire()
+    waiter = asyncio.create_task(pacer.acquire())
+    await asyncio.sleep(0)
+    assert pacer.waiting == 1
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert pacer.waiting == 0
+    pacer.release()
+    assert pacer.free == 1
+
+    # A seat handed over to a waiter that is cancelled right then goes further, not lost.
+    await pacer.acquire()
+    first = asyncio.create_task(pacer.acquire())
+    second = asyncio.create_task(pacer.acquire())
+    await asyncio.sleep(0)
+    pacer.release()  # handed over to the first one...
+    first.cancel()  # ...which leaves before taking it
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(second, timeout=1)  # the second one gets it instead
+    pacer.release()
+    assert pacer.free == 1
+    assert pacer.waiting == 0
