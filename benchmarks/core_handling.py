@@ -3,8 +3,8 @@ The core's handling benchmark: N pre-existing objects, one operator, the emulato
 
 For each implementation (this project, and Kopf 1.45.2 if a virtualenv with it is given),
 it measures: API requests per object by verb (PATCH above all), the handling throughput
-(objects per second from the operator's first API request until every object is handled),
-the peak RSS of the operator process, and -- for this project -- the memory per idle object
+(objects per second from the operator's first API request to its last PATCH request, both
+timed by the emulator, not polled), the peak RSS of the operator process, and -- for this project -- the memory per idle object
 (the RSS difference between two object counts after all workers went idle).
 
 The emulator runs in this process (its own thread), the operator in a subprocess, so that
@@ -13,7 +13,7 @@ on a 2-core machine each gets a core. Usage (from the repository root):
     python -m venv /tmp/kopf-venv && /tmp/kopf-venv/bin/pip install kopf==1.45.2
     python benchmarks/core_handling.py --objects 1000 --kopf-python /tmp/kopf-venv/bin/python
 
-Options: --operator create_only|create_delete, --no-status-subresource,
+Options: --operator create_only|create_delete, --no-status-subresource, --repeat N (interleaved runs, medians shown),
 --idle 1000,10000 (the idle-memory counts; empty to skip),
 --ours-python (default: this interpreter), --timeout (seconds per run).
 """
@@ -24,6 +24,7 @@ import dataclasses
 import os
 import pathlib
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -57,6 +58,7 @@ class Result:
     name: str
     objects: int
     seconds: float
+    cpu_seconds: float  # the operator process's user+system CPU time during the handling
     requests: dict[str, int]
     peak_rss_mb: float
 
@@ -120,6 +122,12 @@ def stop_operator(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+def read_cpu_seconds(pid: int) -> float:
+    """The user+system CPU time of a process so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 def wait_until(predicate: Any, timeout: float, interval: float = 0.2) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -136,21 +144,37 @@ def measure_handling(name: str, python: str, operator: str, count: int, timeout:
         emulator.requests.reset()
         process = start_operator(python, operator, emulator.kubeconfig_path)
         try:
-            if not wait_until(lambda: emulator.requests.total > 0, timeout):
+            if not wait_until(lambda: emulator.requests.total > 0, timeout, interval=0.01):
                 raise RuntimeError(f'{name}: the operator made no API requests: {process.stderr}')
-            started = time.monotonic()
+            cpu_started = read_cpu_seconds(process.pid)
             done = wait_until(
                 lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
                 timeout)
-            seconds = time.monotonic() - started
+            cpu_seconds = read_cpu_seconds(process.pid) - cpu_started
             if not done:
                 raise RuntimeError(f'{name}: not all objects were handled in {timeout}s.')
             time.sleep(1.0)  # let the trailing requests of the last objects arrive
+            # The window is exact, not polled: from the first API request to the last PATCH
+            # (the one that made the last object handled), both timed by the emulator.
+            seconds = (emulator.requests.last_at('patch') or 0.0) - (emulator.requests.first_at() or 0.0)
             peak_rss = read_proc_status(process.pid, 'VmHWM')
             requests = emulator.requests.by_verb()
         finally:
             stop_operator(process)
-    return Result(name=name, objects=count, seconds=seconds, requests=requests, peak_rss_mb=peak_rss)
+    return Result(name=name, objects=count, seconds=seconds, cpu_seconds=cpu_seconds,
+                  requests=requests, peak_rss_mb=peak_rss)
+
+
+def median_result(results: list[Result]) -> Result:
+    """Every measure's median over the runs (the requests are those of the median run by rate)."""
+    by_rate = sorted(results, key=lambda r: r.rate)
+    middle = by_rate[len(by_rate) // 2]
+    return dataclasses.replace(
+        middle,
+        seconds=statistics.median(r.seconds for r in results),
+        cpu_seconds=statistics.median(r.cpu_seconds for r in results),
+        peak_rss_mb=statistics.median(r.peak_rss_mb for r in results),
+    )
 
 
 def measure_idle_rss(python: str, operator: str, count: int, timeout: float, settle: float) -> float:
@@ -178,6 +202,7 @@ def main() -> None:
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
     parser.add_argument('--idle', default='1000,10000', help='object counts for idle memory; empty: skip')
     parser.add_argument('--timeout', type=float, default=300.0)
+    parser.add_argument('--repeat', type=int, default=1, help='runs per implementation (medians are shown)')
     parser.add_argument('--no-status-subresource', action='store_true',
                         help='a CRD without the status subresource (status and metadata in one request)')
     args = parser.parse_args()
@@ -186,21 +211,34 @@ def main() -> None:
     if args.kopf_python:
         runs.append(('Kopf 1.45.2', args.kopf_python))
     status_subresource = not args.no_status_subresource
-    results = [measure_handling(name, python, args.operator, args.objects, args.timeout, status_subresource)
-               for name, python in runs]
+    # The runs of both implementations are interleaved and repeated: the machine's noise (other
+    # processes, CPU frequency) then affects both alike, and the medians are less noisy than one run.
+    measured: dict[str, list[Result]] = {name: [] for name, _ in runs}
+    for _ in range(args.repeat):
+        for name, python in runs:
+            measured[name].append(measure_handling(name, python, args.operator, args.objects, args.timeout,
+                                                   status_subresource))
+    results = [median_result(measured[name]) for name, _ in runs]
 
     crd_kind = 'with' if status_subresource else 'without'
+    repeats = f', medians of {args.repeat} interleaved runs' if args.repeat > 1 else ''
     print(f'\nHandling {args.objects} pre-existing objects with the {args.operator!r} operator, '
-          f'a CRD {crd_kind} the status subresource:\n')
-    print(f'| {"implementation":<14} | objects/s | seconds | PATCH/obj | requests/obj (by verb) '
+          f'a CRD {crd_kind} the status subresource{repeats}:\n')
+    print(f'| {"implementation":<14} | objects/s | seconds | CPU ms/obj | PATCH/obj | requests/obj (by verb) '
           f'| peak RSS MB |')
-    print(f'|{"-" * 16}|-----------|---------|-----------|------------------------|-------------|')
+    print(f'|{"-" * 16}|-----------|---------|------------|-----------|------------------------|-------------|')
     for r in results:
         per_object = ', '.join(f'{verb} {n / r.objects:.2f}' for verb, n in sorted(r.requests.items())
                                if n / r.objects >= 0.01)
         patches = r.requests.get('patch', 0) / r.objects
-        print(f'| {r.name:<14} | {r.rate:9.0f} | {r.seconds:7.2f} | {patches:9.2f} | {per_object:<22} | '
-              f'{r.peak_rss_mb:11.1f} |')
+        cpu_ms = r.cpu_seconds * 1000 / r.objects
+        print(f'| {r.name:<14} | {r.rate:9.0f} | {r.seconds:7.2f} | {cpu_ms:10.2f} | {patches:9.2f} | '
+              f'{per_object:<22} | {r.peak_rss_mb:11.1f} |')
+    if args.repeat > 1:
+        for name, _ in runs:
+            rates = ', '.join(f'{r.rate:.0f}' for r in sorted(measured[name], key=lambda r: r.rate))
+            print(f'\n{name}: objects/s of all runs: {rates}', end='')
+        print()
 
     counts = [int(c) for c in args.idle.split(',') if c.strip()]
     if len(counts) >= 2:

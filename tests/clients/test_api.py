@@ -255,6 +255,26 @@ async def test_401_relogin_then_success(kmock: kmock.RawHandler, settings: Stand
     assert looptime == 0  # 401 is not a backoff-worthy error.
 
 
+async def test_401_after_successes_relogs_in(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
+                                            info: ConnectionInfo) -> None:
+    # The credential's session exists after the first request: the later ones take the fast path.
+    kmock['get /api', kmock.headers({'Authorization': 'Bearer old'})][:2] << {'token': 'old'}
+    kmock['get /api', kmock.headers({'Authorization': 'Bearer old'})] << 401
+    kmock['get /api', kmock.headers({'Authorization': 'Bearer new'})] << {'token': 'new'}
+    relogins: list[int] = []
+
+    async def relogin() -> dict[str, ConnectionInfo]:
+        relogins.append(1)
+        return {'main': with_token(info, 'new')}
+
+    async with Vault({'main': with_token(info, 'old')}, relogin=relogin) as vault:
+        results = [await api.request('GET', '/api', settings=settings, vault=vault) for _ in range(3)]
+
+    assert results == [{'token': 'old'}, {'token': 'old'}, {'token': 'new'}]
+    assert len(relogins) == 1
+    assert [req.headers['Authorization'] for req in kmock] == ['Bearer old'] * 3 + ['Bearer new']
+
+
 async def test_401_switches_to_next_credentials(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
                                                 info: ConnectionInfo) -> None:
     kmock['get /api', kmock.headers({'Authorization': 'Bearer a'})] << 401

@@ -286,6 +286,44 @@ async def test_extended_objects_not_closed_while_in_use() -> None:
     assert obj.closed  # released by the consumer
 
 
+async def test_lease_sole_for_one_unexpiring_credential_with_its_object() -> None:
+    vault = Vault({'a': INFO_A})
+    assert vault.lease_sole(Closeable, 'test') is None  # the object is not made yet
+    objs = [obj async for _, _, obj in vault.extended(Closeable, 'test')]
+
+    lease = vault.lease_sole(Closeable, 'test')
+    assert lease is not None
+    assert (lease.key, lease.info, lease.obj) == ('a', INFO_A, objs[0])
+    assert vault.lease_sole(Closeable, 'other') is None  # another purpose: another object
+    await lease.release()
+    await lease.release()  # idempotent
+    assert not lease.obj.closed
+
+
+async def test_lease_sole_refuses_several_or_expiring_credentials() -> None:
+    vault = Vault({'a': INFO_A, 'b': INFO_B})
+    [obj async for _, _, obj in vault.extended(Closeable, 'test')]
+    assert vault.lease_sole(Closeable, 'test') is None
+
+    expiring = ConnectionInfo(server='https://x', token='x',
+                              expiration=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1))
+    vault = Vault({'x': expiring})
+    [obj async for _, _, obj in vault.extended(Closeable, 'test')]
+    assert vault.lease_sole(Closeable, 'test') is None
+
+
+async def test_leased_object_closed_only_when_released() -> None:
+    vault = Vault({'a': INFO_A})
+    [obj async for _, _, obj in vault.extended(Closeable, 'test')]
+    lease = vault.lease_sole(Closeable, 'test')
+    assert lease is not None
+    await vault.invalidate(lease.key, lease.info)
+    assert not lease.obj.closed  # still in use
+    assert vault.lease_sole(Closeable, 'test') is None  # nothing to lease anymore
+    await lease.release()
+    assert lease.obj.closed
+
+
 async def test_sync_close_and_aclose_supported() -> None:
     class SyncCloseable:
         closed = False

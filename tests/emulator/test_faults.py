@@ -69,6 +69,23 @@ async def test_latency(emulator, api) -> None:
     assert emulator.faults.armed is False
 
 
+async def test_request_timestamps(emulator, api) -> None:
+    assert emulator.requests.first_at() is None
+    assert emulator.requests.last_at('patch') is None
+    before = time.monotonic()
+    await api.post(CMS, configmap('a'))
+    between = time.monotonic()
+    await api.patch(f'{CMS}/a', {'data': {'x': '1'}})
+    after = time.monotonic()
+
+    counter = emulator.requests
+    assert before <= counter.first_at() <= between
+    assert before <= counter.first_at('create') == counter.last_at('create') <= between
+    assert between <= counter.first_at('patch') == counter.last_at('patch') == counter.last_at() <= after
+    counter.reset()
+    assert counter.first_at() is None and counter.last_at() is None
+
+
 async def test_request_counters(emulator, api) -> None:
     await api.post(CMS, configmap('a'))
     await api.post(CMS, configmap('b'))

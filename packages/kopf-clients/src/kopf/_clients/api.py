@@ -210,23 +210,49 @@ async def _fetch(
     for the time of sending and reading; any non-401 error escalates for the caller to decide on repeating.
     """
     factory, purpose = _context_factory(settings)
+
+    # The usual case (one credential, already in use before): no iteration over the vault.
+    lease = vault.lease_sole(factory, purpose)
+    if lease is not None:
+        try:
+            return await _fetch_with(lease.obj, method, url, data=data, headers=headers, params=params,
+                                     client_timeout=client_timeout)
+        except errors.APIUnauthorizedError as e:
+            logger.debug(f'The credentials {lease.key!r} are rejected by the server; invalidating them.')
+            await vault.invalidate(lease.key, lease.info, exc=e)
+        finally:
+            await lease.release()
+
     async with contextlib.aclosing(vault.extended(factory, purpose)) as credentials:
         async for key, info, context in credentials:
-            async with context.limiter:
-                try:
-                    response = await _send(context, method, url, data=data, headers=headers, params=params,
-                                           client_timeout=client_timeout)
-                except errors.APIUnauthorizedError as e:
-                    unauthorized = e
-                else:
-                    try:
-                        return await _read(response)
-                    finally:
-                        response.release()
-            logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
-            await vault.invalidate(key, info, exc=unauthorized)
+            try:
+                return await _fetch_with(context, method, url, data=data, headers=headers, params=params,
+                                         client_timeout=client_timeout)
+            except errors.APIUnauthorizedError as e:
+                logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
+                await vault.invalidate(key, info, exc=e)
     # The vault yields each credential once; all of them were rejected but are still there (a race).
     raise LoginError('Ran out of valid credentials: all of them were rejected by the server.')
+
+
+async def _fetch_with(
+        context: auth.APIContext,
+        method: str,
+        url: URLSpec,
+        *,
+        data: bytes | None,
+        headers: Mapping[str, str] | None,
+        params: Mapping[str, str] | None,
+        client_timeout: aiohttp.ClientTimeout,
+) -> Any:
+    """Send a request with one credential's context and read the response, in the credential's limiter."""
+    async with context.limiter:
+        response = await _send(context, method, url, data=data, headers=headers, params=params,
+                               client_timeout=client_timeout)
+        try:
+            return await _read(response)
+        finally:
+            response.release()
 
 
 _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}

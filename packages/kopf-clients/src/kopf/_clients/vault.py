@@ -37,7 +37,7 @@ import inspect
 import logging
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
 
@@ -84,6 +84,29 @@ async def _close_object(obj: Any) -> None:
             await result
     except Exception:
         logger.exception(f'Failed to close an object attached to credentials: {type(obj).__name__}')
+
+
+class Lease(Generic[_T]):
+    """A credential and its attached object in use, from :meth:`Vault.lease_sole`."""
+
+    __slots__ = ('_item', '_released', '_vault', 'key', 'obj')
+
+    def __init__(self, vault: 'Vault', key: VaultKey, item: _Item, obj: _T) -> None:
+        self._vault = vault
+        self._item = item
+        self._released = False
+        self.key = key
+        self.obj = obj
+
+    @property
+    def info(self) -> ConnectionInfo:
+        return self._item.info
+
+    async def release(self) -> None:
+        """Stop using the object (idempotent): the vault can close it if the credential is dropped."""
+        if not self._released:
+            self._released = True
+            await self._vault._unlease(self._item)
 
 
 class Vault:
@@ -281,6 +304,27 @@ class Vault:
         early (with ``break``, ``return``, or an exception): this releases the object promptly.
         """
         return self._iterate(factory, purpose)
+
+    def lease_sole(self, factory: Callable[[ConnectionInfo], _T], purpose: str) -> 'Lease[_T] | None':
+        """
+        The fast path of :meth:`extended` for the usual case: one credential that never expires.
+
+        Returns ``None`` if the case is not that simple (several or no credentials, expiring ones,
+        the attached object not made yet): then, use :meth:`extended`. The lease must be released
+        with :meth:`Lease.release` when the object is not used anymore, as with the iteration.
+        """
+        if len(self._items) != 1:
+            return None
+        ((key, item),) = self._items.items()
+        if item.info.expiration is not None or purpose not in item.caches:
+            return None
+        item.users += 1
+        return Lease(self, key, item, item.caches[purpose])
+
+    async def _unlease(self, item: _Item) -> None:
+        item.users -= 1
+        if item.dropped and item.users == 0:
+            await self._close_caches(item)
 
     async def _iterate(
             self,

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import re
 import threading
+import time
 from typing import NamedTuple
 
 
@@ -29,16 +30,36 @@ class RequestCounter:
 
     ``count()`` sums the requests matching all given criteria, e.g.
     ``count('patch', 'kopfexamples', name='kex1')``: the PATCH requests to one object.
+
+    ``first_at()`` and ``last_at()`` tell when (in ``time.monotonic()`` terms) the first and the
+    last counted request of a verb (or of any verb) arrived: e.g. a benchmark's handling window
+    without polling for it.
     """
 
     def __init__(self) -> None:
         self._counts: collections.Counter[RequestKey] = collections.Counter()
+        self._first_at: dict[str, float] = {}
+        self._last_at: dict[str, float] = {}
 
     def record(self, key: RequestKey) -> None:
+        now = time.monotonic()
         self._counts[key] += 1
+        self._first_at.setdefault(key.verb, now)
+        self._first_at.setdefault('', now)
+        self._last_at[key.verb] = self._last_at[''] = now
 
     def reset(self) -> None:
         self._counts.clear()
+        self._first_at.clear()
+        self._last_at.clear()
+
+    def first_at(self, verb: str | None = None) -> float | None:
+        """When the first request of this verb (of any verb if ``None``) arrived; ``None`` if none."""
+        return self._first_at.get(verb or '')
+
+    def last_at(self, verb: str | None = None) -> float | None:
+        """When the latest request of this verb (of any verb if ``None``) arrived; ``None`` if none."""
+        return self._last_at.get(verb or '')
 
     def snapshot(self) -> dict[RequestKey, int]:
         return dict(self._counts)  # copying is atomic in CPython, unlike iterating
