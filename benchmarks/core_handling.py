@@ -4,8 +4,9 @@ The core's handling benchmark: N pre-existing objects, one operator, the emulato
 For each implementation (this project, and Kopf 1.45.2 if a virtualenv with it is given),
 it measures: API requests per object by verb (PATCH above all), the handling throughput
 (objects per second from the operator's first API request to its last PATCH request, both
-timed by the emulator, not polled), the peak RSS of the operator process, and -- for this project -- the memory per idle object
-(the RSS difference between two object counts after all workers went idle).
+timed by the emulator, not polled), the operator's CPU time per object, the peak RSS of the
+operator process, and -- for this project -- the memory per idle object (the RSS difference
+between two object counts after all workers went idle).
 
 The emulator runs in this process (its own thread), the operator in a subprocess, so that
 on a 2-core machine each gets a core. Usage (from the repository root):
@@ -13,7 +14,8 @@ on a 2-core machine each gets a core. Usage (from the repository root):
     python -m venv /tmp/kopf-venv && /tmp/kopf-venv/bin/pip install kopf==1.45.2
     python benchmarks/core_handling.py --objects 1000 --kopf-python /tmp/kopf-venv/bin/python
 
-Options: --operator create_only|create_delete, --no-status-subresource, --repeat N (interleaved runs, medians shown),
+Options: --operator create_only|create_delete, --no-status-subresource,
+--repeat N (interleaved runs of both implementations, medians shown),
 --idle 1000,10000 (the idle-memory counts; empty to skip),
 --ours-python (default: this interpreter), --timeout (seconds per run).
 """
@@ -226,7 +228,7 @@ def main() -> None:
           f'a CRD {crd_kind} the status subresource{repeats}:\n')
     print(f'| {"implementation":<14} | objects/s | seconds | CPU ms/obj | PATCH/obj | requests/obj (by verb) '
           f'| peak RSS MB |')
-    print(f'|{"-" * 16}|-----------|---------|------------|-----------|------------------------|-------------|')
+    print(f'|{"-" * 16}|-----------|---------|------------|-----------|{"-" * 24}|-------------|')
     for r in results:
         per_object = ', '.join(f'{verb} {n / r.objects:.2f}' for verb, n in sorted(r.requests.items())
                                if n / r.objects >= 0.01)
