@@ -16,6 +16,7 @@ on a 2-core machine each gets a core. Usage (from the repository root):
 
 Options: --operator create_only|create_delete, --no-status-subresource,
 --repeat N (interleaved runs of both implementations, medians shown),
+--callgrind (instructions per object under valgrind: slow, but free of the machine's noise),
 --idle 1000,10000 (the idle-memory counts; empty to skip),
 --ours-python (default: this interpreter), --timeout (seconds per run).
 """
@@ -29,7 +30,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -37,7 +40,7 @@ import aiohttp
 from kopf.testing import KubernetesEmulator
 
 HERE = pathlib.Path(__file__).resolve().parent
-CRD = {
+CRD: dict[str, Any] = {
     'apiVersion': 'apiextensions.k8s.io/v1',
     'kind': 'CustomResourceDefinition',
     'metadata': {'name': 'kopfexamples.kopf.dev'},
@@ -107,11 +110,12 @@ def read_proc_status(pid: int, field: str) -> float:
     return 0.0
 
 
-def start_operator(python: str, operator: str, kubeconfig: pathlib.Path) -> subprocess.Popen[bytes]:
+def start_operator(python: str, operator: str, kubeconfig: pathlib.Path,
+                   wrapper: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     env = dict(os.environ, KUBECONFIG=str(kubeconfig))
     return subprocess.Popen(
-        [python, str(HERE / 'operators' / 'runner.py'), str(HERE / 'operators' / f'{operator}.py')],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [*wrapper, python, str(HERE / 'operators' / 'runner.py'), str(HERE / 'operators' / f'{operator}.py')],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
 
@@ -147,7 +151,7 @@ def measure_handling(name: str, python: str, operator: str, count: int, timeout:
         process = start_operator(python, operator, emulator.kubeconfig_path)
         try:
             if not wait_until(lambda: emulator.requests.total > 0, timeout, interval=0.01):
-                raise RuntimeError(f'{name}: the operator made no API requests: {process.stderr}')
+                raise RuntimeError(f'{name}: the operator made no API requests (exit: {process.poll()}).')
             cpu_started = read_cpu_seconds(process.pid)
             done = wait_until(
                 lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
@@ -179,6 +183,29 @@ def median_result(results: list[Result]) -> Result:
     )
 
 
+def count_instructions(python: str, operator: str, count: int, timeout: float,
+                       status_subresource: bool) -> int:
+    """The instructions executed by the operator process (under callgrind) to handle `count` objects."""
+    with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator, \
+            tempfile.TemporaryDirectory() as tmpdir:
+        asyncio.run(populate(emulator.url, count, status_subresource=status_subresource))
+        output = pathlib.Path(tmpdir) / 'callgrind.out'
+        wrapper = ['valgrind', '--tool=callgrind', f'--callgrind-out-file={output}']
+        process = start_operator(python, operator, emulator.kubeconfig_path, wrapper=wrapper)
+        try:
+            if not wait_until(
+                    lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
+                    timeout, interval=1.0):
+                raise RuntimeError(f'callgrind: not all {count} objects were handled in {timeout}s.')
+            time.sleep(2.0)  # the trailing requests
+        finally:
+            stop_operator(process)
+        for line in output.read_text().splitlines():
+            if line.startswith('summary:'):
+                return int(line.split()[1])
+    raise RuntimeError('callgrind: no summary in its output.')
+
+
 def measure_idle_rss(python: str, operator: str, count: int, timeout: float, settle: float) -> float:
     """The operator's RSS once `count` objects are handled and every worker has gone idle."""
     with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator:
@@ -205,6 +232,8 @@ def main() -> None:
     parser.add_argument('--idle', default='1000,10000', help='object counts for idle memory; empty: skip')
     parser.add_argument('--timeout', type=float, default=300.0)
     parser.add_argument('--repeat', type=int, default=1, help='runs per implementation (medians are shown)')
+    parser.add_argument('--callgrind', action='store_true',
+                        help='also count the instructions per object under valgrind (slow, but noise-free)')
     parser.add_argument('--no-status-subresource', action='store_true',
                         help='a CRD without the status subresource (status and metadata in one request)')
     args = parser.parse_args()
@@ -241,6 +270,18 @@ def main() -> None:
             rates = ', '.join(f'{r.rate:.0f}' for r in sorted(measured[name], key=lambda r: r.rate))
             print(f'\n{name}: objects/s of all runs: {rates}', end='')
         print()
+
+    if args.callgrind:
+        # Instructions are not affected by the machine's noise: the same run gives the same count.
+        # Two object counts, so that the start-up (imports, discovery) cancels out.
+        lo, hi = args.objects // 4, args.objects
+        print(f'\nInstructions per handled object (callgrind; {hi} minus {lo} objects):\n')
+        for name, python in runs:
+            instructions = {n: count_instructions(python, args.operator, n, args.timeout * 20,
+                                                  status_subresource)
+                            for n in (lo, hi)}
+            per_object = (instructions[hi] - instructions[lo]) / (hi - lo)
+            print(f'  {name:<14} {per_object / 1e6:6.2f} M instructions/object')
 
     counts = [int(c) for c in args.idle.split(',') if c.strip()]
     if len(counts) >= 2:
