@@ -102,6 +102,10 @@ def is_handled(obj: dict[str, Any]) -> bool:
     )
 
 
+def all_handled(emulator: KubernetesEmulator, count: int) -> bool:
+    return sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count
+
+
 def read_proc_status(pid: int, field: str) -> float:
     """A memory field of /proc/PID/status (e.g. VmHWM, VmRSS), in megabytes."""
     for line in pathlib.Path(f'/proc/{pid}/status').read_text().splitlines():
@@ -154,7 +158,7 @@ def measure_handling(name: str, python: str, operator: str, count: int, timeout:
                 raise RuntimeError(f'{name}: the operator made no API requests (exit: {process.poll()}).')
             cpu_started = read_cpu_seconds(process.pid)
             done = wait_until(
-                lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
+                lambda: all_handled(emulator, count),
                 timeout)
             cpu_seconds = read_cpu_seconds(process.pid) - cpu_started
             if not done:
@@ -194,7 +198,7 @@ def count_instructions(python: str, operator: str, count: int, timeout: float,
         process = start_operator(python, operator, emulator.kubeconfig_path, wrapper=wrapper)
         try:
             if not wait_until(
-                    lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
+                    lambda: all_handled(emulator, count),
                     timeout, interval=1.0):
                 raise RuntimeError(f'callgrind: not all {count} objects were handled in {timeout}s.')
             time.sleep(2.0)  # the trailing requests
@@ -213,7 +217,7 @@ def measure_idle_rss(python: str, operator: str, count: int, timeout: float, set
         process = start_operator(python, operator, emulator.kubeconfig_path)
         try:
             if not wait_until(
-                    lambda: sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count,
+                    lambda: all_handled(emulator, count),
                     timeout, interval=1.0):
                 raise RuntimeError(f'idle: not all {count} objects were handled in {timeout}s.')
             time.sleep(settle)

@@ -30,7 +30,7 @@ import aiohttp
 from kopf._clients import auth, errors
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
-from kopf._cogs.structs.credentials import ConnectionInfo, LoginError
+from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
 
 _T = TypeVar('_T')
 
@@ -181,8 +181,7 @@ async def _open(
             response = await _send(context, method, url, data=data, headers=headers, params=params,
                                    client_timeout=client_timeout)
         except errors.APIUnauthorizedError as e:
-            logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
-            await vault.invalidate(key, info, exc=e)
+            await _reject(vault, key, info, e, logger=logger)
             continue
         # An unfinished stream must be closed, not returned to the pool with the unread data in it.
         stack.callback(response.close)
@@ -218,8 +217,7 @@ async def _fetch(
             return await _fetch_with(lease.obj, method, url, data=data, headers=headers, params=params,
                                      client_timeout=client_timeout)
         except errors.APIUnauthorizedError as e:
-            logger.debug(f'The credentials {lease.key!r} are rejected by the server; invalidating them.')
-            await vault.invalidate(lease.key, lease.info, exc=e)
+            await _reject(vault, lease.key, lease.info, e, logger=logger)
         finally:
             await lease.release()
 
@@ -229,10 +227,16 @@ async def _fetch(
                 return await _fetch_with(context, method, url, data=data, headers=headers, params=params,
                                          client_timeout=client_timeout)
             except errors.APIUnauthorizedError as e:
-                logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
-                await vault.invalidate(key, info, exc=e)
+                await _reject(vault, key, info, e, logger=logger)
     # The vault yields each credential once; all of them were rejected but are still there (a race).
     raise LoginError('Ran out of valid credentials: all of them were rejected by the server.')
+
+
+async def _reject(vault: Vault, key: VaultKey, info: ConnectionInfo, exc: errors.APIUnauthorizedError,
+                  *, logger: Logger) -> None:
+    """Invalidate the credentials that the server has rejected (HTTP 401), so that others are used."""
+    logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
+    await vault.invalidate(key, info, exc=exc)
 
 
 async def _fetch_with(

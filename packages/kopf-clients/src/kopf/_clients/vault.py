@@ -322,6 +322,7 @@ class Vault:
         return Lease(self, key, item, item.caches[purpose])
 
     async def _unlease(self, item: _Item) -> None:
+        """One user less of the item; close its objects if it is dropped and this was the last user."""
         item.users -= 1
         if item.dropped and item.users == 0:
             await self._close_caches(item)
@@ -363,9 +364,7 @@ class Vault:
             try:
                 yield key, item.info, obj
             finally:
-                item.users -= 1
-                if item.dropped and item.users == 0:
-                    await self._close_caches(item)
+                await self._unlease(item)
 
     async def _refill(self) -> None:
         """Start a re-login round or join the ongoing one; fail if it brings nothing usable."""
