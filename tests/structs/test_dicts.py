@@ -176,3 +176,30 @@ def test_replaceable_view_propagates_to_nested_views():
     assert root == {'spec': {'a': 2, 'nested': {'x': 'y'}}}
     assert spec == {'a': 2, 'nested': {'x': 'y'}}
     assert deep == {'x': 'y'}
+
+
+@pytest.mark.parametrize('field', [('spec', 1), ['spec', None]])
+def test_parse_field_rejects_invalid_fields_every_time(field):
+    for _ in range(2):  # not remembered as parsed after the first failure
+        with pytest.raises(TypeError):
+            parse_field(field)
+
+
+def test_parse_field_of_many_dynamic_fields_stays_correct_and_bounded():
+    from kopf._cogs.structs import dicts
+    for i in range(3 * dicts._PARSED_FIELDS_LIMIT):
+        assert parse_field(f'spec.f{i}') == ('spec', f'f{i}')
+        assert parse_field(('spec', f't{i}')) == ('spec', f't{i}')
+    assert len(dicts._parsed_fields) <= dicts._PARSED_FIELDS_LIMIT
+
+
+def test_views_of_custom_view_classes_follow_the_replacements():
+    class CustomView(MappingView):
+        pass
+
+    root = ReplaceableMappingView({'spec': {'a': {'x': 1}}})
+    custom = CustomView(root, 'spec')
+    nested = MappingView(custom, 'a')
+    root._replace_with({'spec': {'a': {'x': 2}}})
+    assert custom == {'a': {'x': 2}}
+    assert nested == {'x': 2}

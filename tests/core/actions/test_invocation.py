@@ -164,3 +164,90 @@ async def test_cancellation_while_a_sync_function_runs(executor: concurrent.futu
     release.set()
     await asyncio.get_running_loop().run_in_executor(None, finished.wait, 10)
     assert finished.is_set()
+
+
+class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A custom executor, as operators can set in ``settings.execution.executor``: counts the jobs."""
+
+    def __init__(self, max_workers: int) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix='test-counting')
+        self.jobs = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self.jobs += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.fixture
+def counting_executor() -> Iterator[CountingExecutor]:
+    executor = CountingExecutor(max_workers=4)
+    yield executor
+    executor.shutdown(wait=True)
+
+
+async def test_sync_functions_run_concurrently_up_to_the_executors_limit(
+        counting_executor: CountingExecutor) -> None:
+    # All four must be inside at once to pass the barrier: one after another, they would all time out.
+    barrier = threading.Barrier(4, timeout=10)
+
+    def fn(x: int, **_: Any) -> str:
+        barrier.wait()
+        return threading.current_thread().name
+
+    names = await asyncio.gather(*(invoke(fn, kwargs={'x': i}, executor=counting_executor) for i in range(4)))
+    assert len(set(names)) == 4
+    assert not barrier.broken
+
+
+async def test_a_burst_of_quick_sync_functions_takes_fewer_jobs_than_calls(
+        counting_executor: CountingExecutor) -> None:
+    results = await asyncio.gather(*(invoke(sync_fn, kwargs={'x': i}, executor=counting_executor)
+                                     for i in range(200)))
+    assert results == [i * 3 for i in range(200)]
+    assert 1 <= counting_executor.jobs < 200
+
+
+async def test_a_slow_sync_function_does_not_hold_back_the_next_ones(
+        counting_executor: CountingExecutor) -> None:
+    release = threading.Event()
+
+    def slow(**_: Any) -> str:
+        release.wait(timeout=10)
+        return 'slow'
+
+    slow_task = asyncio.create_task(invoke(slow, kwargs={}, executor=counting_executor))
+    quick = await asyncio.gather(*(invoke(sync_fn, kwargs={'x': i}, executor=counting_executor)
+                                   for i in range(10)))
+    assert quick == [i * 3 for i in range(10)]
+    assert not slow_task.done()
+    release.set()
+    assert await slow_task == 'slow'
+
+
+async def test_a_sync_function_cancelled_before_it_starts_is_never_called(
+        executor: concurrent.futures.Executor) -> None:
+    release = threading.Event()
+    called: list[int] = []
+
+    def blocker(**_: Any) -> None:
+        release.wait(timeout=10)
+
+    def fn(x: int, **_: Any) -> None:
+        called.append(x)
+
+    blockers = [asyncio.create_task(invoke(blocker, kwargs={}, executor=executor)) for _ in range(2)]
+    queued = asyncio.create_task(invoke(fn, kwargs={'x': 1}, executor=executor))
+    await asyncio.sleep(0)  # let the tasks queue their calls: both threads are busy with the blockers
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    release.set()
+    await asyncio.gather(*blockers)
+    assert await invoke(fn, kwargs={'x': 2}, executor=executor) is None
+    assert called == [2]
+
+
+async def test_a_shut_down_executor_fails_the_call(executor: concurrent.futures.Executor) -> None:
+    executor.shutdown(wait=True)
+    with pytest.raises(RuntimeError, match='shutdown'):
+        await invoke(sync_fn, kwargs={'x': 1}, executor=executor)

@@ -247,3 +247,20 @@ def test_applying_finalizer_decisions_accumulates_in_the_patch(make_body):
     patch = Patch({'metadata': {'finalizers': [OTHER, 'third']}})
     apply_finalizer_decision(BLOCK, body=raw, patch=patch, finalizer=OURS)
     assert patch == {'metadata': {'finalizers': [OTHER, 'third', OURS]}}
+
+
+def test_kwargs_are_new_dicts_every_time_so_changes_do_not_leak(make_body):
+    cause = ResourceChangingCause(
+        resource=KEX, body=Body(make_body()), logger=LOGGER, reason=Reason.UPDATE,
+        old={'spec': {'a': 1}}, new={'spec': {'a': 2}}, diff=Diff([('change', ('spec', 'a'), 1, 2)]),
+    )
+    first = cause.kwargs
+    first['state'] = 'added by a lifecycle'
+    first['name'] = 'overwritten'
+    narrowed = cause.kwargs_for(ChangingHandler(fn=fn, id=HandlerId('fn'), field=('spec', 'a'), param=1))
+    narrowed['extra'] = True
+    whole = cause.kwargs_for(ChangingHandler(fn=fn, id=HandlerId('fn'), param=2))
+    assert 'state' not in whole and 'extra' not in whole and 'state' not in cause.kwargs
+    assert whole['name'] == cause.kwargs['name'] == 'kex1'
+    assert whole['old'] == {'spec': {'a': 1}} and whole['param'] == 2
+    assert narrowed['old'] == 1 and narrowed['param'] == 1

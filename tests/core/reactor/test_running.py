@@ -3,11 +3,12 @@ The whole operator against the emulator: its life from the startup to the cleanu
 """
 import asyncio
 import concurrent.futures
+import gc
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity, ActivityHandler, ErrorsMode, HandlerId, WatchingHandler
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.reactor.observation import Insights
-from kopf._core.reactor.running import operator, run, run_tasks, spawn_tasks, wait_flag
+from kopf._core.reactor.running import _tuned_gc, operator, run, run_tasks, spawn_tasks, wait_flag
 from kopf.testing.emulator import KubernetesEmulator
 
 Kube = Any  # the conftest's raw client
@@ -446,3 +447,81 @@ async def test_peering_options_go_to_the_settings_and_warn(
     assert settings.peering.priority == 100
     assert not settings.peering.clusterwide
     assert 'Peering is not implemented yet: running in the standalone mode.' in caplog.messages
+
+
+@pytest.fixture
+def default_gc_thresholds() -> Iterator[tuple[int, int, int]]:
+    """CPython's default thresholds during the test, whatever the test session has; restored after."""
+    saved = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        yield gc.get_threshold()
+    finally:
+        gc.set_threshold(*saved)
+
+
+async def run_and_peek_at_gc(registry: OperatorRegistry, settings: OperatorSettings) -> tuple[int, int, int]:
+    """Run the operator until it is ready; return the GC thresholds while it runs."""
+    ready, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(operator(registry=registry, settings=settings, namespaces=['ns'],
+                                        ready_flag=ready, stop_flag=stop))
+    try:
+        await asyncio.wait_for(ready.wait(), timeout=5)
+        return gc.get_threshold()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+
+
+async def test_gc_threshold_is_raised_while_running_and_restored_after(
+        registry: OperatorRegistry, settings: OperatorSettings, emulator: KubernetesEmulator,
+        default_gc_thresholds: tuple[int, int, int],
+) -> None:
+    assert settings.process.gc_threshold == 10_000
+    thresholds = await run_and_peek_at_gc(registry, settings)
+    assert thresholds == (10_000, 10, 10)
+    assert gc.get_threshold() == default_gc_thresholds
+
+
+async def test_gc_threshold_from_the_startup_settings_or_none_for_untouched(
+        registry: OperatorRegistry, settings: OperatorSettings, emulator: KubernetesEmulator,
+        default_gc_thresholds: tuple[int, int, int],
+) -> None:
+    values = iter([None, 5000])
+
+    def configure(settings: OperatorSettings, **_: Any) -> None:
+        settings.process.gc_threshold = next(values)
+
+    add_activity(registry, Activity.STARTUP, configure)
+    assert await run_and_peek_at_gc(registry, settings) == default_gc_thresholds
+    assert await run_and_peek_at_gc(registry, settings) == (5000, 10, 10)
+    assert gc.get_threshold() == default_gc_thresholds
+
+
+async def test_gc_threshold_higher_than_ours_is_kept(
+        registry: OperatorRegistry, settings: OperatorSettings, emulator: KubernetesEmulator,
+        default_gc_thresholds: tuple[int, int, int],
+) -> None:
+    gc.set_threshold(50_000, 20, 20)
+    assert await run_and_peek_at_gc(registry, settings) == (50_000, 20, 20)
+    assert gc.get_threshold() == (50_000, 20, 20)
+
+
+def test_gc_tuning_of_overlapping_operators_ends_with_the_last_one(
+        default_gc_thresholds: tuple[int, int, int]) -> None:
+    first, second = _tuned_gc(10_000), _tuned_gc(20_000)
+    first.__enter__()
+    second.__enter__()
+    assert gc.get_threshold() == (20_000, 10, 10)
+    first.__exit__(None, None, None)
+    assert gc.get_threshold() == (20_000, 10, 10)  # the second one still runs
+    second.__exit__(None, None, None)
+    assert gc.get_threshold() == default_gc_thresholds
+
+
+def test_gc_thresholds_changed_by_the_process_meanwhile_are_not_overwritten(
+        default_gc_thresholds: tuple[int, int, int]) -> None:
+    with _tuned_gc(10_000):
+        assert gc.get_threshold() == (10_000, 10, 10)
+        gc.set_threshold(3000, 5, 5)  # e.g. by the application that embeds the operator
+    assert gc.get_threshold() == (3000, 5, 5)

@@ -10,11 +10,42 @@ that hold the body (or its ``spec``/``meta``/``status`` views) see the latest st
 The views are created once per body and resolve their sub-dicts on every access,
 which keeps them cheap for thousands of objects and events.
 """
-import functools
-from collections.abc import Mapping
-from typing import Any, Literal, TypedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
 
 from kopf._cogs.structs import dicts
+
+_OwnerT = TypeVar('_OwnerT')
+_ViewT = TypeVar('_ViewT')
+
+
+class _lazy_view(Generic[_OwnerT, _ViewT]):  # lower-case: named as the decorator it is used as
+    """
+    A sub-view made on first access and then kept in the instance's ``__dict__``.
+
+    Unlike ``functools.cached_property``, it takes no lock (Python 3.11 locks every first access):
+    the views are made for every processed event, and making a view twice in a race is harmless.
+    Being a non-data descriptor, it is not even called once the view is kept in the instance.
+    """
+
+    def __init__(self, make: Callable[[_OwnerT], _ViewT]) -> None:
+        super().__init__()
+        self._make = make
+        self._name = make.__name__
+        self.__doc__ = make.__doc__
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> '_lazy_view[_OwnerT, _ViewT]': ...
+
+    @overload
+    def __get__(self, instance: _OwnerT, owner: type[Any] | None = None) -> _ViewT: ...
+
+    def __get__(self, instance: _OwnerT | None, owner: type[Any] | None = None) -> Any:
+        if instance is None:
+            return self
+        view = instance.__dict__[self._name] = self._make(instance)
+        return view
+
 
 # The labels and annotations of an object, as handlers see them (read-only).
 Labels = Mapping[str, str]
@@ -95,13 +126,16 @@ class Meta(dicts.MappingView[str, Any]):
         return value if isinstance(value, str) else None
 
     # The views are made on first use only: most handlers never look at most of them.
-    @functools.cached_property
+    # (Not ``MappingView[str, str](...)``: a subscripted generic costs more than the view itself.)
+    @_lazy_view
     def labels(self) -> Labels:
-        return dicts.MappingView[str, str](self, 'labels')
+        view: dicts.MappingView[str, str] = dicts.MappingView(self, 'labels')
+        return view
 
-    @functools.cached_property
+    @_lazy_view
     def annotations(self) -> Annotations:
-        return dicts.MappingView[str, str](self, 'annotations')
+        view: dicts.MappingView[str, str] = dicts.MappingView(self, 'annotations')
+        return view
 
     @property
     def uid(self) -> str | None:
@@ -147,7 +181,7 @@ class Body(dicts.ReplaceableMappingView[str, Any]):
     """
 
     # The views are made on first use only: most handlers never look at most of them.
-    @functools.cached_property
+    @_lazy_view
     def metadata(self) -> Meta:
         return Meta(self)
 
@@ -155,10 +189,10 @@ class Body(dicts.ReplaceableMappingView[str, Any]):
     def meta(self) -> Meta:
         return self.metadata
 
-    @functools.cached_property
+    @_lazy_view
     def spec(self) -> Spec:
         return Spec(self)
 
-    @functools.cached_property
+    @_lazy_view
     def status(self) -> Status:
         return Status(self)

@@ -31,6 +31,12 @@ class _Unset(enum.Enum):
 _UNSET = _Unset.token
 
 
+# The fields seen so far, parsed: the same few fields are parsed for every object and event.
+# Bounded, in case some code makes the fields dynamically (e.g. from the objects' values).
+_parsed_fields: dict[str | tuple[str, ...], FieldPath] = {}
+_PARSED_FIELDS_LIMIT = 1024
+
+
 def parse_field(field: FieldSpec) -> FieldPath:
     """
     Normalise a field spec to a field path.
@@ -40,8 +46,23 @@ def parse_field(field: FieldSpec) -> FieldPath:
     """
     if field is None:
         return ()
+    if type(field) is str or type(field) is tuple:
+        try:
+            return _parsed_fields[field]
+        except (KeyError, TypeError):  # TypeError: unhashable items in a tuple (invalid anyway)
+            pass
+        path = _parse_field(field)
+        if len(_parsed_fields) < _PARSED_FIELDS_LIMIT:
+            _parsed_fields[field] = path
+        return path
+    return _parse_field(field)
+
+
+def _parse_field(field: FieldSpec) -> FieldPath:
+    if field is None:
+        return ()
     if type(field) is tuple and all(type(key) is str for key in field):
-        return field  # already a path (the most frequent case in the framework's own calls)
+        return field
     if isinstance(field, str):
         return tuple(field.split('.')) if field else ()
     if isinstance(field, (tuple, list)):
@@ -176,7 +197,7 @@ def walk(
 
     objects: Iterable[MutableMapping[str, Any]]
     if isinstance(objs, Mapping):  # mappings are iterable too (by keys), so they go first
-        objects = [cast(MutableMapping[str, Any], objs)]
+        objects = [cast('MutableMapping[str, Any]', objs)]
     else:
         objects = objs
     for obj in objects:
@@ -216,12 +237,19 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
     _source: _Source
     _path: FieldPath
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _view_classes.add(cls)
+
     def __init__(self, src: Mapping[Any, Any], path: FieldSpec = None, /) -> None:
         super().__init__()
-        if isinstance(src, MappingView):
+        # The views are made for every processed event: the exact class check is much faster than
+        # the ABC's isinstance(); the subclasses of the views are registered when declared.
+        if type(src) in _view_classes:
             # Follow the parent's own source (and its replacements), not the parent itself.
-            self._source = src._source
-            self._path = src._path + parse_field(path)
+            parent = cast('MappingView[Any, Any]', src)
+            self._source = parent._source
+            self._path = parent._path + parse_field(path)
         else:
             self._source = _Source(src)
             self._path = parse_field(path)
@@ -234,7 +262,7 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
                 return {}
             mapping = mapping.get(key)
         if type(mapping) is dict or isinstance(mapping, Mapping):
-            return cast(Mapping[_K, _V], mapping)
+            return cast('Mapping[_K, _V]', mapping)
         return {}
 
     def __repr__(self) -> str:
@@ -268,6 +296,9 @@ def raw_mapping(obj: Mapping[_K, _V]) -> Mapping[_K, _V]:
     return obj
 
 
+_view_classes: set[type[Any]] = {MappingView}
+
+
 class ReplaceableMappingView(MappingView[_K, _V], Generic[_K, _V]):
     """
     A live view whose source can be replaced in place, e.g. with a newer state of an object.
@@ -282,7 +313,7 @@ class ReplaceableMappingView(MappingView[_K, _V], Generic[_K, _V]):
 
     def __init__(self, src: Mapping[Any, Any], path: FieldSpec = None, /) -> None:
         super().__init__(src, path)
-        if isinstance(src, MappingView):
+        if type(src) in _view_classes:
             self._source = _Source(MappingView(src, path))  # nested views of it are still live
             self._path = ()
 

@@ -19,10 +19,13 @@ cancelled immediately, but the thread cannot be interrupted and runs to its end 
 (its result is then discarded).
 """
 import asyncio
+import collections
 import concurrent.futures
 import contextvars
 import functools
 import inspect
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -76,42 +79,165 @@ async def _run_in_thread(
         kwargs: Mapping[str, Any],
 ) -> Any:
     """
-    The same as ``loop.run_in_executor()``, but lighter: the outcome comes to the loop directly.
-
-    There is no chaining of the executor's future to an asyncio future and back; the thread puts
-    the result (or the error) into the awaited future with one thread-safe callback.
+    The same as ``loop.run_in_executor()``, but much lighter for the bursts of calls (see :class:`_Lane`).
     """
-    waiter: asyncio.Future[Any] = loop.create_future()
-
-    def call() -> None:
-        try:
-            result = context.run(fn, **kwargs)
-        except BaseException as e:
-            _deliver(loop, waiter, None, e)
-        else:
-            _deliver(loop, waiter, result, None)
-
-    job = executor.submit(call)
+    call = _Call(waiter=loop.create_future(), inbox=_Inbox.of(loop), context=context, fn=fn, kwargs=kwargs)
+    _Lane.of(executor).put(executor, call)
     try:
-        return await waiter
+        return await call.waiter
     except asyncio.CancelledError:
-        job.cancel()  # if not started yet; a running thread cannot be interrupted (see the module)
+        call.cancelled = True  # if not started yet; a running thread cannot be interrupted (see the module)
         raise
 
 
-def _deliver(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any],
-             result: Any, exc: BaseException | None) -> None:
-    # From the thread. If the loop is closed (the operator has exited), nobody waits for the result.
-    if not loop.is_closed():
+class _Call:
+    __slots__ = ('cancelled', 'context', 'fn', 'inbox', 'kwargs', 'waiter')
+
+    def __init__(self, *, waiter: asyncio.Future[Any], inbox: '_Inbox', context: contextvars.Context,
+                 fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.waiter = waiter
+        self.inbox = inbox
+        self.context = context
+        self.fn = fn
+        self.kwargs = kwargs
+        self.cancelled = False  # set by the loop, read by the threads: a hint, the waiter decides
+
+
+class _Lane:
+    """
+    The sync calls to one executor: queued here, and run by "runners" --- jobs of the executor.
+
+    A job per call (``executor.submit()`` and a future per call, then a future of the loop chained to it)
+    costs more than most handlers themselves. Instead, a runner job runs the queued calls one by one
+    until none are left. A new runner is submitted only when there is no free runner: neither an idle
+    one nor one that is still starting. A runner that takes a call while more calls are waiting and
+    no other runner is free submits one more runner. So the concurrency grows as with a job per call
+    (every call gets a thread as soon as the executor has one), but a burst of quick calls takes only
+    a few jobs. Any executor works this way, including the custom ones of ``settings.execution.executor``.
+    """
+
+    _lanes: 'weakref.WeakKeyDictionary[concurrent.futures.Executor, _Lane]' = weakref.WeakKeyDictionary()
+    _lanes_lock = threading.Lock()
+
+    def __init__(self, executor: concurrent.futures.Executor) -> None:
+        super().__init__()
+        self._executor_ref = weakref.ref(executor)  # a strong one would keep the lanes' key alive
+        self._lock = threading.Lock()
+        self._calls: collections.deque[_Call] = collections.deque()
+        self._runners = 0  # submitted and not exited yet (incl. those still queued in the executor)
+        self._busy = 0  # running a call now
+
+    @classmethod
+    def of(cls, executor: concurrent.futures.Executor) -> '_Lane':
         try:
-            loop.call_soon_threadsafe(_resolve, waiter, result, exc)
-        except RuntimeError:  # closed in the meantime
-            pass
+            return cls._lanes[executor]
+        except KeyError:
+            with cls._lanes_lock:
+                return cls._lanes.setdefault(executor, cls(executor))
+
+    def put(self, executor: concurrent.futures.Executor, call: _Call) -> None:
+        with self._lock:
+            self._calls.append(call)
+            needs_runner = self._runners == self._busy
+            if needs_runner:
+                self._runners += 1
+        if needs_runner:
+            try:
+                executor.submit(self._run)
+            except BaseException:  # e.g. the executor is shut down: the call fails, as with submit().
+                with self._lock:
+                    self._runners -= 1
+                    self._calls.remove(call)
+                raise
+
+    def _run(self) -> None:
+        call = self._take(finished=False)
+        while call is not None:
+            if not call.cancelled:
+                try:
+                    result = call.context.run(call.fn, **call.kwargs)
+                except BaseException as e:
+                    call.inbox.put(call.waiter, None, e)
+                else:
+                    call.inbox.put(call.waiter, result, None)
+            call = None  # do not keep the call's objects while waiting for the next one
+            call = self._take(finished=True)
+
+    def _take(self, *, finished: bool) -> _Call | None:
+        """The next call for this runner (after the finished one, if any); None if the runner must exit."""
+        with self._lock:
+            if finished:
+                self._busy -= 1
+            if not self._calls:
+                self._runners -= 1
+                return None
+            self._busy += 1
+            call = self._calls.popleft()
+            spawns = bool(self._calls) and self._runners == self._busy
+            if spawns:
+                self._runners += 1
+        executor = self._executor_ref() if spawns else None
+        if executor is not None:
+            try:
+                executor.submit(self._run)
+            except BaseException:  # e.g. shut down meanwhile: this runner takes the calls later.
+                with self._lock:
+                    self._runners -= 1
+        elif spawns:
+            with self._lock:
+                self._runners -= 1
+        return call
 
 
-def _resolve(waiter: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if not waiter.done():  # e.g. cancelled while the thread was running
-        if exc is not None:
-            waiter.set_exception(exc)
-        else:
-            waiter.set_result(result)
+class _Inbox:
+    """
+    The outcomes of the sync calls for one event loop, resolved there in batches.
+
+    Waking the loop up from a thread (``call_soon_threadsafe``) costs a system call both for
+    the thread and for the loop. When many calls end at once, one wake-up resolves all of them.
+    """
+
+    _inboxes: 'weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox]' = weakref.WeakKeyDictionary()
+    _inboxes_lock = threading.Lock()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._scheduled = False
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> '_Inbox':
+        try:
+            return cls._inboxes[loop]
+        except KeyError:
+            with cls._inboxes_lock:
+                return cls._inboxes.setdefault(loop, cls(loop))
+
+    def put(self, waiter: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+        # From the threads.
+        with self._lock:
+            self._outcomes.append((waiter, result, exc))
+            if self._scheduled:
+                return  # the loop is woken up already and will take this one too
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._resolve_all)
+        except RuntimeError:  # the loop is closed: the operator has exited, nobody waits for the results
+            with self._lock:
+                self._outcomes.clear()
+                self._scheduled = False
+
+    def _resolve_all(self) -> None:
+        # In the loop.
+        with self._lock:
+            outcomes, self._outcomes = self._outcomes, []
+            self._scheduled = False
+        for waiter, result, exc in outcomes:
+            if not waiter.done():  # e.g. cancelled while the thread was running
+                if exc is not None:
+                    waiter.set_exception(exc)
+                else:
+                    waiter.set_result(result)

@@ -42,23 +42,34 @@ class BaseCause:
     memo: Any = None
     indices: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    # The kwargs are built once per cause (a cause is not changed once its handlers are called),
+    # and copied for every use: the lifecycle, every handler, every filtering callback.
+    _built_kwargs: dict[str, Any] | None = dataclasses.field(default=None, init=False, repr=False,
+                                                             compare=False)
+
     def _own_kwargs(self) -> dict[str, Any]:
         return {'logger': self.logger, 'memo': self.memo}
+
+    def _shared_kwargs(self) -> dict[str, Any]:
+        built = self._built_kwargs
+        if built is None:
+            built = self._own_kwargs()
+            if self.indices:
+                built.update(self.indices)
+            self._built_kwargs = built
+        return built
 
     @property
     def kwargs(self) -> dict[str, Any]:
         """The kwargs for the handlers and filters of this cause, except the handler-specific ones."""
-        kwargs = self._own_kwargs()  # a new dict every time: it is safe to modify it
-        if self.indices:
-            kwargs.update(self.indices)
-        return kwargs
+        return dict(self._shared_kwargs())  # a new dict every time: it is safe to modify it
 
     def kwargs_for(self, handler: BaseHandler) -> dict[str, Any]:
         """The kwargs for a specific handler: the cause's kwargs plus the handler's ``param``."""
-        kwargs = self._own_kwargs()  # a new dict every time: it is safe to modify it
+        kwargs = dict(self._shared_kwargs())  # a new dict every time: it is safe to modify it
         kwargs['param'] = handler.param
         if self.indices:
-            kwargs.update(self.indices)
+            kwargs.update(self.indices)  # the indices win, even over the param
         return kwargs
 
 

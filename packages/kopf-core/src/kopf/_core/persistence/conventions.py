@@ -113,7 +113,7 @@ class StorageKeyFormingConvention(CollisionEvadingConvention):
         """All the keys to write and to read (in the order of precedence) for one logical key."""
         marked_key = self.mark_key(key, body=body) if body is not None else key
         # Absent if a descendant skips our __init__: then, no caching.
-        cache = cast(dict[tuple[str, bool, str], tuple[str, ...]] | None, self.__dict__.get('_cached_keys'))
+        cache = cast('dict[tuple[str, bool, str], tuple[str, ...]] | None', self.__dict__.get('_cached_keys'))
         cache_key = (self.prefix, self.v1, marked_key)
         if cache is not None and cache_key in cache:
             return cache[cache_key]
@@ -190,7 +190,7 @@ class StorageStanzaCleaner:
     @staticmethod
     def remove_annotations(essence: AnyEssence, keys_to_remove: Collection[str]) -> None:
         """Remove these annotations from the essence, in place."""
-        metadata = cast(MutableMapping[str, Any], essence).get('metadata')
+        metadata = cast('MutableMapping[str, Any]', essence).get('metadata')
         annotations = metadata.get('annotations') if isinstance(metadata, MutableMapping) else None
         if isinstance(annotations, MutableMapping):
             for key in keys_to_remove:
@@ -199,7 +199,7 @@ class StorageStanzaCleaner:
     @staticmethod
     def remove_empty_stanzas(essence: AnyEssence) -> None:
         """Remove the empty annotations, labels, metadata, status of the essence, in place."""
-        essence = cast(MutableMapping[str, Any], essence)
+        essence = cast('MutableMapping[str, Any]', essence)
         metadata = essence.get('metadata')
         if isinstance(metadata, MutableMapping):
             for field in ('annotations', 'labels'):
@@ -271,7 +271,7 @@ def remove_along(essence: AnyEssence, path: Iterable[str]) -> None:
     the essences that share them (e.g. the one this one is a shallow copy of) stay intact.
     """
     keys = list(path)
-    chain: list[MutableMapping[str, Any]] = [cast(MutableMapping[str, Any], essence)]
+    chain: list[MutableMapping[str, Any]] = [cast('MutableMapping[str, Any]', essence)]
     for key in keys[:-1]:
         child = chain[-1].get(key)
         if not isinstance(child, Mapping):

@@ -79,7 +79,7 @@ class _FinalizerAddition:
         return f'add_finalizer({self.finalizer!r})'
 
     def __call__(self, raw_body: bodies.RawBody) -> None:
-        metadata = cast(dict[str, Any], raw_body.setdefault('metadata', {}))
+        metadata = cast('dict[str, Any]', raw_body.setdefault('metadata', {}))
         finalizers: list[str] = metadata.setdefault('finalizers', [])
         if self.finalizer not in finalizers:
             finalizers.append(self.finalizer)
@@ -97,7 +97,7 @@ class _FinalizerRemoval:
         return f'remove_finalizer({self.finalizer!r})'
 
     def __call__(self, raw_body: bodies.RawBody) -> None:
-        metadata = cast(dict[str, Any], raw_body.get('metadata', {}))
+        metadata = cast('dict[str, Any]', raw_body.get('metadata', {}))
         finalizers = metadata.get('finalizers')
         if isinstance(finalizers, list) and self.finalizer in finalizers:
             finalizers[:] = [existing for existing in finalizers if existing != self.finalizer]

@@ -7,6 +7,7 @@ The life of an operator:
    can change the settings, and the changes take effect for everything that follows).
 2. The core tasks start: the authenticator (the initial login and re-logins), the observers
    of the resources and namespaces, the orchestrator of the watchers (and their workers).
+   The garbage collector is tuned for the bursts of events until the exit (``settings.process``).
 3. The ready-flag is raised once the watch-streams for the initially known resources are started.
 4. The operator runs until the stop-flag is raised, a signal (SIGINT/SIGTERM) is received,
    its task is cancelled, or any core task fails (e.g. no credentials).
@@ -24,14 +25,16 @@ each with its own registry, settings, vault, and memo.
 """
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
+import gc
 import importlib.metadata
 import logging
 import signal
 import threading
 import warnings
-from collections.abc import Collection, Coroutine, Iterable
+from collections.abc import Collection, Coroutine, Iterable, Iterator
 from typing import Any
 
 from kopf._clients.vault import Vault
@@ -308,6 +311,7 @@ async def _run_operator(
     indices = getattr(indexers, 'indices', None)
     started = False
     core_tasks: list[asyncio.Task[None]] = []
+    gc_tuning = contextlib.ExitStack()
     try:
         try:
             await activities.run_activity(activity=Activity.STARTUP, registry=registry, settings=settings,
@@ -323,6 +327,7 @@ async def _run_operator(
             # TODO: serve the liveness endpoint with the probes (activities.run_probes) once it exists.
             logger.warning(f'The liveness endpoint is not served yet: {liveness_endpoint}')
 
+        gc_tuning.enter_context(_tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
             lifecycle=lifecycle, indexers=indexers, memories=memories, registry=registry,
             settings=settings, vault=vault, memo=memo, indices=indices, insights=insights,
@@ -352,6 +357,7 @@ async def _run_operator(
             failed[0].result()  # re-raise as the operator's failure.
 
     finally:
+        gc_tuning.close()
         try:
             await _stop_core_tasks(core_tasks)
             if started:
@@ -369,6 +375,40 @@ async def _run_operator(
             await asyncio.shield(vault.close())
             if command is not None and not core_tasks:
                 command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
+
+
+# The garbage collector is the process's: the operators running in it (e.g. in several threads)
+# tune it while any of them runs, and the last one to exit restores the process's own thresholds.
+_gc_lock = threading.Lock()
+_gc_users = 0
+_gc_saved: tuple[int, int, int] | None = None  # the process's own thresholds, to restore
+_gc_tuned: tuple[int, int, int] | None = None  # ours, to see if someone has changed them meanwhile
+
+
+@contextlib.contextmanager
+def _tuned_gc(threshold: int | None) -> Iterator[None]:
+    """Raise the threshold of the youngest GC generation while in the context (see ``settings.process``)."""
+    global _gc_users, _gc_saved, _gc_tuned
+    if threshold is None:
+        yield
+        return
+    with _gc_lock:
+        current = gc.get_threshold()
+        if _gc_users == 0:
+            _gc_saved, _gc_tuned = current, None
+        _gc_users += 1
+        if threshold > current[0]:
+            gc.set_threshold(threshold, *current[1:])
+            _gc_tuned = gc.get_threshold()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_users -= 1
+            if _gc_users == 0:
+                if _gc_saved is not None and _gc_tuned is not None and gc.get_threshold() == _gc_tuned:
+                    gc.set_threshold(*_gc_saved)
+                _gc_saved = _gc_tuned = None
 
 
 def _spawn_core_tasks(
