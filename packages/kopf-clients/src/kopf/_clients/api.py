@@ -274,8 +274,9 @@ async def _read(response: aiohttp.ClientResponse) -> Any:
     if not body:
         return None
     try:
-        return json.loads(body)
-    except ValueError:
+        # The API speaks UTF-8 only: decoding it here skips json's detection of the encoding.
+        return json.loads(body.decode('utf-8'))
+    except ValueError:  # incl. UnicodeDecodeError
         return body.decode('utf-8', errors='replace')
 
 

@@ -135,8 +135,9 @@ async def _read_lines(
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-            except ValueError:
+                # The API speaks UTF-8 only: decoding it here skips json's detection of the encoding.
+                data = json.loads(line.decode('utf-8'))
+            except ValueError:  # incl. UnicodeDecodeError
                 logger.warning(f'Skipping an unparseable line in the watch-stream: {bytes(line[:200])!r}')
                 continue
             if not isinstance(data, dict) or not isinstance(data.get('type'), str) \

@@ -25,9 +25,8 @@ it is retried (and it declares its sub-handlers again), but its own result is no
 The sub-handlers' progress and results go directly into the cause's patch.
 """
 import asyncio
-import contextlib
 import contextvars
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kopf._cogs.helpers.typedefs import Logger
@@ -163,9 +162,12 @@ async def execute_handler_once(
     # Whether this attempt is the last allowed one, so that a failure now is final.
     exhausted = handler.retries is not None and state.retries + 1 >= handler.retries
     try:
-        with _handler_context(handler=handler, cause=cause, subexecution=subexecution):
+        tokens = _set_handler_context(handler=handler, cause=cause, subexecution=subexecution)
+        try:
             result = await _call(handler=handler, cause=cause, state=state, settings=settings, title=title)
             await subexecution.execute_declared()
+        finally:
+            _reset_handler_context(tokens)
         subexecution.raise_if_unfinished()
 
     except HandlerChildrenRetry as e:
@@ -236,26 +238,30 @@ async def _call(
         raise  # the handler's own timeout, not ours: an ordinary error.
 
 
-@contextlib.contextmanager
-def _handler_context(
+_ContextTokens = list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]
+
+
+def _set_handler_context(
         *,
         handler: BaseHandler,
         cause: BaseCause,
         subexecution: '_SubExecution',
-) -> Iterator[None]:
-    """Set the context variables for the handler (and the helpers it calls), restore them afterwards."""
-    tokens: list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]] = []
+) -> _ContextTokens:
+    """Set the context variables for the handler (and the helpers it calls); reset them with the tokens."""
+    # Not a context manager: this is done for every handler call, and a generator costs more than this.
+    tokens: _ContextTokens = []
     if isinstance(cause, ResourceCause):
         tokens.append((owner_var, owner_var.set(cause.body)))
     tokens.append((handler_var, handler_var.set(handler)))
     tokens.append((cause_var, cause_var.set(cause)))
     tokens.append((subregistry_var, subregistry_var.set(subexecution.registry)))
     tokens.append((_subexecution_var, _subexecution_var.set(subexecution)))
-    try:
-        yield
-    finally:
-        for var, token in reversed(tokens):
-            var.reset(token)
+    return tokens
+
+
+def _reset_handler_context(tokens: _ContextTokens) -> None:
+    for var, token in reversed(tokens):
+        var.reset(token)
 
 
 class _SubExecution:
