@@ -221,8 +221,8 @@ async def test_garbage_lines_skipped(kmock: kmock.RawHandler, settings: Standalo
 
     assert items == [Bookmark.LISTED, {'type': 'ADDED', 'object': obj('a', '102')}]
     assert "Skipping an unparseable line in the watch-stream: b'this is not json'" in caplog.text
-    invalid_utf8_line = 'Skipping an unparseable line in the watch-stream: b\'{"type": "ADDED", "object": {"invalid'
-    assert invalid_utf8_line in caplog.text
+    invalid_utf8 = 'b\'{"type": "ADDED", "object": {"invalid utf-8": "\\xff\\xfe"}}\''
+    assert f'Skipping an unparseable line in the watch-stream: {invalid_utf8}' in caplog.text
     assert "Skipping an unrecognised line in the watch-stream: b'[1, 2, 3]'" in caplog.text
     assert 'Skipping an unrecognised line in the watch-stream: b\'{"type": "ADDED"}\'' in caplog.text
     assert "Skipping an unknown type of watch-event: 'WHATEVER'" in caplog.text
