@@ -25,8 +25,8 @@ The number of seats is a trade-off between the memory and the CPU: every object 
 hands costs ~15 KB at the peak; but too few seats also cost CPU: e.g. the synchronous handlers then
 go to the thread pool one by one instead of in batches, and the threads switch the GIL more often.
 On a 2-core machine with 1000 objects (benchmarks/core_handling.py), 128 seats cost ~15% more CPU
-than no pacing at all, 400 seats ~5-10% more, 700 seats ~4% more; the peak memory is then lower
-by ~22%, ~15%, ~6% respectively.
+than no pacing at all, 400 seats ~3-10% more (less since the GC is tuned, see ``settings.process``),
+700 seats ~4% more; the peak memory is then lower by ~22%, ~15%, ~6% respectively.
 """
 import asyncio
 import collections
