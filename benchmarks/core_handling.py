@@ -11,14 +11,18 @@ between two object counts after all workers went idle).
 The emulator runs in this process (its own thread), the operator in a subprocess, so that
 on a 2-core machine each gets a core. Usage (from the repository root):
 
-    python -m venv /tmp/kopf-venv && /tmp/kopf-venv/bin/pip install kopf==1.45.2
-    python benchmarks/core_handling.py --objects 1000 --kopf-python /tmp/kopf-venv/bin/python
+    python benchmarks/core_handling.py --objects 1000 --install-kopf /tmp/kopf-venv
+
+``--install-kopf DIR`` makes a virtualenv with kopf==1.45.2 from the package index in DIR
+(once: an existing one is reused) and runs Kopf from it; ``--kopf-python`` takes any Python
+that has Kopf 1.45.2 installed instead.
 
 Options: --operator create_only|create_delete, --no-status-subresource,
 --repeat N (interleaved runs of both implementations, medians shown),
 --callgrind (instructions per object under valgrind: slow, but free of the machine's noise),
 --idle 1000,10000 (the idle-memory counts; empty to skip),
---ours-python (default: this interpreter), --timeout (seconds per run).
+--ours-python (default: this interpreter; for a fair peak RSS, one without the optional
+`kubernetes` and `pykube-ng`, which are imported for the login if installed), --timeout (seconds per run).
 """
 import argparse
 import asyncio
@@ -226,6 +230,22 @@ def measure_idle_rss(python: str, operator: str, count: int, timeout: float, set
             stop_operator(process)
 
 
+KOPF_REQUIREMENT = 'kopf==1.45.2'
+
+
+def install_kopf(directory: pathlib.Path) -> str:
+    """A virtualenv with Kopf 1.45.2 from the package index, made once; its Python's path."""
+    python = directory / 'bin' / 'python'
+    check = [str(python), '-c', 'import importlib.metadata as m; assert m.version("kopf") == "1.45.2"']
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return str(python)
+    print(f'Installing {KOPF_REQUIREMENT} into {directory} ...', flush=True)
+    subprocess.run([sys.executable, '-m', 'venv', str(directory)], check=True)
+    subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', KOPF_REQUIREMENT], check=True)
+    subprocess.run(check, check=True)
+    return str(python)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -233,6 +253,8 @@ def main() -> None:
     parser.add_argument('--operator', default='create_only', choices=['create_only', 'create_delete'])
     parser.add_argument('--ours-python', default=sys.executable)
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
+    parser.add_argument('--install-kopf', default=None, metavar='DIR',
+                        help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
     parser.add_argument('--idle', default='1000,10000', help='object counts for idle memory; empty: skip')
     parser.add_argument('--timeout', type=float, default=300.0)
     parser.add_argument('--repeat', type=int, default=1, help='runs per implementation (medians are shown)')
@@ -242,9 +264,12 @@ def main() -> None:
                         help='a CRD without the status subresource (status and metadata in one request)')
     args = parser.parse_args()
 
+    if args.install_kopf and args.kopf_python:
+        parser.error('--install-kopf and --kopf-python are mutually exclusive.')
+    kopf_python = install_kopf(pathlib.Path(args.install_kopf)) if args.install_kopf else args.kopf_python
     runs = [('this project', args.ours_python)]
-    if args.kopf_python:
-        runs.append(('Kopf 1.45.2', args.kopf_python))
+    if kopf_python:
+        runs.append(('Kopf 1.45.2', kopf_python))
     status_subresource = not args.no_status_subresource
     # The runs of both implementations are interleaved and repeated: the machine's noise (other
     # processes, CPU frequency) then affects both alike, and the medians are less noisy than one run.
