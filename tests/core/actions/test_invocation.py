@@ -2,7 +2,9 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -251,3 +253,19 @@ async def test_a_shut_down_executor_fails_the_call(executor: concurrent.futures.
     executor.shutdown(wait=True)
     with pytest.raises(RuntimeError, match='shutdown'):
         await invoke(sync_fn, kwargs={'x': 1}, executor=executor)
+
+
+def test_finished_loops_and_executors_are_not_kept_alive() -> None:
+    # The lanes & inboxes are remembered per executor & per loop: they must not keep them in memory.
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(invoke(sync_fn, kwargs={'x': 2}, executor=executor)) == 6
+    finally:
+        loop.close()
+        executor.shutdown(wait=True)
+    loop_ref, executor_ref = weakref.ref(loop), weakref.ref(executor)
+    del loop, executor
+    gc.collect()
+    assert loop_ref() is None
+    assert executor_ref() is None

@@ -203,7 +203,7 @@ class _Inbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
-        self._loop = loop
+        self._loop_ref = weakref.ref(loop)  # a strong one would keep the inboxes' key (the loop) alive
         self._lock = threading.Lock()
         self._outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         self._scheduled = False
@@ -223,8 +223,11 @@ class _Inbox:
             if self._scheduled:
                 return  # the loop is woken up already and will take this one too
             self._scheduled = True
+        loop = self._loop_ref()
         try:
-            self._loop.call_soon_threadsafe(self._resolve_all)
+            if loop is None:
+                raise RuntimeError('The event loop is gone.')
+            loop.call_soon_threadsafe(self._resolve_all)
         except RuntimeError:  # the loop is closed: the operator has exited, nobody waits for the results
             with self._lock:
                 self._outcomes.clear()
