@@ -269,3 +269,17 @@ def test_finished_loops_and_executors_are_not_kept_alive() -> None:
     gc.collect()
     assert loop_ref() is None
     assert executor_ref() is None
+
+
+async def test_stop_iteration_of_sync_functions_fails_only_their_own_calls(
+        executor: concurrent.futures.Executor) -> None:
+    def stopping(**_: Any) -> None:
+        raise StopIteration('oops')
+
+    # The lost outcomes would hang the calls forever: the timeout only turns that into a failure.
+    results = await asyncio.wait_for(asyncio.gather(
+        *(invoke(stopping if i % 2 else sync_fn, kwargs={'x': i}, executor=executor) for i in range(10)),
+        return_exceptions=True,
+    ), timeout=10)
+    assert results[0::2] == [i * 3 for i in range(0, 10, 2)]
+    assert all(isinstance(e, RuntimeError) and 'StopIteration' in str(e) for e in results[1::2])

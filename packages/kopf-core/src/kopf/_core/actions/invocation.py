@@ -148,7 +148,10 @@ class _Lane:
             except BaseException:  # e.g. the executor is shut down: the call fails, as with submit().
                 with self._lock:
                     self._runners -= 1
-                    self._calls.remove(call)
+                    try:
+                        self._calls.remove(call)
+                    except ValueError:
+                        return  # taken by a runner that is still running meanwhile: it is done there.
                 raise
 
     def _run(self) -> None:
@@ -240,6 +243,8 @@ class _Inbox:
             self._scheduled = False
         for waiter, result, exc in outcomes:
             if not waiter.done():  # e.g. cancelled while the thread was running
+                if isinstance(exc, StopIteration):  # futures refuse it: it would break the generators
+                    exc = RuntimeError(f'The function has raised StopIteration: {exc!r}')
                 if exc is not None:
                     waiter.set_exception(exc)
                 else:
