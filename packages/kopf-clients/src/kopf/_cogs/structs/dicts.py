@@ -58,11 +58,7 @@ def parse_field(field: FieldSpec) -> FieldPath:
     return _parse_field(field)
 
 
-def _parse_field(field: FieldSpec) -> FieldPath:
-    if field is None:
-        return ()
-    if type(field) is tuple and all(type(key) is str for key in field):
-        return field
+def _parse_field(field: str | tuple[str, ...] | list[str]) -> FieldPath:
     if isinstance(field, str):
         return tuple(field.split('.')) if field else ()
     if isinstance(field, (tuple, list)):

@@ -227,14 +227,16 @@ class _Inbox:
                 return  # the loop is woken up already and will take this one too
             self._scheduled = True
         loop = self._loop_ref()
-        try:
-            if loop is None:
-                raise RuntimeError('The event loop is gone.')
-            loop.call_soon_threadsafe(self._resolve_all)
-        except RuntimeError:  # the loop is closed: the operator has exited, nobody waits for the results
-            with self._lock:
-                self._outcomes.clear()
-                self._scheduled = False
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._resolve_all)
+                return
+            except RuntimeError:  # closed in the meantime
+                pass
+        # The loop is closed or gone: the operator has exited, nobody waits for the results.
+        with self._lock:
+            self._outcomes.clear()
+            self._scheduled = False
 
     def _resolve_all(self) -> None:
         # In the loop.
