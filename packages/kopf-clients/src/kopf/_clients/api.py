@@ -14,7 +14,9 @@ response) or :func:`stream` (for long-living responses, such as watch-streams). 
   (with ``settings.networking.enforce_retry_after``, exactly as the server asked);
 * on other HTTP 4xx errors, fail immediately with an :class:`~kopf._clients.errors.APIError`.
 
-The backoff sequence starts anew for every call: a success resets it.
+The backoff sequence starts anew for every call: a success resets it. A call can bring its own
+backoffs instead of the settings' ones, and can be "best-effort" (e.g. posting k8s-events): then
+every failure except "not found" is retried, the client errors and the exhausted credentials too.
 """
 import asyncio
 import contextlib
@@ -90,14 +92,18 @@ async def _retrying(
         settings: ClientSettings,
         logger: Logger,
         no_retry_statuses: Collection[int] = (),
+        backoffs: BackoffsSpec | None = None,
+        best_effort: bool = False,
 ) -> _T:
-    """Call the function, repeating it on temporary errors with the delays from the settings."""
-    backoffs = iter_backoffs(settings.networking.error_backoffs)
+    """Call the function, repeating it on temporary errors with the delays from the settings (or given)."""
+    delays = iter_backoffs(settings.networking.error_backoffs if backoffs is None else backoffs)
     for attempt in itertools.count(1):
         try:
             return await fn()
+        except errors.APINotFoundError:
+            raise
         except errors.APITooManyRequestsError as e:
-            own_delay = next(backoffs, None)
+            own_delay = next(delays, None)
             if own_delay is None:
                 raise
             server_delay = e.retry_after
@@ -113,17 +119,25 @@ async def _retrying(
         except errors.APIServerError as e:
             if e.status in no_retry_statuses:
                 raise
-            error_delay = next(backoffs, None)
+            error_delay = next(delays, None)
             if error_delay is None:
                 raise
             logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e}')
             await asyncio.sleep(error_delay)
         except _NETWORK_ERRORS as e:
-            network_delay = next(backoffs, None)
+            network_delay = next(delays, None)
             if network_delay is None:
                 raise
             logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e!r}')
             await asyncio.sleep(network_delay)
+        except (errors.APIClientError, LoginError) as e:
+            if not best_effort:
+                raise
+            other_delay = next(delays, None)
+            if other_delay is None:
+                raise
+            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e}')
+            await asyncio.sleep(other_delay)
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 
 
@@ -291,6 +305,8 @@ async def request(
         params: Mapping[str, str] | None = None,
         logger: Logger | None = None,
         no_retry_statuses: Collection[int] = (),
+        backoffs: BackoffsSpec | None = None,
+        best_effort: bool = False,
 ) -> Any:
     """
     Make a regular request and return its JSON-decoded response (None if the response is empty).
@@ -299,6 +315,8 @@ async def request(
     the connection context that builds the path. ``payload`` is sent as JSON with the given
     content type (``application/json`` by default). ``no_retry_statuses`` are 5xx statuses
     that escalate immediately instead of being retried (e.g. 503 of optional API groups).
+    ``backoffs`` replace the settings' ``error_backoffs`` for this call; ``best_effort`` retries every
+    failure except "not found" (see the module's docs).
     Errors escalate as :class:`~kopf._clients.errors.APIError` or the network exceptions.
     """
     actual_logger: Logger = logger if logger is not None else default_logger
@@ -311,7 +329,7 @@ async def request(
                             params=params, client_timeout=timeout, logger=actual_logger)
 
     return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
-                           no_retry_statuses=no_retry_statuses)
+                           no_retry_statuses=no_retry_statuses, backoffs=backoffs, best_effort=best_effort)
 
 
 @contextlib.asynccontextmanager
