@@ -24,14 +24,14 @@ import functools
 import itertools
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
 
 from kopf._clients import auth, errors
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
+from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
 
 _T = TypeVar('_T')
@@ -50,15 +50,6 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ClientPayloadError,
     asyncio.TimeoutError,
 )
-
-
-def iter_backoffs(backoffs: BackoffsSpec | None) -> Iterator[float]:
-    """Start a new sequence of delays from a number, a collection, or any re-iterable (maybe infinite)."""
-    if backoffs is None:
-        return iter(())
-    if isinstance(backoffs, (int, float)):
-        return iter((float(backoffs),))
-    return iter(backoffs)
 
 
 def _make_context(info: ConnectionInfo) -> auth.APIContext:
