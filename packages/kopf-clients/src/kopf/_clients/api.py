@@ -51,6 +51,9 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
 )
 
+# Everything that can be retried by some calls: the network errors always, the API errors by their kind.
+_RETRIABLE_ERRORS: tuple[type[BaseException], ...] = (errors.APIError, LoginError, *_NETWORK_ERRORS)
+
 
 def _make_context(info: ConnectionInfo) -> auth.APIContext:
     return auth.APIContext(info, trust_env=False)
@@ -107,28 +110,19 @@ async def _retrying(
             logger.warning(f'Request attempt #{attempt} was throttled by the server: {what}. '
                            f'Retrying in {delay} seconds.')
             await asyncio.sleep(delay)
-        except errors.APIServerError as e:
-            if e.status in no_retry_statuses:
+        except _RETRIABLE_ERRORS as e:
+            if isinstance(e, errors.APIServerError):
+                retried = e.status not in no_retry_statuses
+            elif isinstance(e, (errors.APIError, LoginError)):
+                retried = best_effort  # the client errors are final, unless the caller wants it so
+            else:
+                retried = True  # network errors and timeouts
+            retry_delay = next(delays, None) if retried else None
+            if retry_delay is None:
                 raise
-            error_delay = next(delays, None)
-            if error_delay is None:
-                raise
-            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e}')
-            await asyncio.sleep(error_delay)
-        except _NETWORK_ERRORS as e:
-            network_delay = next(delays, None)
-            if network_delay is None:
-                raise
-            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e!r}')
-            await asyncio.sleep(network_delay)
-        except (errors.APIClientError, LoginError) as e:
-            if not best_effort:
-                raise
-            other_delay = next(delays, None)
-            if other_delay is None:
-                raise
-            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e}')
-            await asyncio.sleep(other_delay)
+            details = e if isinstance(e, (errors.APIError, LoginError)) else repr(e)
+            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {details}')
+            await asyncio.sleep(retry_delay)
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 
 
