@@ -83,6 +83,12 @@ from kopf._core.actions.loggers import (
     ObjectLogger,
     configure,
 )
+from kopf._core.engines.daemons import (
+    AsyncDaemonStopperChecker,
+    DaemonStopped,
+    DaemonStoppingReason,
+    SyncDaemonStopperChecker,
+)
 from kopf._core.engines.posting import (
     event,
     exception,
@@ -219,9 +225,12 @@ __all__ = [
     'Annotations',
     'AnnotationsDiffBaseStorage',
     'AnnotationsProgressStorage',
+    'AsyncDaemonStopperChecker',
     'Body',
     'BodyEssence',
     'ConnectionInfo',
+    'DaemonStopped',
+    'DaemonStoppingReason',
     'Diff',
     'DiffBaseStorage',
     'DiffItem',
@@ -264,6 +273,7 @@ __all__ = [
     'Status',
     'StatusDiffBaseStorage',
     'StatusProgressStorage',
+    'SyncDaemonStopperChecker',
     'TemporaryError',
     'Vault',
     'WatchingSettings',

@@ -539,6 +539,11 @@ def timer(
     _check_flag(decorator, 'sharp', sharp)
     real_field = _check_filters(decorator, labels=labels, annotations=annotations, when=when,
                                 field=field, value=value)
+    if interval is None and idle is None:
+        raise TypeError(f'{decorator} needs interval= (seconds between the calls), or idle= (to be called '
+                        f'once the object stays unchanged for that long), or both; got neither.')
+    if sharp and interval is None:
+        raise TypeError(f'{decorator}: sharp=True needs interval= (the calls are sharp to the interval).')
 
     def make(fn: callbacks.HandlerFn) -> handlers.TimerHandler:
         return handlers.TimerHandler(

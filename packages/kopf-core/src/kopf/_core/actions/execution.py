@@ -49,8 +49,10 @@ from kopf._core.intents.handlers import (
     ActivityHandler,
     BaseHandler,
     ChangingHandler,
+    DaemonHandler,
     ErrorsMode,
     HandlerId,
+    TimerHandler,
 )
 from kopf._core.intents.registries import ChangingRegistry, generate_id
 
@@ -70,8 +72,15 @@ _HandlerT = TypeVar('_HandlerT', bound=BaseHandler)
 
 
 def _title(handler: BaseHandler) -> str:
-    # The operator-level activities are named so in the logs, the rest are handlers.
-    kind = 'Activity' if isinstance(handler, ActivityHandler) else 'Handler'
+    # The activities, daemons, timers are named so in the logs ("Timer 'x' succeeded."), others are handlers.
+    if isinstance(handler, ActivityHandler):
+        kind = 'Activity'
+    elif isinstance(handler, DaemonHandler):
+        kind = 'Daemon'
+    elif isinstance(handler, TimerHandler):
+        kind = 'Timer'
+    else:
+        kind = 'Handler'
     return f'{kind} {handler.id!r}'
 
 

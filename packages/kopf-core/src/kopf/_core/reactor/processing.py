@@ -42,6 +42,7 @@ from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import application, execution, lifecycles, loggers, progression
+from kopf._core.engines.spawning import SpawningEngine
 from kopf._core.intents import causes
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import HANDLER_REASONS, Reason
@@ -85,6 +86,7 @@ async def process_resource_event(
         lifecycle: lifecycles.LifeCycleFn | None = None,
         indices: Mapping[str, Any] | None = None,
         pacer: pacing.Pacer | None = None,
+        spawner: SpawningEngine | None = None,
 ) -> None:
     """
     Process the latest event of one object: invoke its handlers, apply the changes, sleep if needed.
@@ -95,17 +97,20 @@ async def process_resource_event(
     ``memobase`` is the operator's memo: every new object gets a shallow copy of it.
     ``indices`` are the operator's indices, given to the handlers as kwargs.
     ``pacer`` paces the framework's own steps of all objects (see :mod:`.pacing`); None: unpaced.
+    ``spawner`` runs the daemons & timers of the objects; None: they are not run (only the finalizer is kept).
     The API errors escape (the queueing logs them and retries the object later).
     """
     if pacer is None:
         await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
                              registry=registry, settings=settings, memories=memories, vault=vault,
-                             memobase=memobase, lifecycle=lifecycle, indices=indices, seat=None)
+                             memobase=memobase, lifecycle=lifecycle, indices=indices, seat=None,
+                             spawner=spawner)
     else:
         async with pacer.seat() as seat:
             await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
                                  registry=registry, settings=settings, memories=memories, vault=vault,
-                                 memobase=memobase, lifecycle=lifecycle, indices=indices, seat=seat)
+                                 memobase=memobase, lifecycle=lifecycle, indices=indices, seat=seat,
+                                 spawner=spawner)
 
 
 async def _process_event(
@@ -121,6 +126,7 @@ async def _process_event(
         lifecycle: lifecycles.LifeCycleFn | None,
         indices: Mapping[str, Any] | None,
         seat: pacing.Seat | None,
+        spawner: SpawningEngine | None = None,
 ) -> None:
     raw_body = raw_event['object']
     event_type = raw_event['type']
@@ -146,10 +152,13 @@ async def _process_event(
         lifecycle=lifecycle,
         indices=indices if indices is not None else {},
         seat=seat,
+        spawner=spawner,
     )
     try:
         if registry.watching.has_handlers(resource):
             await _process_watching(context)
+        if spawner is not None and registry.spawning.has_handlers(resource):
+            _process_spawning(context)
 
         # The daemons & timers need our finalizer too (to be stopped before the object is deleted).
         if registry.changing.has_handlers(resource) or registry.spawning.has_handlers(resource):
@@ -179,6 +188,7 @@ class _Context:
     lifecycle: lifecycles.LifeCycleFn | None
     indices: Mapping[str, Any]
     seat: pacing.Seat | None
+    spawner: SpawningEngine | None = None
 
     def lending(self, delay: float = 0) -> AbstractAsyncContextManager[None]:
         """Let other objects be processed while this one waits for handlers or sleeps (see :mod:`.pacing`)."""
@@ -216,6 +226,34 @@ async def _process_watching(context: _Context) -> None:
             logger=context.local_logger,
         )
     execution.deliver_results(outcomes=outcomes, patch=context.patch)
+
+
+#
+# The daemons & timers.
+#
+
+def _process_spawning(context: _Context) -> None:
+    """Start or stop the object's daemons & timers as the object is now (see the spawning engine)."""
+    if context.spawner is not None:
+        raw_event = context.raw_event
+        context.spawner.process(memory=context.memory, resource=context.resource,
+                                raw_body=raw_event['object'], gone=raw_event['type'] == 'DELETED',
+                                logger=context.local_logger)
+
+
+async def _spawning_exited(context: _Context) -> bool:
+    """
+    Whether the object's daemons & timers (stopped as it is being deleted) have exited, so it can be released.
+
+    Waits for them, but only as long as no newer event of the object arrives, and at most for the polling
+    period of the daemons: if they are still running then, the object is "touched" and handled again.
+    """
+    if context.spawner is None:
+        return True
+    async with context.lending():
+        return await context.spawner.wait_until_idle(
+            context.memory, wakeup=context.stream_pressure,
+            within=context.settings.background.cancellation_polling)
 
 
 #
@@ -271,6 +309,12 @@ async def _process_changing(context: _Context) -> None:
         context.logger.debug('Something has changed, but we are not interested (the essence is the same).')
     elif cause.reason == Reason.FREE:
         context.logger.debug('Deletion, but we are done with it, and we do not care.')
+
+    # The daemons & timers hold the object until they exit; if they are slow, the object is handled again.
+    deleting = causes.is_deletion_ongoing(body) and causes.has_finalizer(body, finalizer)
+    if done and deleting and not await _spawning_exited(context):
+        done = False
+        delays.append(0)
 
     # Once the deletion is handled (or there is nothing to handle), the object is released.
     if done and finalizers.is_deletion_ongoing(body):

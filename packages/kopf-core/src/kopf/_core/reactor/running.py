@@ -35,7 +35,7 @@ from typing import Any
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
-from kopf._core.engines import activities, posting
+from kopf._core.engines import activities, posting, spawning
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
@@ -268,6 +268,7 @@ def make_processor(
         vault: Vault,
         memo: object,
         pacer: pacing.Pacer | None = None,
+        spawner: spawning.SpawningEngine | None = None,
 ) -> queueing.Processor:
     """
     The hook where the per-object processing cycle plugs into the reactor.
@@ -282,6 +283,7 @@ def make_processor(
         memories=memories if memories is not None else ResourceMemories(),
         indices=getattr(indexers, 'indices', None),
         pacer=pacer if pacer is not None else pacing.Pacer(),
+        spawner=spawner,
     )
 
 
@@ -443,8 +445,11 @@ def _spawn_core_tasks(
 
     limit = settings.queueing.worker_limit
     limiter = asyncio.Semaphore(limit) if limit is not None else None
+    # The daemons & timers are stopped by their core task, after the watchers and before the credentials.
+    spawner = spawning.SpawningEngine(registry=registry, settings=settings, vault=vault, indices=indices)
     processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories,
-                               registry=registry, settings=settings, vault=vault, memo=memo)
+                               registry=registry, settings=settings, vault=vault, memo=memo, spawner=spawner)
+    tasks.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
 
     def watcher_factory(resource: Resource, namespace: str | None) -> Coroutine[Any, Any, None]:
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,

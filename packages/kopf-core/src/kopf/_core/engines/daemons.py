@@ -1,0 +1,487 @@
+"""
+Daemons: a long-running function per object and handler (``@kopf.daemon``), and the stop-flag they get.
+
+A daemon is an asyncio task for as long as its object exists and matches the handler's filters
+(see :mod:`.spawning` for when the daemons are spawned and stopped). Inside the task, the function
+is called; if it fails, it is called again per the usual error handling (``errors=``, ``retries=``,
+``timeout=``, ``backoff=``, :class:`kopf.TemporaryError` delays), with ``retry``, ``started``,
+``runtime`` kwargs. If it returns (or fails for good, or its errors are ignored), it is not called
+again for that object in this operator process. After every call, its ``patch`` and its result
+(into the status, under the handler's id) are applied to the object.
+
+Stopping a daemon is a sequence, not a single action:
+
+1. the ``stopped`` kwarg is set; the daemon gets ``cancellation_backoff`` seconds to exit by itself;
+2. if ``cancellation_timeout`` is set, an async daemon is cancelled (a sync one cannot be) and gets
+   that many seconds more to exit; if it still runs, it is abandoned: a ``ResourceWarning`` is issued,
+   and the object is no longer held for it (e.g. its finalizer is released);
+3. without ``cancellation_timeout``, the daemon is waited for as long as it takes, with a log message
+   every ``cancellation_polling`` seconds (``settings.background.cancellation_polling`` by default).
+
+When the operator exits, the daemons that are not stopped gracefully within :data:`EXIT_GRACE`
+(those with no cancellation timeout) are cancelled or abandoned too, so that nothing is left behind.
+
+The records here are small slotted objects: a daemon costs its task, its stop-flag, and little else.
+"""
+import asyncio
+import dataclasses
+import enum
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kopf._clients.errors import APIConflictError, APIError, APIUnprocessableEntityError
+from kopf._clients.vault import Vault
+from kopf._cogs.structs.bodies import Body
+from kopf._cogs.structs.patches import Patch
+from kopf._cogs.structs.references import Resource
+from kopf._core.actions import application, execution, invocation, loggers
+from kopf._core.actions.progression import HandlerState, Outcome, handler_kwargs
+from kopf._core.intents.causes import ResourceSpawningCause
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.handlers import DaemonHandler, HandlerId, SpawningHandler
+
+if TYPE_CHECKING:
+    from kopf._core.engines.timers import Timer
+
+__all__ = [
+    'EXIT_GRACE',
+    'AsyncDaemonStopperChecker',
+    'Daemon',
+    'DaemonStopped',
+    'DaemonStopper',
+    'DaemonStoppingReason',
+    'Daemons',
+    'ObjectSpawns',
+    'SyncDaemonStopperChecker',
+]
+
+# How long a daemon with no cancellation timeout gets to exit by itself when the operator exits;
+# after that, it is cancelled (async) or abandoned (sync), as if its cancellation timeout were over.
+EXIT_GRACE = 5.0
+
+# How long an async daemon gets to finish after its cancellation on the operator's exit (see above).
+EXIT_CANCELLATION_GRACE = 1.0
+
+
+class DaemonStoppingReason(enum.Flag):
+    """
+    Why a daemon is being stopped (several reasons can be combined).
+
+    The first five are the reasons to stop; the ``DAEMON_*`` ones are added as the stopping goes on:
+    when the daemon is signalled, cancelled, abandoned.
+    """
+
+    DONE = enum.auto()  # the daemon has exited by itself
+    FILTERS_MISMATCH = enum.auto()  # the object does not match the handler's filters anymore
+    RESOURCE_DELETED = enum.auto()  # the object is being deleted (or is gone)
+    OPERATOR_PAUSING = enum.auto()  # the operator stops serving the objects for a while (e.g. peering)
+    OPERATOR_EXITING = enum.auto()  # the operator exits
+    DAEMON_SIGNALLED = enum.auto()  # the daemon has been signalled, but not exited within its backoff
+    DAEMON_CANCELLED = enum.auto()  # the daemon's task has been cancelled
+    DAEMON_ABANDONED = enum.auto()  # the daemon has not exited in time and is left running
+
+
+class DaemonStopper:
+    """
+    The stop-flag of one daemon: set once by the framework (the reasons accumulate), never cleared.
+
+    It is seen both by the sync daemons in their threads and by the async ones in the event loop.
+    The framework sets it in the event loop only.
+    """
+
+    __slots__ = ('_async_event', '_reason', '_sync_event')
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._reason: DaemonStoppingReason | None = None
+        self._sync_event = threading.Event()
+        self._async_event = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return f'<{type(self).__name__}: {self._reason!r}>'
+
+    @property
+    def reason(self) -> DaemonStoppingReason | None:
+        return self._reason
+
+    def is_set(self) -> bool:
+        return self._sync_event.is_set()
+
+    def set(self, reason: DaemonStoppingReason) -> None:
+        self._reason = reason if self._reason is None else self._reason | reason
+        self._sync_event.set()
+        self._async_event.set()
+
+    async def wait(self, delay: float | None = None) -> bool:
+        """Wait (in the event loop) until the flag is set or the delay is over; whether it is set."""
+        if not self._async_event.is_set():
+            try:
+                async with asyncio.timeout(delay):
+                    await self._async_event.wait()
+            except TimeoutError:
+                pass
+        return self.is_set()
+
+
+class DaemonStopped:
+    """
+    The ``stopped`` kwarg of the daemons: whether the daemon must exit, and why.
+
+    It is true when the daemon must exit (``while not stopped: ...``). The sync daemons get
+    :class:`SyncDaemonStopperChecker` (``stopped.wait(10)`` instead of ``time.sleep(10)``),
+    the async ones get :class:`AsyncDaemonStopperChecker` (``await stopped.wait(10)``).
+    """
+
+    __slots__ = ('_stopper',)
+
+    def __init__(self, stopper: DaemonStopper) -> None:
+        super().__init__()
+        self._stopper = stopper
+
+    def __repr__(self) -> str:
+        state = f'stopped: {self.reason!r}' if self.is_set() else 'not stopped'
+        return f'<{type(self).__name__}: {state}>'
+
+    def __bool__(self) -> bool:
+        return self._stopper.is_set()
+
+    def is_set(self) -> bool:
+        return self._stopper.is_set()
+
+    @property
+    def reason(self) -> DaemonStoppingReason | None:
+        """Why the daemon is stopped (None while it is not)."""
+        return self._stopper.reason
+
+
+class SyncDaemonStopperChecker(DaemonStopped):
+    """The ``stopped`` kwarg of the sync daemons (running in threads)."""
+
+    __slots__ = ()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep until the daemon is stopped or the timeout is over; return whether it is stopped."""
+        return self._stopper._sync_event.wait(timeout)
+
+
+class AsyncDaemonStopperChecker(DaemonStopped):
+    """The ``stopped`` kwarg of the async daemons (running in the event loop)."""
+
+    __slots__ = ()
+
+    async def wait(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109  (as threading.Event)
+        """Sleep until the daemon is stopped or the timeout is over; return whether it is stopped."""
+        return await self._stopper.wait(timeout)
+
+
+class ObjectSpawns:
+    """
+    What runs for one object: its daemons and timers, and the object's latest state for their kwargs.
+
+    ``body`` is the live view given to the daemons & timers: it is replaced in place with every new
+    state of the object, so that they always see the latest one (no copies are made).
+    ``changed_at`` is when the object has changed last time (the loop's time): for the timers' idling.
+    The finished daemons & timers stay in the records (so that they are not started again) until
+    the object stops matching their filters.
+    """
+
+    __slots__ = ('body', 'changed_at', 'daemons', 'memo', 'owner', 'resource', 'timers', 'waiters')
+
+    def __init__(self, *, owner: object, body: Body, resource: Resource, memo: Any,
+                 changed_at: float) -> None:
+        super().__init__()
+        self.owner = owner
+        self.body = body
+        self.resource = resource
+        self.memo = memo
+        self.changed_at = changed_at
+        self.daemons: dict[HandlerId, Daemon] = {}
+        self.timers: dict[HandlerId, Timer] = {}
+        self.waiters: list[asyncio.Future[None]] | None = None
+
+    def __repr__(self) -> str:
+        return f'<{type(self).__name__} daemons={list(self.daemons)} timers={list(self.timers)}>'
+
+    @property
+    def busy(self) -> bool:
+        """Whether anything still runs for the object: the daemons (unless abandoned), the timers' calls."""
+        return (any(daemon.running for daemon in self.daemons.values()) or
+                any(timer.task is not None for timer in self.timers.values()))
+
+    def notify(self) -> None:
+        """Wake up those waiting for the object's daemons & timers to exit (they check again)."""
+        waiters, self.waiters = self.waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_until_idle(self, *, within: float | None, wakeup: asyncio.Event | None) -> bool:
+        """Wait until nothing runs for the object; False if the time is over or woken up earlier."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within if within is not None else None
+        while self.busy:
+            if wakeup is not None and wakeup.is_set():
+                return False
+            remaining = deadline - loop.time() if deadline is not None else None
+            if remaining is not None and remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            if self.waiters is None:
+                self.waiters = []
+            self.waiters.append(waiter)
+            waiting: set[asyncio.Future[Any]] = {waiter}
+            woken = asyncio.ensure_future(wakeup.wait()) if wakeup is not None else None
+            if woken is not None:
+                waiting.add(woken)
+            try:
+                await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+                if woken is not None:
+                    woken.cancel()
+        return True
+
+
+class Daemon:
+    """One daemon of one object: the handler, the task, the stop-flag, the stopping sequence."""
+
+    __slots__ = ('abandoned', 'handler', 'spawns', 'stopper', 'task', 'terminator')
+
+    def __init__(self, *, handler: DaemonHandler, spawns: ObjectSpawns) -> None:
+        super().__init__()
+        self.handler = handler
+        self.spawns = spawns
+        self.stopper = DaemonStopper()
+        self.task: asyncio.Task[None] | None = None
+        self.terminator: asyncio.Task[None] | None = None
+        self.abandoned = False
+
+    def __repr__(self) -> str:
+        return f'<{type(self).__name__} {self.handler.id!r} running={self.running} stopper={self.stopper!r}>'
+
+    @property
+    def running(self) -> bool:
+        """Whether the object must still wait for the daemon (it runs and is not abandoned)."""
+        return self.task is not None and not self.task.done() and not self.abandoned
+
+
+@dataclasses.dataclass(kw_only=True)
+class DaemonCause(ResourceSpawningCause):
+    """The daemons' kwargs: those of any object's handler, plus ``stopped``."""
+
+    stopped: DaemonStopped
+
+    def _own_kwargs(self) -> dict[str, Any]:
+        kwargs = super()._own_kwargs()
+        kwargs['stopped'] = self.stopped
+        return kwargs
+
+
+def initial_delay_of(handler: SpawningHandler, kwargs: Callable[[], Mapping[str, Any]]) -> float:
+    """The handler's initial delay: as declared, or as its callback computes it from the handler's kwargs."""
+    delay = handler.initial_delay
+    if callable(delay):
+        delay = delay(**kwargs())
+    return max(0.0, float(delay)) if delay is not None else 0.0
+
+
+async def execute_and_apply(
+        *,
+        settings: OperatorSettings,
+        vault: Vault,
+        handler: SpawningHandler,
+        cause: ResourceSpawningCause,
+        state: HandlerState,
+        logger: loggers.ObjectLogger,
+) -> Outcome:
+    """
+    Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
+
+    The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
+    the daemon or timer goes on. If the transformation functions of the patch fail because the object
+    has changed meanwhile, they are kept in the patch (for the timers to retry them on the next run).
+    """
+    outcome = await execution.execute_handler_once(
+        settings=settings, handler=handler, cause=cause, state=state, logger=logger)
+    patch = cause.patch
+    execution.deliver_results(outcomes={handler.id: outcome}, patch=patch)
+    if patch:
+        try:
+            await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
+                                          body=cause.body, patch=patch, logger=logger)
+        except (APIConflictError, APIUnprocessableEntityError) as e:
+            if patch.fns:
+                logger.warning(f'The patch of {handler.id!r} has failed; its transformation functions '
+                               f'will be retried on the next run: {e}')
+                fns = list(patch.fns)
+                patch.clear()
+                patch.fns[:] = fns
+                return outcome
+            logger.exception(f'The patch of {handler.id!r} has failed: {e}')
+        except APIError as e:
+            logger.exception(f'The patch of {handler.id!r} has failed: {e}')
+        patch.clear()
+        patch.fns.clear()
+    return outcome
+
+
+class Daemons:
+    """
+    All the daemons of one operator: spawning, the guarded runs, the stopping sequences.
+
+    Which daemons to spawn or stop for which objects is decided by the caller (see :mod:`.spawning`).
+    """
+
+    def __init__(self, *, settings: OperatorSettings, vault: Vault, indices: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.settings = settings
+        self.vault = vault
+        self.indices = indices
+        self._daemons: set[Daemon] = set()  # those that run, incl. the stopping & abandoned ones
+
+    def __len__(self) -> int:
+        return len(self._daemons)
+
+    def spawn(self, spawns: ObjectSpawns, handler: DaemonHandler) -> Daemon:
+        """Start a daemon for the object (the caller ensures there is none of this handler already)."""
+        daemon = Daemon(handler=handler, spawns=spawns)
+        name = f'daemon {handler.id!r} of {spawns.body.metadata.namespace}/{spawns.body.metadata.name}'
+        daemon.task = asyncio.create_task(self._run(daemon), name=name)
+        spawns.daemons[handler.id] = daemon
+        self._daemons.add(daemon)
+        return daemon
+
+    def stop(self, daemon: Daemon, reason: DaemonStoppingReason, *, exiting: bool = False) -> None:
+        """Signal the daemon to stop and start its stopping sequence (only once; the reasons accumulate)."""
+        daemon.stopper.set(reason)
+        if daemon.task is not None and not daemon.task.done() and daemon.terminator is None:
+            daemon.terminator = asyncio.create_task(self._terminate(daemon, exiting=exiting),
+                                                    name=f'stopper of {daemon.task.get_name()}')
+
+    async def stop_all(self, reason: DaemonStoppingReason, *, exiting: bool = False) -> None:
+        """Stop all the daemons and wait until they exit (or are abandoned)."""
+        daemons = list(self._daemons)
+        for daemon in daemons:
+            daemon.stopper.set(reason)
+
+        # The daemons that react to the flag instantly need no stopping sequences (a faster exit).
+        if exiting:
+            for _ in range(self.settings.background.instant_exit_zero_time_cycles):
+                if not any(daemon.running for daemon in daemons):
+                    break
+                await asyncio.sleep(0)
+            timeout = self.settings.background.instant_exit_timeout
+            tasks = [daemon.task for daemon in daemons if daemon.running and daemon.task is not None]
+            if timeout is not None and tasks:
+                await asyncio.wait(tasks, timeout=timeout)
+
+        for daemon in daemons:
+            self.stop(daemon, reason, exiting=exiting)
+        terminators = [daemon.terminator for daemon in daemons if daemon.terminator is not None]
+        if terminators:
+            await asyncio.wait(terminators)
+
+    async def _run(self, daemon: Daemon) -> None:
+        """The daemon's whole life: the initial delay, the calls with retries, the exit."""
+        handler, spawns, stopper = daemon.handler, daemon.spawns, daemon.stopper
+        title = f'Daemon {handler.id!r}'
+        logger = loggers.ObjectLogger(body=spawns.body, settings=self.settings)
+        is_async = invocation.is_async_fn(handler.fn)
+        checker = AsyncDaemonStopperChecker(stopper) if is_async else SyncDaemonStopperChecker(stopper)
+        state = HandlerState.from_scratch()
+        try:
+            delay = initial_delay_of(handler, lambda: {**handler_kwargs(state),
+                                                       **self._make_cause(daemon, checker, logger)
+                                                       .kwargs_for(handler)})
+            if delay > 0:
+                logger.debug(f'{title} is postponed by its initial delay of {delay} seconds.')
+                await stopper.wait(delay)
+
+            while not stopper.is_set():
+                cause = self._make_cause(daemon, checker, logger)
+                outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
+                                                  cause=cause, state=state, logger=logger)
+                state = state.with_outcome(outcome)
+                if outcome.final or stopper.is_set():
+                    break
+                delay = outcome.delay or 0
+                if delay > 0:
+                    logger.debug(f'{title} will be restarted in {delay} seconds.')
+                await stopper.wait(delay)
+
+            if stopper.is_set():
+                logger.info(f'{title} has exited on request and will not be retried or restarted.')
+            else:
+                logger.info(f'{title} has exited on its own and will not be retried or restarted.')
+
+        except asyncio.CancelledError:
+            if not stopper.is_set():
+                raise  # not our own cancellation: e.g. of the hung tasks by the operator.
+            logger.warning(f'{title} is cancelled and will not be retried or restarted.')
+
+        finally:
+            self._daemons.discard(daemon)
+            if not stopper.is_set():
+                stopper.set(DaemonStoppingReason.DONE)
+                # An exited daemon stays in the object's records: it is not spawned again for the object.
+            elif spawns.daemons.get(handler.id) is daemon:
+                # A stopped daemon is forgotten: it can be spawned again (e.g. when the filters match again).
+                del spawns.daemons[handler.id]
+            spawns.notify()
+
+    def _make_cause(self, daemon: Daemon, checker: DaemonStopped,
+                    logger: loggers.ObjectLogger) -> DaemonCause:
+        spawns = daemon.spawns
+        return DaemonCause(resource=spawns.resource, body=spawns.body, patch=Patch(body=spawns.body),
+                           logger=logger, memo=spawns.memo, indices=self.indices, stopped=checker)
+
+    async def _terminate(self, daemon: Daemon, *, exiting: bool) -> None:
+        """The stopping sequence of a daemon that has been signalled (see the module's description)."""
+        task = daemon.task
+        if task is None:
+            return
+        handler = daemon.handler
+        title = f'Daemon {handler.id!r}'
+        logger = loggers.LocalObjectLogger(body=daemon.spawns.body, settings=self.settings)
+        is_async = invocation.is_async_fn(handler.fn)
+        backoff = handler.cancellation_backoff
+        timeout = handler.cancellation_timeout
+        polling = handler.cancellation_polling or self.settings.background.cancellation_polling
+
+        if backoff:
+            await asyncio.wait([task], timeout=backoff)
+            if task.done():
+                return
+            daemon.stopper.set(DaemonStoppingReason.DAEMON_SIGNALLED)  # and it has not reacted in time
+
+        # On the operator's exit, nothing must be left running: the forced stopping is for all daemons.
+        if timeout is None and exiting:
+            await asyncio.wait([task], timeout=EXIT_GRACE)
+            if task.done():
+                return
+            timeout = EXIT_CANCELLATION_GRACE
+
+        if timeout is not None:
+            if is_async:
+                logger.debug(f'{title} has not exited in time; cancelling it.')
+                daemon.stopper.set(DaemonStoppingReason.DAEMON_CANCELLED)
+                task.cancel()
+            await asyncio.wait([task], timeout=timeout)
+            if task.done():
+                return
+            daemon.stopper.set(DaemonStoppingReason.DAEMON_ABANDONED)
+            daemon.abandoned = True
+            logger.warning(f'{title} did not exit in time. Leaving it orphaned.')
+            warnings.warn(f'{title} did not exit in time and is left running (orphaned).',
+                          ResourceWarning, stacklevel=1)
+            daemon.spawns.notify()
+            return
+
+        while not task.done():
+            await asyncio.wait([task], timeout=polling)
+            if not task.done():
+                logger.warning(f'{title} has not exited yet after being stopped; '
+                               f'checking again in {polling} seconds.')
+

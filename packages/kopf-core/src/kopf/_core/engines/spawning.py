@@ -1,0 +1,205 @@
+"""
+Spawning: which daemons & timers run for which objects; one engine per operator for both.
+
+The processing calls :meth:`SpawningEngine.process` on every event of every object of the resources
+with daemons or timers (it is cheap: no API calls, no waiting). For every such event:
+
+* the object's latest state is remembered (the daemons & timers see it via their live ``body`` etc.);
+* if the object is being deleted or is gone, all its daemons are stopped (``RESOURCE_DELETED``) and
+  its timers stop ticking; the processing keeps our finalizer on the object until they exit
+  (:meth:`SpawningEngine.wait_until_idle`), so that the object is not gone while they run;
+* otherwise, the handlers' filters are evaluated against the object as it is now: the matching
+  daemons & timers are started if they do not run yet (a daemon that is still stopping is not
+  started again until it exits); those that do not match anymore are stopped (``FILTERS_MISMATCH``).
+
+A daemon that has exited by itself, or a timer that has failed for good, is not started again for
+the object until it stops matching its filters (or the operator restarts).
+
+The whole engine can be paused (all the daemons stopped with ``OPERATOR_PAUSING``, all the timers
+stopped) and resumed (everything started again as if the objects were new), e.g. for peering;
+and shut down when the operator exits (``OPERATOR_EXITING``): nothing is left running after that.
+"""
+import asyncio
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from kopf._clients.vault import Vault
+from kopf._cogs.helpers.typedefs import Logger
+from kopf._cogs.structs.bodies import Body, RawBody
+from kopf._cogs.structs.patches import Patch
+from kopf._cogs.structs.references import Resource
+from kopf._core.actions import loggers
+from kopf._core.engines.daemons import Daemons, DaemonStoppingReason, ObjectSpawns
+from kopf._core.engines.timers import Timers
+from kopf._core.intents.causes import ResourceSpawningCause, is_deletion_ongoing
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.handlers import DaemonHandler, HandlerId, TimerHandler
+from kopf._core.intents.registries import OperatorRegistry
+
+__all__ = ['SpawningEngine', 'daemon_killer']
+
+
+class ObjectMemory(Protocol):
+    """What the engine needs of the object's in-memory state (the reactor's memory of the object)."""
+
+    memo: Any
+    daemons: Any  # the place for the engine's own record of the object
+
+
+class SpawningEngine:
+    """The daemons and timers of one operator (see the module's description)."""
+
+    def __init__(
+            self,
+            *,
+            registry: OperatorRegistry,
+            settings: OperatorSettings,
+            vault: Vault,
+            indices: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.registry = registry
+        self.settings = settings
+        self.indices: Mapping[str, Any] = indices if indices is not None else {}
+        self.daemons = Daemons(settings=settings, vault=vault, indices=self.indices)
+        self.timers = Timers(settings=settings, vault=vault, indices=self.indices)
+        self._objects: dict[int, ObjectSpawns] = {}  # by id(): for pausing & resuming
+        self._paused = False
+        self._closed = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def process(
+            self,
+            *,
+            memory: ObjectMemory,
+            resource: Resource,
+            raw_body: RawBody,
+            gone: bool,
+            logger: Logger,
+    ) -> None:
+        """React to an event of the object: remember its state, start or stop its daemons & timers."""
+        spawns = memory.daemons if isinstance(memory.daemons, ObjectSpawns) else None
+        if spawns is not None and spawns.owner is not self:
+            spawns = None  # e.g. memories shared with a previous operator: its records are not ours.
+
+        deleted = gone or is_deletion_ongoing(raw_body)
+        if spawns is None:
+            if deleted or self._closed:
+                return
+            now = asyncio.get_running_loop().time()
+            spawns = ObjectSpawns(owner=self, body=Body(raw_body), resource=resource, memo=memory.memo,
+                                  changed_at=now)
+            memory.daemons = spawns
+            self._objects[id(spawns)] = spawns
+        else:
+            spawns.body._replace_with(raw_body)
+            spawns.changed_at = asyncio.get_running_loop().time()
+
+        if deleted:
+            self._stop_everything(spawns, DaemonStoppingReason.RESOURCE_DELETED)
+            if gone:
+                memory.daemons = None
+                self._objects.pop(id(spawns), None)
+        elif not self._paused and not self._closed:
+            self._respawn(spawns, logger=logger)
+            self.timers.notice_change(spawns)
+
+    async def wait_until_idle(
+            self,
+            memory: ObjectMemory,
+            *,
+            within: float | None = None,
+            wakeup: asyncio.Event | None = None,
+    ) -> bool:
+        """
+        Wait until the object's daemons have exited (or are abandoned), and its timers' calls are over.
+
+        True if nothing runs for the object anymore; False if the time is over, or if woken up earlier
+        (e.g. by a new event of the object).
+        """
+        spawns = memory.daemons if isinstance(memory.daemons, ObjectSpawns) else None
+        if spawns is None or spawns.owner is not self:
+            return True
+        return await spawns.wait_until_idle(within=within, wakeup=wakeup)
+
+    async def pause(self) -> None:
+        """Stop all the daemons (``OPERATOR_PAUSING``) and timers until resumed; wait until they exit."""
+        self._paused = True
+        for spawns in list(self._objects.values()):
+            for timer in list(spawns.timers.values()):
+                self.timers.stop(timer)
+            for daemon in list(spawns.daemons.values()):
+                if daemon.stopper.reason == DaemonStoppingReason.DONE:
+                    del spawns.daemons[daemon.handler.id]  # exited before: it can run again after the pause
+        await self.daemons.stop_all(DaemonStoppingReason.OPERATOR_PAUSING)
+        await asyncio.gather(*(spawns.wait_until_idle(within=None, wakeup=None)
+                               for spawns in list(self._objects.values())))
+
+    def resume(self) -> None:
+        """Start the daemons & timers of all the known objects again, as if the objects were new."""
+        if self._closed or not self._paused:
+            return
+        self._paused = False
+        for spawns in list(self._objects.values()):
+            logger = loggers.LocalObjectLogger(body=spawns.body, settings=self.settings)
+            self._respawn(spawns, logger=logger)
+
+    async def shutdown(self) -> None:
+        """Stop everything for good (``OPERATOR_EXITING``): nothing of this engine runs after this."""
+        self._closed = True
+        for spawns in list(self._objects.values()):
+            for timer in list(spawns.timers.values()):
+                self.timers.stop(timer)
+        await self.timers.stop_all()
+        await self.daemons.stop_all(DaemonStoppingReason.OPERATOR_EXITING, exiting=True)
+        for spawns in list(self._objects.values()):
+            spawns.notify()
+        self._objects.clear()
+
+    def _stop_everything(self, spawns: ObjectSpawns, reason: DaemonStoppingReason) -> None:
+        for timer in list(spawns.timers.values()):
+            self.timers.stop(timer)
+        for daemon in list(spawns.daemons.values()):
+            if daemon.running:
+                self.daemons.stop(daemon, reason)
+            elif daemon.task is not None and daemon.task.done():
+                del spawns.daemons[daemon.handler.id]
+
+    def _respawn(self, spawns: ObjectSpawns, *, logger: Logger) -> None:
+        """Start the matching daemons & timers that do not run yet; stop those that do not match anymore."""
+        cause = ResourceSpawningCause(resource=spawns.resource, body=spawns.body, logger=logger,
+                                      patch=Patch(body=spawns.body), memo=spawns.memo, indices=self.indices)
+        matching: set[HandlerId] = set()
+        for handler in self.registry.spawning.iter_handlers(cause):
+            matching.add(handler.id)
+            if isinstance(handler, DaemonHandler) and handler.id not in spawns.daemons:
+                self.daemons.spawn(spawns, handler)
+            elif isinstance(handler, TimerHandler) and handler.id not in spawns.timers:
+                self.timers.start(spawns, handler)
+
+        for handler_id, daemon in list(spawns.daemons.items()):
+            if handler_id not in matching:
+                if daemon.running:
+                    self.daemons.stop(daemon, DaemonStoppingReason.FILTERS_MISMATCH)
+                else:
+                    del spawns.daemons[handler_id]  # e.g. exited by itself: it can run again when matching
+        for handler_id, timer in list(spawns.timers.items()):
+            if handler_id not in matching:
+                self.timers.stop(timer)
+
+
+async def daemon_killer(engine: SpawningEngine) -> None:
+    """
+    A core task of the operator: it does nothing until cancelled, then shuts the engine down.
+
+    This way, the operator stops the daemons & timers in its usual order of stopping the core tasks:
+    after the watchers (no new objects come), but before the credentials and the events' poster
+    (so that the daemons can still patch the objects and post their last messages).
+    """
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await engine.shutdown()

@@ -1,0 +1,263 @@
+"""
+Timers: a function called regularly per object and handler (``@kopf.timer``), while the object matches.
+
+There is no task per timer: one scheduler per operator keeps the deadlines of all the timers
+of all the objects in a heap, and asks the event loop to wake it up at the nearest one only
+(a single ``loop.call_at()`` handle at any time). A task exists only while a timer's function runs.
+So an idle timer costs a small slotted record and a heap entry; thousands of objects with timers
+cost no tasks and no sleeping coroutines.
+
+The schedule of a timer of an object:
+
+* the first call is due right when the object is seen (created, or listed at the operator's start),
+  or ``initial_delay`` seconds later (a number, or a callback of the handler's kwargs);
+* after a successful call, the next one is due in ``interval`` seconds since the end of the call,
+  or since its start if ``sharp`` (i.e. the interval minus the duration of the call);
+* with ``idle``, no call is made until the object stays unchanged for that long (every change of the
+  object, including by the timer's own patches & results, resets the idle time); with ``idle`` and
+  no ``interval``, the timer is called once per such quiet period;
+* a failed call is retried per the usual error handling: after the ``backoff`` (arbitrary errors),
+  or the :class:`kopf.TemporaryError`'s delay; the ``retry``/``started``/``runtime`` kwargs count
+  the attempts since the last success; a failure for good (:class:`kopf.PermanentError`, the retries
+  or the timeout exceeded) stops the timer for that object.
+
+The calls of one timer for one object never overlap: the next one is scheduled when the previous
+one ends. After every call, the timer's ``patch`` and its result (into the status, under the handler's
+id) are applied to the object; the transformation functions that fail because the object has changed
+meanwhile are carried over to the next call.
+"""
+import asyncio
+import heapq
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kopf._clients.vault import Vault
+from kopf._cogs.structs.patches import Patch, PatchFn
+from kopf._core.actions import loggers
+from kopf._core.actions.progression import HandlerState, handler_kwargs
+from kopf._core.engines.daemons import ObjectSpawns, execute_and_apply, initial_delay_of
+from kopf._core.intents.causes import ResourceSpawningCause
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.handlers import TimerHandler
+
+__all__ = ['Timer', 'Timers']
+
+# The deadlines this close to the wake-up time are due at it (the loop's clock is not infinitely precise).
+_CLOCK_SLACK = 0.001
+
+# The heap is cleaned of the outdated entries when they are this many more than the valid ones.
+_COMPACTION_THRESHOLD = 1000
+
+
+class Timer:
+    """One timer of one object: its schedule and its retrying state (no task while it waits)."""
+
+    __slots__ = ('due', 'finished', 'fns', 'handler', 'idle_mark', 'spawns', 'state', 'stopped', 'task')
+
+    def __init__(self, *, handler: TimerHandler, spawns: ObjectSpawns) -> None:
+        super().__init__()
+        self.handler = handler
+        self.spawns = spawns
+        self.due: float | None = None  # the deadline of its only valid heap entry; None if not scheduled
+        self.task: asyncio.Task[None] | None = None  # only while the function runs
+        self.state: HandlerState | None = None  # the retrying state since the last success, if any
+        self.fns: list[PatchFn] | None = None  # the transformation functions to retry on the next call
+        self.idle_mark: float | None = None  # the object's change that an idle-only timer has served
+        self.stopped = False  # by the framework: the object is deleted, does not match, etc.
+        self.finished = False  # failed for good: never again for this object
+
+    def __repr__(self) -> str:
+        return f'<{type(self).__name__} {self.handler.id!r} due={self.due} running={self.task is not None}>'
+
+
+class Timers:
+    """The scheduler of all the timers of one operator (see the module's description)."""
+
+    def __init__(self, *, settings: OperatorSettings, vault: Vault, indices: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.settings = settings
+        self.vault = vault
+        self.indices = indices
+        self._heap: list[tuple[float, int, Timer]] = []
+        self._order = itertools.count()  # for the equal deadlines: the timers themselves are not comparable
+        self._scheduled = 0  # how many timers have a valid entry in the heap
+        self._wakeup: asyncio.TimerHandle | None = None
+        self._wakeup_at = math.inf
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    @property
+    def scheduled(self) -> int:
+        """How many timers wait for their deadlines now."""
+        return self._scheduled
+
+    @property
+    def running(self) -> int:
+        """How many timers' functions run now."""
+        return len(self._tasks)
+
+    def start(self, spawns: ObjectSpawns, handler: TimerHandler) -> Timer:
+        """Start a timer for the object (the caller ensures there is none of this handler already)."""
+        timer = Timer(handler=handler, spawns=spawns)
+        spawns.timers[handler.id] = timer
+        delay = 0.0
+        if handler.initial_delay is not None:
+            delay = initial_delay_of(handler, lambda: self._kwargs_for(timer))
+        self._schedule(timer, asyncio.get_running_loop().time() + delay)
+        return timer
+
+    def stop(self, timer: Timer) -> None:
+        """Stop the timer: no more calls; a call in progress is not interrupted, but waited for."""
+        timer.stopped = True
+        self._unschedule(timer)
+        if timer.task is None and timer.spawns.timers.get(timer.handler.id) is timer:
+            del timer.spawns.timers[timer.handler.id]
+
+    def notice_change(self, spawns: ObjectSpawns) -> None:
+        """The object has changed: the idle-only timers that have served their quiet period get a new one."""
+        for timer in spawns.timers.values():
+            if timer.idle_mark is not None and spawns.changed_at > timer.idle_mark:
+                self._wait_for_quiet_period(timer)
+
+    async def stop_all(self) -> None:
+        """Stop the scheduling for good, cancel the calls in progress, and wait until they exit."""
+        self._closed = True
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+            self._wakeup = None
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self._heap.clear()
+        self._scheduled = 0
+
+    #
+    # The scheduling.
+    #
+
+    def _schedule(self, timer: Timer, due: float) -> None:
+        if self._closed or timer.stopped or timer.finished:
+            return
+        if timer.due is None:
+            self._scheduled += 1
+        timer.due = due  # an older entry of the timer (if any) becomes outdated and is skipped later
+        heapq.heappush(self._heap, (due, next(self._order), timer))
+        if len(self._heap) > 2 * self._scheduled + _COMPACTION_THRESHOLD:
+            self._heap = [entry for entry in self._heap if entry[2].due == entry[0]]
+            heapq.heapify(self._heap)
+        self._arm()
+
+    def _unschedule(self, timer: Timer) -> None:
+        if timer.due is not None:
+            timer.due = None
+            self._scheduled -= 1
+
+    def _arm(self) -> None:
+        """Make the loop wake the scheduler up at the nearest deadline (and only then)."""
+        if self._closed or not self._heap:
+            return
+        earliest = self._heap[0][0]
+        if self._wakeup is not None and self._wakeup_at <= earliest:
+            return
+        if self._wakeup is not None:
+            self._wakeup.cancel()
+        self._wakeup = asyncio.get_running_loop().call_at(earliest, self._wake_up)
+        self._wakeup_at = earliest
+
+    def _wake_up(self) -> None:
+        """Start the calls of the timers that are due (a callback of the loop, not a task)."""
+        self._wakeup = None
+        self._wakeup_at = math.inf
+        loop = asyncio.get_running_loop()
+        now = loop.time() + _CLOCK_SLACK
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            due, _, timer = heapq.heappop(heap)
+            if timer.due != due or timer.task is not None:
+                continue  # an outdated entry: the timer is stopped or rescheduled since then
+            self._unschedule(timer)
+            idle = timer.handler.idle
+            quiet_since = timer.spawns.changed_at
+            if idle is not None and quiet_since + idle > now:
+                self._schedule(timer, quiet_since + idle)  # the object has changed meanwhile
+                continue
+            timer.task = asyncio.create_task(self._run(timer), name=f'timer {timer.handler.id!r}')
+            self._tasks.add(timer.task)
+            timer.task.add_done_callback(self._tasks.discard)
+        self._arm()
+
+    def _wait_for_quiet_period(self, timer: Timer) -> None:
+        """For the idle-only timers: the next call is due once the object stays unchanged long enough."""
+        timer.idle_mark = None
+        if timer.task is None and timer.due is None:
+            self._schedule(timer, timer.spawns.changed_at + (timer.handler.idle or 0))
+
+    #
+    # The calls.
+    #
+
+    def _kwargs_for(self, timer: Timer) -> dict[str, Any]:
+        state = timer.state if timer.state is not None else HandlerState.from_scratch()
+        cause = self._make_cause(timer, Patch(body=timer.spawns.body),
+                                 loggers.LocalObjectLogger(body=timer.spawns.body, settings=self.settings))
+        return {**handler_kwargs(state), **cause.kwargs_for(timer.handler)}
+
+    def _make_cause(self, timer: Timer, patch: Patch, logger: loggers.ObjectLogger) -> ResourceSpawningCause:
+        spawns = timer.spawns
+        return ResourceSpawningCause(resource=spawns.resource, body=spawns.body, patch=patch, logger=logger,
+                                     memo=spawns.memo, indices=self.indices)
+
+    async def _run(self, timer: Timer) -> None:
+        """One call of the timer's function (with its patch), then the scheduling of the next one."""
+        handler, spawns = timer.handler, timer.spawns
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        changed_at = spawns.changed_at
+        logger = loggers.ObjectLogger(body=spawns.body, settings=self.settings)
+        state = timer.state if timer.state is not None else HandlerState.from_scratch()
+        patch = Patch(body=spawns.body)
+        if timer.fns:
+            patch.fns.extend(timer.fns)
+            timer.fns = None
+        cause = self._make_cause(timer, patch, logger)
+
+        final = failed = False
+        delay: float | None = None
+        try:
+            outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
+                                              cause=cause, state=state, logger=logger)
+            final, failed, delay = outcome.final, outcome.exception is not None, outcome.delay
+            state = state.with_outcome(outcome)
+        except Exception as e:  # not the function's failures (they are outcomes), but the framework's
+            logger.exception(f'Timer {handler.id!r} has failed unexpectedly: {e}')
+            backoff = handler.backoff
+            delay = backoff if backoff is not None else self.settings.execution.default_backoff
+        finally:
+            timer.task = None
+            timer.fns = list(patch.fns) if patch.fns else None
+            if timer.stopped and spawns.timers.get(handler.id) is timer:
+                del spawns.timers[handler.id]
+            spawns.notify()
+
+        if final and failed:
+            timer.finished = True
+            timer.state = None
+            logger.debug(f'Timer {handler.id!r} has failed for good and will not be called for this object.')
+        elif not final:
+            timer.state = state
+            self._schedule(timer, loop.time() + (delay or 0))
+        else:
+            timer.state = None
+            interval = handler.interval
+            if interval is None:
+                timer.idle_mark = changed_at  # until the object changes and stays quiet again
+                if spawns.changed_at > changed_at:  # it has changed during the call
+                    self._wait_for_quiet_period(timer)
+            elif handler.sharp:
+                self._schedule(timer, max(started + interval, loop.time()))
+            else:
+                self._schedule(timer, loop.time() + interval)
