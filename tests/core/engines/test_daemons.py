@@ -106,7 +106,7 @@ async def test_async_daemon_ignoring_the_flag_is_cancelled_after_the_cancellatio
     async def stubborn(**_: Any) -> None:
         events.append('started')
         try:
-            while True:
+            while True:  # noqa: ASYNC110  (busy, and never looks at the stop-flag)
                 await asyncio.sleep(0.01)
         except asyncio.CancelledError:
             events.append('cancelled')

@@ -11,6 +11,11 @@ from kopf._core.intents.filters import ABSENT, PRESENT
 from kopf._core.intents.handlers import Activity, ErrorsMode, Reason, WebhookType
 from kopf._core.intents.registries import OperatorRegistry
 
+
+def timer(*args: Any, **kwargs: Any) -> Any:
+    """``kopf.on.timer`` with an interval (the timers require it), for the tests of all decorators alike."""
+    return kopf.on.timer(*args, **{'interval': 1, **kwargs})
+
 RESOURCE = ['arg1', 'arg2', 'arg3', 'group', 'version', 'kind', 'plural', 'singular', 'shortcut', 'category']
 EXECUTION = ['id', 'param', 'errors', 'timeout', 'retries', 'backoff']
 FILTERS = ['labels', 'annotations', 'when', 'field', 'value']
@@ -166,7 +171,7 @@ def test_resource_decorators_with_execution_options(decorator, options, cls, att
     (kopf.on.update, ErrorsMode.TEMPORARY),
     (kopf.on.delete, ErrorsMode.TEMPORARY),
     (kopf.on.daemon, ErrorsMode.TEMPORARY),
-    (kopf.on.timer, ErrorsMode.TEMPORARY),
+    (timer, ErrorsMode.TEMPORARY),
     (kopf.on.index, ErrorsMode.IGNORED),
     (kopf.on.event, ErrorsMode.IGNORED),
     (kopf.on.validate, None),
@@ -231,7 +236,7 @@ def test_webhook_operations(operation, operations, expected, registry):
 ])
 @pytest.mark.parametrize('decorator', [
     kopf.on.resume, kopf.on.create, kopf.on.update, kopf.on.delete, kopf.on.event,
-    kopf.on.daemon, kopf.on.timer, kopf.on.index, kopf.on.validate, kopf.on.mutate,
+    kopf.on.daemon, timer, kopf.on.index, kopf.on.validate, kopf.on.mutate,
 ])
 def test_resource_specifications(decorator, args, kwargs, registry):
     decorator(*args, **kwargs, registry=registry)(fn)

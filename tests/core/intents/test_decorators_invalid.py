@@ -11,13 +11,18 @@ from kopf._core.intents.filters import PRESENT
 from kopf._core.intents.handlers import ErrorsMode
 from kopf._core.intents.registries import OperatorRegistry
 
+
+def timer(*args: Any, **kwargs: Any) -> Any:
+    """``kopf.on.timer`` with an interval (the timers require it), for the tests of all decorators alike."""
+    return kopf.on.timer(*args, **{'interval': 1, **kwargs})
+
 RESOURCE_DECORATORS = [
     kopf.on.resume, kopf.on.create, kopf.on.update, kopf.on.delete, kopf.on.event,
-    kopf.on.daemon, kopf.on.timer, kopf.on.index, kopf.on.validate, kopf.on.mutate,
+    kopf.on.daemon, timer, kopf.on.index, kopf.on.validate, kopf.on.mutate,
 ]
 EXECUTING_DECORATORS = [  # those with errors/timeout/retries/backoff
     kopf.on.resume, kopf.on.create, kopf.on.update, kopf.on.delete,
-    kopf.on.daemon, kopf.on.timer, kopf.on.index,
+    kopf.on.daemon, timer, kopf.on.index,
 ]
 ACTIVITY_DECORATORS = [kopf.on.startup, kopf.on.cleanup, kopf.on.login, kopf.on.probe]
 

@@ -9,6 +9,11 @@ from kopf._core.intents.handlers import Reason
 from kopf._core.intents.registries import OperatorRegistry
 
 
+def timer(*args: Any, **kwargs: Any) -> Any:
+    """``kopf.on.timer`` with an interval (the timers require it), for the tests of all decorators alike."""
+    return kopf.on.timer(*args, **{'interval': 1, **kwargs})
+
+
 def no_kwargs() -> dict[str, Any]:
     return {}
 
@@ -182,7 +187,7 @@ BODY_KWARGS = {'labels': {'l1': 'v1', 'empty': ''}, 'annotations': {'a1': 'v1'},
 
 
 @pytest.mark.parametrize('decorator', [kopf.on.event, kopf.on.create, kopf.on.resume, kopf.on.delete,
-                                       kopf.on.daemon, kopf.on.timer, kopf.on.index, kopf.on.validate])
+                                       kopf.on.daemon, timer, kopf.on.index, kopf.on.validate])
 @pytest.mark.parametrize('options, expected', [
     ({}, True),
     ({'labels': {'l1': 'v1'}}, True),

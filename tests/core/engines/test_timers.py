@@ -1,0 +1,284 @@
+"""
+Timers (``@kopf.timer``) in whole operators against the emulator: schedules, results, patches, errors.
+"""
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import kopf
+
+Cluster = Any  # the conftest's raw client of the emulator
+Operator = Callable[..., Any]  # the conftest's factory of running operators (async context managers)
+Eventually = Callable[..., Any]
+Messages = Callable[[], list[str]]
+
+FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+
+
+async def test_timer_ticks_at_the_interval_with_results_and_patches(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, messages: Messages) -> None:
+    calls: list[tuple[float, float]] = []  # (start, end)
+    seen: dict[str, Any] = {}
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.2, param='p')
+    async def ticker(patch: kopf.Patch, **kwargs: Any) -> int:
+        start = time.monotonic()
+        seen.update(kwargs)
+        patch.status['ticks'] = len(calls) + 1
+        patch.metadata.setdefault('labels', {})['ticked'] = 'yes'
+        calls.append((start, time.monotonic()))
+        return len(calls)
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: len(calls) >= 4)
+        await eventually(lambda: cluster.status().get('ticker', 0) >= 3)
+        await eventually(lambda: cluster.status().get('ticks', 0) >= 3)
+        assert cluster.get()['metadata']['labels'] == {'ticked': 'yes'}
+        assert cluster.finalizers() == [FINALIZER]
+        gaps = [start - end for (_, end), (start, _) in itertools.pairwise(calls)]
+        assert all(gap >= 0.19 for gap in gaps), gaps
+
+        assert seen['name'] == 'kex1' and seen['param'] == 'p' and seen['retry'] == 0
+        assert seen['spec'] == {'field': 'value'} and seen['resource'].plural == 'kopfexamples'
+        assert 'stopped' not in seen
+
+        await cluster.delete('kex1')
+        await eventually(lambda: cluster.get() is None)
+        count = len(calls)
+        await asyncio.sleep(0.3)
+        assert len(calls) == count  # no ticks for the deleted object
+    assert "Timer 'ticker' succeeded." in messages()
+
+
+@pytest.mark.parametrize('sharp', [True, False])
+async def test_sharp_timers_count_the_interval_from_the_start_of_the_call(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, sharp: bool) -> None:
+    starts: list[float] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.3, sharp=sharp)
+    async def slow(**_: Any) -> None:
+        starts.append(time.monotonic())
+        await asyncio.sleep(0.2)
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: len(starts) >= 4)
+    periods = [later - earlier for earlier, later in itertools.pairwise(starts)]
+    if sharp:
+        assert all(0.29 <= period < 0.45 for period in periods), periods
+    else:
+        assert all(period >= 0.49 for period in periods), periods
+
+
+async def test_idle_timers_wait_until_the_object_stays_unchanged(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    calls: list[float] = []
+
+    @kopf.timer('kopfexamples', registry=registry, idle=0.5, interval=0.1)
+    async def quiet(**_: Any) -> None:
+        calls.append(time.monotonic())
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        changed = time.monotonic()
+        for i in range(8):  # keep changing the object more often than the idle time
+            await asyncio.sleep(0.1)
+            await cluster.patch('kex1', {'spec': {'field': i}})
+            changed = time.monotonic()
+        assert calls == []
+        await eventually(lambda: len(calls) >= 3)
+        assert calls[0] - changed >= 0.45  # since the last change (as noticed by the operator)
+
+        # A change pauses the ticks for the idle time again.
+        await cluster.patch('kex1', {'spec': {'field': 'again'}})
+        changed = time.monotonic()
+        count = len(calls)
+        await eventually(lambda: len(calls) > count + 1)
+        assert [call for call in calls[count + 1:] if call - changed < 0.45] == []
+
+
+async def test_idle_only_timer_is_called_once_per_quiet_period(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    calls: list[float] = []
+
+    @kopf.timer('kopfexamples', registry=registry, idle=0.2)
+    async def quiet(**_: Any) -> None:
+        calls.append(time.monotonic())
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: len(calls) == 1)
+        await asyncio.sleep(0.5)
+        assert len(calls) == 1
+        await cluster.patch('kex1', {'spec': {'field': 'changed'}})
+        await eventually(lambda: len(calls) == 2)
+
+
+async def test_initial_delay_postpones_the_first_call(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    calls: list[float] = []
+
+    def delay_of(spec: kopf.Spec, **_: Any) -> float:
+        return float(spec['delay'])
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.1, initial_delay=0.5)
+    async def fixed(**_: Any) -> None:
+        calls.append(time.monotonic())
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.1, initial_delay=delay_of)
+    async def computed(**_: Any) -> None:
+        calls.append(-time.monotonic())
+
+    async with operator(registry, settings):
+        created = time.monotonic()
+        await cluster.create('kex1', spec={'delay': 0.7})
+        await eventually(lambda: any(call > 0 for call in calls) and any(call < 0 for call in calls))
+    assert min(call for call in calls if call > 0) - created >= 0.5
+    assert min(-call for call in calls if call < 0) - created >= 0.7
+
+
+async def test_calls_of_one_timer_never_overlap(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    active: list[int] = [0]
+    peak: list[int] = [0]
+    calls: list[float] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.01, sharp=True)
+    async def slow(**_: Any) -> None:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        calls.append(time.monotonic())
+        await asyncio.sleep(0.1)
+        active[0] -= 1
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await cluster.patch('kex1', {'spec': {'field': 'more events'}})
+        await eventually(lambda: len(calls) >= 5)
+    assert peak == [1]
+
+
+async def test_timer_errors_are_retried_per_backoff_and_stop_on_permanent_errors(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, messages: Messages) -> None:
+    flaky_calls: list[tuple[int, float]] = []
+    permanent_calls: list[int] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.4, backoff=0.1)
+    async def flaky(retry: int, **_: Any) -> None:
+        flaky_calls.append((retry, time.monotonic()))
+        if retry < 2:
+            raise ValueError('boom')
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.05)
+    async def doomed(retry: int, **_: Any) -> None:
+        permanent_calls.append(retry)
+        raise kopf.PermanentError('never again')
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: len(flaky_calls) >= 5)
+        await asyncio.sleep(0.2)
+
+    # A cycle: 2 failures with the backoff, a success, the interval; then a new cycle from retry 0.
+    assert [retry for retry, _ in flaky_calls[:5]] == [0, 1, 2, 0, 1]
+    times = [moment for _, moment in flaky_calls]
+    assert 0.09 <= times[1] - times[0] < 0.3
+    assert 0.09 <= times[2] - times[1] < 0.3
+    assert times[3] - times[2] >= 0.39
+    assert permanent_calls == [0]
+    assert "Timer 'flaky' failed with an exception and will try again in 0.1 seconds: boom" in messages()
+    assert "Timer 'doomed' failed permanently: never again" in messages()
+
+
+async def test_timers_stop_when_the_filters_mismatch_and_restart_when_they_match(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    calls: list[str] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.05, field='spec.enabled', value=True)
+    async def filtered(**_: Any) -> None:
+        calls.append('tick')
+
+    async with operator(registry, settings):
+        await cluster.create('kex1', spec={'enabled': True})
+        await eventually(lambda: len(calls) >= 2)
+        await cluster.patch('kex1', {'spec': {'enabled': False}})
+        await eventually(lambda: cluster.finalizers() == [])
+        await asyncio.sleep(0.1)  # the call in progress, if any, finishes
+        count = len(calls)
+        await asyncio.sleep(0.3)
+        assert len(calls) == count
+        await cluster.patch('kex1', {'spec': {'enabled': True}})
+        await eventually(lambda: len(calls) >= count + 2)
+
+
+async def test_deletion_waits_for_the_timer_call_in_progress(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    events: list[str] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=10)
+    async def long_call(**_: Any) -> None:
+        events.append('entered')
+        entered.set()
+        await release.wait()
+        events.append('exited')
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await asyncio.wait_for(entered.wait(), timeout=5)
+        await cluster.delete('kex1')
+        await asyncio.sleep(0.3)
+        assert cluster.get() is not None
+        release.set()
+        await eventually(lambda: cluster.get() is None)
+    assert events == ['entered', 'exited']
+
+
+@pytest.mark.parametrize('kwargs, error, message', [
+    ({}, TypeError, r'@kopf.timer\(\) needs interval= .* or idle= .*; got neither'),
+    ({'sharp': True}, TypeError, r'needs interval='),
+    ({'sharp': True, 'idle': 1}, TypeError, r'sharp=True needs interval='),
+    ({'interval': 0}, ValueError, r'interval= must be positive'),
+    ({'interval': -1}, ValueError, r'interval= must be positive'),
+    ({'interval': 1, 'idle': -1}, ValueError, r'idle= must be non-negative'),
+    ({'interval': 1, 'initial_delay': -1}, ValueError, r'initial_delay= must be non-negative'),
+    ({'interval': 1, 'backoff': -1}, ValueError, r'backoff= must be non-negative'),
+    ({'interval': 1, 'timeout': -1}, ValueError, r'timeout= must be non-negative'),
+])
+def test_bad_timer_options_fail_at_decoration_time(
+        registry: kopf.OperatorRegistry, kwargs: dict[str, Any], error: type[Exception], message: str,
+) -> None:
+    with pytest.raises(error, match=message):
+        kopf.timer('kopfexamples', registry=registry, **kwargs)
+    assert not registry.spawning
+
+
+@pytest.mark.parametrize('kwargs, error, message', [
+    ({'initial_delay': -1}, ValueError, r'initial_delay= must be non-negative'),
+    ({'backoff': -1}, ValueError, r'backoff= must be non-negative'),
+    ({'cancellation_backoff': -1}, ValueError, r'cancellation_backoff= must be non-negative'),
+    ({'cancellation_timeout': -1}, ValueError, r'cancellation_timeout= must be non-negative'),
+    ({'cancellation_polling': 0}, ValueError, r'cancellation_polling= must be positive'),
+    ({'cancellation_polling': 'x'}, TypeError, r'cancellation_polling= must be a number'),
+])
+def test_bad_daemon_options_fail_at_decoration_time(
+        registry: kopf.OperatorRegistry, kwargs: dict[str, Any], error: type[Exception], message: str,
+) -> None:
+    with pytest.raises(error, match=message):
+        kopf.daemon('kopfexamples', registry=registry, **kwargs)
+    assert not registry.spawning
