@@ -349,3 +349,57 @@ async def test_operator_exit_stops_all_daemons_and_timers_and_leaves_no_tasks(
     count = len(ticks)
     await asyncio.sleep(0.2)
     assert len(ticks) == count  # no more ticks after the exit
+
+
+async def test_sync_daemon_ignoring_the_flag_holds_the_object_while_polled(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, messages: Messages,
+        gates: list[threading.Event]) -> None:
+    gate = threading.Event()
+    gates.append(gate)
+    events: list[str] = []
+    settings.background.cancellation_polling = 0.2  # also how often the deletion is re-checked
+
+    @kopf.daemon('kopfexamples', registry=registry, cancellation_polling=0.1)
+    def stubborn(**_: Any) -> None:
+        events.append('started')
+        gate.wait()
+        events.append('exited')
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: events == ['started'])
+        await cluster.delete('kex1')
+        polled = "Daemon 'stubborn' has not exited yet after being stopped; checking again in 0.1 seconds."
+        await eventually(lambda: messages().count(polled) >= 3)
+        assert cluster.finalizers() == [FINALIZER]  # no cancellation timeout: the object is held
+        gate.set()
+        await eventually(lambda: cluster.get() is None)
+        assert events == ['started', 'exited']
+
+
+async def test_objects_gone_without_our_finalizer_stop_their_daemons(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    reasons: list[Any] = []
+
+    @kopf.daemon('kopfexamples', registry=registry)
+    async def monitor(stopped: kopf.DaemonStopped, **_: Any) -> None:
+        await stopped.wait()
+        reasons.append(stopped.reason)
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: cluster.finalizers() == [FINALIZER])
+        await cluster.patch('kex1', {'metadata': {'finalizers': None}})  # e.g. removed by force
+        await cluster.delete('kex1')
+        await eventually(lambda: reasons == [kopf.DaemonStoppingReason.RESOURCE_DELETED])
+
+
+def test_public_names_of_the_stop_flags() -> None:
+    assert [reason.name for reason in kopf.DaemonStoppingReason] == [
+        'DONE', 'FILTERS_MISMATCH', 'RESOURCE_DELETED', 'OPERATOR_PAUSING', 'OPERATOR_EXITING',
+        'DAEMON_SIGNALLED', 'DAEMON_CANCELLED', 'DAEMON_ABANDONED',
+    ]
+    assert issubclass(kopf.SyncDaemonStopperChecker, kopf.DaemonStopped)
+    assert issubclass(kopf.AsyncDaemonStopperChecker, kopf.DaemonStopped)

@@ -155,6 +155,10 @@ class DaemonStopped:
         """Why the daemon is stopped (None while it is not)."""
         return self._stopper.reason
 
+    def wait(self, timeout: float | None = None) -> Any:
+        """Sleep until stopped or the timeout is over: a bool (sync daemons), an awaitable (async ones)."""
+        raise NotImplementedError
+
 
 class SyncDaemonStopperChecker(DaemonStopped):
     """The ``stopped`` kwarg of the sync daemons (running in threads)."""
