@@ -403,3 +403,31 @@ def test_public_names_of_the_stop_flags() -> None:
     ]
     assert issubclass(kopf.SyncDaemonStopperChecker, kopf.DaemonStopped)
     assert issubclass(kopf.AsyncDaemonStopperChecker, kopf.DaemonStopped)
+
+
+async def test_operator_exit_cancels_the_daemons_that_would_be_polled_forever(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, messages: Messages) -> None:
+    events: list[str] = []
+    settings.background.cancellation_polling = 0.2
+
+    @kopf.daemon('kopfexamples', registry=registry, cancellation_polling=0.1)
+    async def stubborn(**_: Any) -> None:
+        events.append('started')
+        try:
+            await asyncio.Event().wait()  # ignores the stop-flag; no cancellation timeout
+        except asyncio.CancelledError:
+            events.append('cancelled')
+            raise
+
+    async with operator(registry, settings) as running:
+        await cluster.create('kex1')
+        await eventually(lambda: events == ['started'])
+        await cluster.delete('kex1')  # its stopping sequence would poll the daemon forever
+        polled = "Daemon 'stubborn' has not exited yet after being stopped; checking again in 0.1 seconds."
+        await eventually(lambda: polled in messages())
+        started = time.monotonic()
+        await running.stop()
+        duration = time.monotonic() - started
+    assert events == ['started', 'cancelled']
+    assert 4.5 <= duration < 9  # the exit grace of the daemons (5 s as documented), and a bit more

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from kopf._clients.errors import APIConflictError, APIError, APIUnprocessableEntityError
 from kopf._clients.vault import Vault
+from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
@@ -251,7 +252,7 @@ class ObjectSpawns:
 class Daemon:
     """One daemon of one object: the handler, the task, the stop-flag, the stopping sequence."""
 
-    __slots__ = ('abandoned', 'handler', 'spawns', 'stopper', 'task', 'terminator')
+    __slots__ = ('abandoned', 'exiting', 'handler', 'spawns', 'stopper', 'task', 'terminator')
 
     def __init__(self, *, handler: DaemonHandler, spawns: ObjectSpawns) -> None:
         super().__init__()
@@ -261,6 +262,7 @@ class Daemon:
         self.task: asyncio.Task[None] | None = None
         self.terminator: asyncio.Task[None] | None = None
         self.abandoned = False
+        self.exiting = False  # whether the stopping sequence is of the operator's exit (bounded in time)
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} {self.handler.id!r} running={self.running} stopper={self.stopper!r}>'
@@ -283,11 +285,24 @@ class DaemonCause(ResourceSpawningCause):
         return kwargs
 
 
-def initial_delay_of(handler: SpawningHandler, kwargs: Callable[[], Mapping[str, Any]]) -> float:
-    """The handler's initial delay: as declared, or as its callback computes it from the handler's kwargs."""
+def initial_delay_of(
+        handler: SpawningHandler,
+        kwargs: Callable[[], Mapping[str, Any]],
+        logger: Logger,
+) -> float:
+    """
+    The handler's initial delay: as declared, or as its callback computes it from the handler's kwargs.
+
+    A failing or misbehaving callback means no delay (it is logged): the handler is not lost because of it.
+    """
     delay = handler.initial_delay
     if callable(delay):
-        delay = delay(**kwargs())
+        try:
+            delay = delay(**kwargs())
+            return max(0.0, float(delay)) if delay is not None else 0.0
+        except Exception as e:
+            logger.exception(f'The initial delay of {handler.id!r} has failed; starting with no delay: {e}')
+            return 0.0
     return max(0.0, float(delay)) if delay is not None else 0.0
 
 
@@ -358,11 +373,23 @@ class Daemons:
         return daemon
 
     def stop(self, daemon: Daemon, reason: DaemonStoppingReason, *, exiting: bool = False) -> None:
-        """Signal the daemon to stop and start its stopping sequence (only once; the reasons accumulate)."""
+        """
+        Signal the daemon to stop and start its stopping sequence (once; the reasons accumulate).
+
+        On the operator's exit, a sequence started before (e.g. when the object was deleted) is restarted
+        in the exiting mode, so that it ends in a bounded time even if it would poll the daemon forever.
+        """
         daemon.stopper.set(reason)
-        if daemon.task is not None and not daemon.task.done() and daemon.terminator is None:
-            daemon.terminator = asyncio.create_task(self._terminate(daemon, exiting=exiting),
-                                                    name=f'stopper of {daemon.task.get_name()}')
+        task, terminator = daemon.task, daemon.terminator
+        if task is None or task.done() or daemon.abandoned:
+            return
+        if terminator is not None and not (exiting and not daemon.exiting and not terminator.done()):
+            return
+        if terminator is not None:
+            terminator.cancel()
+        daemon.exiting = exiting
+        daemon.terminator = asyncio.create_task(self._terminate(daemon, exiting=exiting),
+                                                name=f'stopper of {task.get_name()}')
 
     async def stop_all(self, reason: DaemonStoppingReason, *, exiting: bool = False) -> None:
         """Stop all the daemons and wait until they exit (or are abandoned)."""
@@ -398,15 +425,22 @@ class Daemons:
         try:
             delay = initial_delay_of(handler, lambda: {**handler_kwargs(state),
                                                        **self._make_cause(daemon, checker, logger)
-                                                       .kwargs_for(handler)})
+                                                       .kwargs_for(handler)}, logger)
             if delay > 0:
                 logger.debug(f'{title} is postponed by its initial delay of {delay} seconds.')
                 await stopper.wait(delay)
 
             while not stopper.is_set():
                 cause = self._make_cause(daemon, checker, logger)
-                outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
-                                                  cause=cause, state=state, logger=logger)
+                try:
+                    outcome = await execute_and_apply(settings=self.settings, vault=self.vault,
+                                                      handler=handler, cause=cause, state=state,
+                                                      logger=logger)
+                except Exception as e:  # not the function's failures (they are outcomes), but the framework's
+                    logger.exception(f'{title} has failed unexpectedly: {e}')
+                    backoff = handler.backoff
+                    delay = backoff if backoff is not None else self.settings.execution.default_backoff
+                    outcome = Outcome(final=False, delay=delay, exception=e)
                 state = state.with_outcome(outcome)
                 if outcome.final or stopper.is_set():
                     break

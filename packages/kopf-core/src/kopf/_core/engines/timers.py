@@ -104,7 +104,8 @@ class Timers:
         spawns.timers[handler.id] = timer
         delay = 0.0
         if handler.initial_delay is not None:
-            delay = initial_delay_of(handler, lambda: self._kwargs_for(timer))
+            logger = loggers.LocalObjectLogger(body=spawns.body, settings=self.settings)
+            delay = initial_delay_of(handler, lambda: self._kwargs_for(timer), logger)
         self._schedule(timer, asyncio.get_running_loop().time() + delay)
         return timer
 
