@@ -204,7 +204,11 @@ async def test_daemon_that_exits_or_fails_for_good_is_not_restarted(
         if outcome == 'return':
             assert cluster.status().get('once') == 'done'  # the result is delivered
             assert "Daemon 'once' succeeded." in messages()
-        assert "Daemon 'once' has exited on its own and will not be retried or restarted." in messages()
+        if outcome == 'permanent':
+            assert ("Daemon 'once' has exited after a permanent failure "
+                    "and will not be retried or restarted.") in messages()
+        else:
+            assert "Daemon 'once' has exited on its own and will not be retried or restarted." in messages()
         await cluster.delete('kex1')
         await eventually(lambda: cluster.get() is None)
 
@@ -431,3 +435,23 @@ async def test_operator_exit_cancels_the_daemons_that_would_be_polled_forever(
         duration = time.monotonic() - started
     assert events == ['started', 'cancelled']
     assert 4.5 <= duration < 9  # the exit grace of the daemons (5 s as documented), and a bit more
+
+
+async def test_daemon_stops_being_restarted_once_out_of_retries(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, messages: Messages) -> None:
+    calls: list[int] = []
+
+    @kopf.daemon('kopfexamples', registry=registry, retries=3, backoff=0.01)
+    async def hopeless(retry: int, **_: Any) -> None:
+        calls.append(retry)
+        raise ValueError('boom')
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: "Daemon 'hopeless' has exited after a permanent failure "
+                                 "and will not be retried or restarted." in messages())
+        await cluster.patch('kex1', {'spec': {'field': 'changed'}})
+        await asyncio.sleep(0.2)  # a chance for the wrong restarts (if any) to happen
+    assert calls == [0, 1, 2]
+    assert any('exceed 3 retries' in message for message in messages())

@@ -368,6 +368,8 @@ class Daemons:
         daemon = Daemon(handler=handler, spawns=spawns)
         name = f'daemon {handler.id!r} of {spawns.body.metadata.namespace}/{spawns.body.metadata.name}'
         daemon.task = asyncio.create_task(self._run(daemon), name=name)
+        # Normally, the daemon cleans up after itself; but a task cancelled before it starts runs no code.
+        daemon.task.add_done_callback(lambda _: self._daemons.discard(daemon))
         spawns.daemons[handler.id] = daemon
         self._daemons.add(daemon)
         return daemon
@@ -422,6 +424,7 @@ class Daemons:
         is_async = invocation.is_async_fn(handler.fn)
         checker = AsyncDaemonStopperChecker(stopper) if is_async else SyncDaemonStopperChecker(stopper)
         state = HandlerState.from_scratch()
+        outcome: Outcome | None = None
         try:
             delay = initial_delay_of(handler, lambda: {**handler_kwargs(state),
                                                        **self._make_cause(daemon, checker, logger)
@@ -451,6 +454,9 @@ class Daemons:
 
             if stopper.is_set():
                 logger.info(f'{title} has exited on request and will not be retried or restarted.')
+            elif outcome is not None and outcome.exception is not None:
+                logger.info(f'{title} has exited after a permanent failure '
+                            f'and will not be retried or restarted.')
             else:
                 logger.info(f'{title} has exited on its own and will not be retried or restarted.')
 

@@ -27,6 +27,7 @@ id) are applied to the object; the transformation functions that fail because th
 meanwhile are carried over to the next call.
 """
 import asyncio
+import functools
 import heapq
 import itertools
 import math
@@ -186,10 +187,20 @@ class Timers:
             if idle is not None and quiet_since + idle > now:
                 self._schedule(timer, quiet_since + idle)  # the object has changed meanwhile
                 continue
-            timer.task = asyncio.create_task(self._run(timer), name=f'timer {timer.handler.id!r}')
-            self._tasks.add(timer.task)
-            timer.task.add_done_callback(self._tasks.discard)
+            task = asyncio.create_task(self._run(timer), name=f'timer {timer.handler.id!r}')
+            task.add_done_callback(functools.partial(self._finished, timer))
+            timer.task = task
+            self._tasks.add(task)
         self._arm()
+
+    def _finished(self, timer: Timer, task: asyncio.Task[None]) -> None:
+        # Normally, the call cleans up after itself; but a task cancelled before it starts runs no code.
+        self._tasks.discard(task)
+        if timer.task is task:
+            timer.task = None
+            if timer.stopped and timer.spawns.timers.get(timer.handler.id) is timer:
+                del timer.spawns.timers[timer.handler.id]
+            timer.spawns.notify()
 
     def _wait_for_quiet_period(self, timer: Timer) -> None:
         """For the idle-only timers: the next call is due once the object stays unchanged long enough."""
