@@ -31,10 +31,11 @@ from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
 from kopf._core.engines.daemons import Daemons, DaemonStoppingReason, ObjectSpawns
 from kopf._core.engines.timers import Timers
-from kopf._core.intents.causes import ResourceSpawningCause, is_deletion_ongoing
+from kopf._core.intents.causes import ResourceSpawningCause
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import DaemonHandler, HandlerId, TimerHandler
 from kopf._core.intents.registries import OperatorRegistry
+from kopf._core.persistence.finalizers import is_deletion_ongoing
 
 __all__ = ['SpawningEngine', 'daemon_killer']
 

@@ -311,7 +311,7 @@ async def _process_changing(context: _Context) -> None:
         context.logger.debug('Deletion, but we are done with it, and we do not care.')
 
     # The daemons & timers hold the object until they exit; if they are slow, the object is handled again.
-    deleting = causes.is_deletion_ongoing(body) and causes.has_finalizer(body, finalizer)
+    deleting = finalizers.is_deletion_ongoing(body) and finalizers.is_deletion_blocked(body, finalizer)
     if done and deleting and not await _spawning_exited(context):
         done = False
         delays.append(0)

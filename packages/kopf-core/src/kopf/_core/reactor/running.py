@@ -445,11 +445,12 @@ def _spawn_core_tasks(
 
     limit = settings.queueing.worker_limit
     limiter = asyncio.Semaphore(limit) if limit is not None else None
-    # The daemons & timers are stopped by their core task, after the watchers and before the credentials.
+    # The daemons & timers are stopped by their core task (one of the "others"): after the watchers,
+    # before the poster & the credentials, so that they can still patch the objects and post the events.
     spawner = spawning.SpawningEngine(registry=registry, settings=settings, vault=vault, indices=indices)
     processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories,
                                registry=registry, settings=settings, vault=vault, memo=memo, spawner=spawner)
-    tasks.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
+    tasks.others.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
 
     def watcher_factory(resource: Resource, namespace: str | None) -> Coroutine[Any, Any, None]:
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
