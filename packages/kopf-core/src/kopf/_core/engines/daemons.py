@@ -366,7 +366,8 @@ class Daemons:
     def spawn(self, spawns: ObjectSpawns, handler: DaemonHandler) -> Daemon:
         """Start a daemon for the object (the caller ensures there is none of this handler already)."""
         daemon = Daemon(handler=handler, spawns=spawns)
-        name = f'daemon {handler.id!r} of {spawns.body.metadata.namespace}/{spawns.body.metadata.name}'
+        meta = spawns.body.metadata
+        name = f'daemon {handler.id!r} of {meta.namespace + "/" if meta.namespace else ""}{meta.name}'
         daemon.task = asyncio.create_task(self._run(daemon), name=name)
         # Normally, the daemon cleans up after itself; but a task cancelled before it starts runs no code.
         daemon.task.add_done_callback(lambda _: self._daemons.discard(daemon))
