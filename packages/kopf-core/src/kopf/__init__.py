@@ -83,6 +83,11 @@ from kopf._core.actions.loggers import (
     ObjectLogger,
     configure,
 )
+from kopf._core.engines.indexing import (
+    Index,
+    OperatorIndexers,
+    Store,
+)
 from kopf._core.engines.posting import (
     event,
     exception,
@@ -232,6 +237,7 @@ __all__ = [
     'HandlerId',
     'HandlerRetriesError',
     'HandlerTimeoutError',
+    'Index',
     'Labels',
     'LocalObjectLogger',
     'LogFormat',
@@ -245,6 +251,7 @@ __all__ = [
     'NetworkingSettings',
     'ObjectLogger',
     'ObjectReference',
+    'OperatorIndexers',
     'OperatorRegistry',
     'OperatorSettings',
     'OwnerReference',
@@ -264,6 +271,7 @@ __all__ = [
     'Status',
     'StatusDiffBaseStorage',
     'StatusProgressStorage',
+    'Store',
     'TemporaryError',
     'Vault',
     'WatchingSettings',

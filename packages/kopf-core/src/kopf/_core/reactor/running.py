@@ -38,9 +38,10 @@ from collections.abc import Collection, Coroutine, Iterable, Iterator
 from typing import Any
 
 from kopf._clients.vault import Vault
+from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
-from kopf._core.engines import activities, posting
+from kopf._core.engines import activities, indexing, posting
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
@@ -53,8 +54,9 @@ logger = logging.getLogger(__name__)
 # The flags to stop the operator from outside, or to know when it is ready: any of these types.
 Flag = asyncio.Future[Any] | asyncio.Event | concurrent.futures.Future[Any] | threading.Event
 
-# Not yet implemented (indexing and peering come with their engines): accepted and passed through.
-OperatorIndexers = Any
+OperatorIndexers = indexing.OperatorIndexers
+
+# Not yet implemented (peering comes with its engine): accepted and passed through.
 Identity = Any
 
 # How long the tasks left running after the operator's exit get to finish before they are cancelled.
@@ -187,6 +189,8 @@ async def spawn_tasks(
     vault = vault if vault is not None else Vault()
     memo = memo if memo is not None else Memo()
     insights = insights if insights is not None else observation.Insights()
+    indexers = indexers if indexers is not None else indexing.OperatorIndexers()
+    indexers.ensure(registry.indexing.get_all_handlers())  # the indices exist (empty) from the very start
 
     patterns: list[NamespacePattern] = [*namespaces, *([namespace] if namespace is not None else [])]
     if clusterwide and patterns:
@@ -283,9 +287,35 @@ def make_processor(
         processing.process_resource_event,
         registry=registry, settings=settings, vault=vault, memobase=memo, lifecycle=lifecycle,
         memories=memories if memories is not None else ResourceMemories(),
-        indices=getattr(indexers, 'indices', None),
+        indices=indexers.indices if indexers is not None else None,
         pacer=pacer if pacer is not None else pacing.Pacer(),
     )
+
+
+def make_indexer(
+        *,
+        indexers: OperatorIndexers | None,
+        memories: ResourceMemories,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        memo: object,
+) -> queueing.Processor | None:
+    """
+    The hook where the indexing plugs into the reactor: every event of the indexed resources goes
+    to the indices before the processing (see :mod:`kopf._core.engines.indexing`); None if no indexers.
+    """
+    if indexers is None:
+        return None
+
+    async def indexer(*, raw_event: RawEvent, stream_pressure: asyncio.Event,
+                      resource: Resource, namespace: str | None) -> None:
+        event_type = raw_event['type']
+        memory = memories.recall(raw_event['object'], memo=memo, noticed_by_listing=event_type is None,
+                                 ephemeral=event_type == 'DELETED')
+        await indexers.index_resource_event(raw_event=raw_event, resource=resource, registry=registry,
+                                            settings=settings, memo=memory.memo)
+
+    return indexer
 
 
 async def _run_operator(
@@ -307,8 +337,8 @@ async def _run_operator(
         event_queue: posting.EventQueue,
 ) -> None:
     """The operator's whole life: startup, the core tasks until any of them exits, cleanup."""
-    # The indices are maintained by the indexing engine, if any; the activities only read them.
-    indices = getattr(indexers, 'indices', None)
+    # The indices are maintained by the indexing engine; the handlers only read them.
+    indices = indexers.indices if indexers is not None else None
     started = False
     core_tasks: list[asyncio.Task[None]] = []
     gc_tuning = contextlib.ExitStack()
@@ -443,12 +473,17 @@ def _spawn_core_tasks(
 
     limit = settings.queueing.worker_limit
     limiter = asyncio.Semaphore(limit) if limit is not None else None
+    memories = memories if memories is not None else ResourceMemories()  # shared by the indexing
     processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories,
                                registry=registry, settings=settings, vault=vault, memo=memo)
+    indexer = make_indexer(indexers=indexers, memories=memories, registry=registry,
+                           settings=settings, memo=memo)
+    readiness = indexers.readiness if indexers is not None else None
 
     def watcher_factory(resource: Resource, namespace: str | None) -> Coroutine[Any, Any, None]:
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
-                                processor=processor, limiter=limiter)
+                                processor=processor, limiter=limiter, readiness=readiness,
+                                indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
     tasks.extend([
         asyncio.create_task(observation.resource_observer(
