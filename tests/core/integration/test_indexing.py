@@ -20,7 +20,8 @@ Eventually = Any
 CONFIGMAPS = '/api/v1/namespaces/default/configmaps'
 
 
-async def create_many(cluster: Cluster, count: int, *, namespace: str = 'default', prefix: str = 'kex') -> None:
+async def create_many(cluster: Cluster, count: int, *, namespace: str = 'default',
+                      prefix: str = 'kex') -> None:
     names = [f'{prefix}{i:04d}' for i in range(count)]
     for start in range(0, count, 50):  # not all at once: the emulator is a single thread
         await asyncio.gather(*[cluster.create(name, namespace=namespace) for name in names[start:start + 50]])
