@@ -40,7 +40,8 @@ class Recorder:
     async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
                        resource: Resource, namespace: str | None) -> None:
         body = raw_event['object']
-        self.calls.append((asyncio.get_running_loop().time(), body['metadata']['name'], body['spec']['value']))
+        now = asyncio.get_running_loop().time()
+        self.calls.append((now, body['metadata']['name'], body['spec']['value']))
         await asyncio.sleep(self.duration)
         if self.failing:
             raise RuntimeError('boom')
@@ -94,7 +95,8 @@ async def test_an_empty_listing_is_ready_at_once(settings: OperatorSettings, loo
     await streams.close()
 
 
-async def test_the_readiness_waits_for_the_slowest_object(settings: OperatorSettings, looptime: float) -> None:
+async def test_the_readiness_waits_for_the_slowest_stream(
+        settings: OperatorSettings, looptime: float) -> None:
     readiness = IndexingReadiness()
     indexer = Recorder()
     streams = make_streams(settings, processor=Recorder(), indexer=indexer, readiness=readiness)
