@@ -35,7 +35,7 @@ def report_fn(
         spec: kopf.Spec,
         namespace: str | None,
         fields: kopf.Index[str, tuple[str, str]],
-        pods_by_namespace: kopf.Index[str, str],
+        pods_by_namespace: kopf.Index[str | None, str],
         logger: kopf.Logger,
         **_: Any,
 ) -> dict[str, Any]:
