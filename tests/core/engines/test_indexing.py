@@ -430,3 +430,37 @@ async def test_long_waiting_is_reported_with_the_streams_not_ready(caplog: pytes
     await asyncio.wait_for(waiter, timeout=1)
     await asyncio.sleep(100)
     assert caplog.text.count('The handlers are waiting for the indices') == 2
+
+
+@pytest.mark.looptime
+async def test_nobody_waiting_means_nothing_to_report(caplog: pytest.LogCaptureFixture) -> None:
+    readiness = IndexingReadiness(reporting_interval=30)
+    readiness.expect('pods in ns1')
+    waiter = asyncio.create_task(readiness.wait())
+    await asyncio.sleep(10)
+    waiter.cancel()  # e.g. the operator exits before the indices are ready
+    await asyncio.wait([waiter])
+    await asyncio.sleep(100)
+    assert 'The handlers are waiting for the indices' not in caplog.text
+
+
+async def test_iterating_while_the_index_changes_sees_a_snapshot(
+        registry: kopf.OperatorRegistry, indexers: OperatorIndexers, feed: Any) -> None:
+    @kopf.index('pods', registry=registry)
+    def by_name(name: str, **_: Any) -> Any:
+        return {name: name}
+
+    await feed(event('pod1'), event('pod2'), event('pod3'))
+    index = indexers['by_name']
+    seen_items, seen_values, seen_keys = [], [], []
+    for key, store in index.items():
+        seen_items.append((key, list(store)))
+        await feed(event('pod2', type='DELETED'), event('pod3', type='DELETED'))
+    for store in index.values():
+        seen_values.append(list(store))
+        await feed(event('pod1', type='DELETED'))
+    for key in index:
+        seen_keys.append(key)
+    assert seen_items == [('pod1', ['pod1']), ('pod2', []), ('pod3', [])]  # the stores are emptied, not gone
+    assert seen_values == [['pod1']]
+    assert seen_keys == []

@@ -32,7 +32,7 @@ again and again), the streams that are not ready yet are reported in the logs pe
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Collection, Hashable, ItemsView, Iterable, Iterator, Mapping, ValuesView
 from typing import Any, Generic, TypeVar
 
 from kopf._cogs.structs.bodies import Body, RawEvent
@@ -130,6 +130,12 @@ class Index(Mapping[_K, Store[_V]], Generic[_K, _V]):
     def __contains__(self, key: object) -> bool:
         return key in self._stores
 
+    def items(self) -> ItemsView[_K, Store[_V]]:
+        return _SnapshotItemsView(self)
+
+    def values(self) -> ValuesView[Store[_V]]:
+        return _SnapshotValuesView(self)
+
     def _replace(self, owner: ObjectKey, contribution: Mapping[_K, _V]) -> None:
         """Put the object's new contribution instead of its previous one (if any)."""
         old_keys = self._contributions.get(owner, ())
@@ -157,6 +163,21 @@ class Index(Mapping[_K, Store[_V]], Generic[_K, _V]):
             store._discard(owner)
             if not store:
                 del self._stores[key]
+
+
+class _SnapshotItemsView(ItemsView[_K, Store[_V]]):
+    # The keys can vanish while an async handler iterates and awaits: iterate what was there at the start.
+    _mapping: Index[_K, _V]
+
+    def __iter__(self) -> Iterator[tuple[_K, Store[_V]]]:
+        return iter(list(self._mapping._stores.items()))
+
+
+class _SnapshotValuesView(ValuesView[Store[_V]]):
+    _mapping: Index[Any, _V]
+
+    def __iter__(self) -> Iterator[Store[_V]]:
+        return iter(list(self._mapping._stores.values()))
 
 
 def _as_contribution(result: object) -> Mapping[Any, Any]:
@@ -234,6 +255,7 @@ class IndexingReadiness:
         self._event: asyncio.Event | None = None  # made in the operator's loop when someone waits
         self._reporting_interval = reporting_interval
         self._reporter: asyncio.TimerHandle | None = None
+        self._waiters = 0
 
     @property
     def ready(self) -> bool:
@@ -255,7 +277,14 @@ class IndexingReadiness:
         if self._reporter is None:
             loop = asyncio.get_running_loop()
             self._reporter = loop.call_later(self._reporting_interval, self._report)
-        await self._event.wait()
+        self._waiters += 1
+        try:
+            await self._event.wait()
+        finally:
+            self._waiters -= 1
+            if not self._waiters and self._reporter is not None:  # e.g. the operator exits before ready
+                self._reporter.cancel()
+                self._reporter = None
 
     def _forget(self, toggle: ReadinessToggle) -> None:
         if toggle in self._toggles:
