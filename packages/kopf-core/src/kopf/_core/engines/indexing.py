@@ -259,7 +259,8 @@ class IndexingReadiness:
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        """Whether the handlers can run (checked cheaply for every event; e.g. no indexed streams at all)."""
+        return self._ready or self._reconsider()
 
     def expect(self, name: str) -> ReadinessToggle:
         """A new watch-stream of an indexed resource (``name`` is for the logs); it is not ready yet."""
