@@ -18,7 +18,7 @@ ignored errors keep the previous contribution, as ``None`` does; the permanent e
 exclude the object from this index for good; the temporary errors drop it and exclude the object
 until the delay is over (the next event of the object after that retries the indexing), until the
 ``retries=``/``timeout=`` limits turn them into permanent ones. The retrying state is kept in memory
-only while the object fails: a success forgets it.
+only while the object fails: a success or the object's deletion forgets it.
 
 Readiness: the indices must be complete before any other handler of any resource runs.
 Every watch-stream of an indexed resource reports (to :class:`IndexingReadiness`) when all objects
@@ -394,8 +394,7 @@ class OperatorIndexers(Mapping[str, Index[Any, Any]]):
         matching_ids = {handler.id for handler in matching}
         for handler in handlers:
             if handler.id not in matching_ids:  # e.g. the object does not match the filters anymore
-                self._index_of(handler.id)._discard(owner)
-                self._exclusions.pop((handler.id, owner), None)
+                self._index_of(handler.id)._discard(owner)  # (its exclusion, if any, stays till deletion)
         for handler in matching:
             await self._index_by(handler, cause=cause, owner=owner, settings=settings)
 
