@@ -464,3 +464,19 @@ async def test_iterating_while_the_index_changes_sees_a_snapshot(
     assert seen_items == [('pod1', ['pod1']), ('pod2', []), ('pod3', [])]  # the stores are emptied, not gone
     assert seen_values == [['pod1']]
     assert seen_keys == []
+
+
+async def test_exclusions_last_while_the_object_does_not_match_the_filters(
+        registry: kopf.OperatorRegistry, indexers: OperatorIndexers, feed: Any) -> None:
+    calls: list[str] = []
+
+    @kopf.index('pods', labels={'app': 'web'}, registry=registry)
+    def idx(name: str, **_: Any) -> Any:
+        calls.append(name)
+        raise kopf.PermanentError('Excluded forever.')
+
+    await feed(event('pod1', labels={'app': 'web'}))
+    await feed(event('pod1', labels={'app': 'db'}))
+    await feed(event('pod1', labels={'app': 'web'}))
+    assert calls == ['pod1']
+    assert as_dict(indexers['idx']) == {}
