@@ -122,3 +122,33 @@ async def test_other_failures_are_logged_not_raised(
     assert len(warnings) == 2
     assert 'Failed to post an event' in warnings[0] and 'HTTP 403' in warnings[0]
     assert 'Failed to post an event' in warnings[1] and 'HTTP 500' in warnings[1]
+
+
+async def test_best_effort_retries_every_failure_but_the_absent_namespace_with_own_backoffs(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        caplog: pytest.LogCaptureFixture, looptime: float,
+) -> None:
+    settings.networking.error_backoffs = [100, 100]  # replaced by the call's own backoffs
+    kmock['post /api/v1/namespaces/ns1/events'][:1] << 403 << {'kind': 'Status', 'code': 403}
+    kmock['post /api/v1/namespaces/ns1/events'][1:2] << 500 << {'kind': 'Status', 'code': 500}
+    kmock['post /api/v1/namespaces/ns1/events'][2:] << {'kind': 'Event'}
+    result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
+                                     backoffs=[2, 3], best_effort=True)
+    assert result == {'kind': 'Event'}
+    assert len(kmock) == 3
+    assert looptime == 5
+    retries = [r.getMessage() for r in caplog.records if 'will retry' in r.getMessage()]
+    assert len(retries) == 2 and 'HTTP 403' in retries[0]
+
+
+async def test_best_effort_gives_up_after_own_backoffs_and_never_retries_the_absent_namespace(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+) -> None:
+    kmock['post /api/v1/namespaces/ns1/events'][:2] << 409 << {'kind': 'Status', 'code': 409}
+    kmock['post /api/v1/namespaces/ns1/events'][2:] << 404 << {'kind': 'Status', 'code': 404}
+    assert await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
+                                   backoffs=[7], best_effort=True) is None
+    assert len(kmock) == 2 and looptime == 7
+    assert await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
+                                   backoffs=[7], best_effort=True) is None
+    assert len(kmock) == 3 and looptime == 7

@@ -13,7 +13,7 @@ from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.credentials import ConnectionInfo, VaultKey
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
-from kopf._core.actions.application import apply_patch, combine_patches, touch
+from kopf._core.actions.application import apply_patch, touch
 from kopf._core.intents.configuration import OperatorSettings
 
 CRDS = Resource('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', namespaced=False)
@@ -256,26 +256,99 @@ async def test_one_request_for_a_whole_successful_cycle(
     assert k8s_emulator.requests.count('patch') == 1
 
 
-def test_combine_patches() -> None:
-    fn1, fn2 = (lambda body: None), (lambda body: None)
-    patch1 = Patch({'metadata': {'annotations': {'a': '1', 'b': '2'}}, 'spec': {'x': [1]}})
-    patch1.fns.append(fn1)
-    patch2 = Patch({'metadata': {'annotations': {'b': None, 'c': '3'}}, 'status': {'r': {'s': None}}})
-    patch2.fns.append(fn2)
-    combined = combine_patches(patch1, patch2)
-    assert combined == {'metadata': {'annotations': {'a': '1', 'b': None, 'c': '3'}}, 'spec': {'x': [1]},
-                        'status': {'r': {'s': None}}}
-    assert combined.fns == [fn1, fn2]
-    assert patch1 == {'metadata': {'annotations': {'a': '1', 'b': '2'}}, 'spec': {'x': [1]}}  # intact
+#
+# Our finalizer: the writer guards the whole list by the version, and falls back to a JSON-patch.
+#
+
+OURS = 'kopf.zalando.org/KopfFinalizerMarker'
 
 
-def test_combine_patches_with_a_removal_then_a_merge() -> None:
-    with pytest.raises(ValueError, match=r"'status\.r' is removed and then patched"):
-        combine_patches(Patch({'status': {'r': None}}), Patch({'status': {'r': {'s': 1}}}))
+async def test_adding_our_finalizer_is_guarded_by_the_version_and_leaves_the_patch_intact(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    patch = Patch()
+    patch.meta['finalizers'] = [OURS]
+    patch.status['fn'] = 1
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is not None
+    assert result['metadata']['finalizers'] == [OURS]
+    assert result['status'] == {'fn': 1}
+    assert patch == {'metadata': {'finalizers': [OURS]}, 'status': {'fn': 1}}  # not modified by the guard
+    version = created['metadata']['resourceVersion']
+    assert messages(caplog) == [
+        f"Merge-patching the resource with: {{'metadata': {{'finalizers': ['{OURS}'], "
+        f"'resourceVersion': '{version}'}}}}",
+        "Merge-patching the status with: {'status': {'fn': 1}}",
+    ]
+    assert k8s_emulator.requests.count('patch') == 2
 
 
-def test_combine_no_patches() -> None:
-    assert combine_patches() == {}
+async def test_adding_our_finalizer_to_a_changed_object_keeps_the_others_finalizers(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    # Someone adds their finalizer after we have seen the object: our whole list would lose it.
+    json_patch = [{'op': 'add', 'path': '/metadata/finalizers', 'value': ['other/finalizer']}]
+    from kopf._clients.patching import json_patch_obj
+    await json_patch_obj(settings=settings, vault=vault, resource=WITH_STATUS,
+                         namespace='default', name='kex1', patch=json_patch)
+    k8s_emulator.requests.reset()
+
+    patch = Patch()
+    patch.meta['finalizers'] = [OURS]
+    patch.meta.labels['x'] = 'y'
+    patch.status['fn'] = 1
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is not None
+    stored = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert stored['metadata']['finalizers'] == ['other/finalizer', OURS]
+    assert stored['metadata']['labels'] == {'x': 'y'}
+    assert stored['status'] == {'fn': 1}
+    assert result['metadata']['resourceVersion'] == stored['metadata']['resourceVersion']
+    assert 'The object has changed meanwhile; the finalizer is changed separately.' in messages(caplog)
+    # The rejected guarded patch; the rest (main, status); the finalizer alone.
+    assert k8s_emulator.requests.count('patch') == 4
+    assert k8s_emulator.requests.count('patch', subresource='status') == 1
+
+
+async def test_releasing_puts_the_status_first_then_removes_our_finalizer(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    blocked = Patch()
+    blocked.meta['finalizers'] = [OURS]
+    await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                      patch=blocked, logger=logger)
+    await delete_obj(settings=settings, vault=vault, resource=WITH_STATUS, namespace='default', name='kex1')
+    deleting = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert deleting['metadata']['deletionTimestamp']
+    caplog.clear()
+    k8s_emulator.requests.reset()
+
+    patch = Patch()
+    patch.meta['finalizers'] = None
+    patch.status['fn'] = 'done'
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=deleting,
+                               patch=patch, logger=logger)
+    assert result is not None
+    assert k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default') is None
+    logs = messages(caplog)
+    assert logs[0] == "Merge-patching the status with: {'status': {'fn': 'done'}}"
+    assert logs[1].startswith("Merge-patching the resource with: {'metadata': {'finalizers': None, ")
+    assert k8s_emulator.requests.count('patch') == 2
+
+
+async def test_other_finalizers_are_not_guarded(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    patch = Patch()
+    patch.meta['finalizers'] = ['other/finalizer']
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is not None and result['metadata']['finalizers'] == ['other/finalizer']
+    assert messages(caplog) == [
+        "Merge-patching the resource with: {'metadata': {'finalizers': ['other/finalizer']}}",
+    ]
 
 
 #
@@ -336,25 +409,3 @@ async def test_sleep_for_delays(caplog: pytest.LogCaptureFixture, logger: loggin
     ]
     assert logs[3].startswith('Sleeping was interrupted by new changes, 9.')
     assert logs[3].endswith(' seconds left.')
-
-
-async def test_sleep_then_touch(
-        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
-        logger: logging.Logger, storage: Any) -> None:
-    # No fake time here: it would fast-forward the HTTP timeouts while waiting for the emulator's thread.
-    from kopf._core.actions.application import sleep_then_touch
-    kwargs: dict[str, Any] = {'settings': settings, 'vault': vault, 'resource': WITH_STATUS,
-                              'body': Body(created), 'storage': storage, 'logger': logger}
-
-    await sleep_then_touch(delays=[2], wakeup=asyncio.Event(), patched=True, **kwargs)
-    assert k8s_emulator.requests.count('patch') == 0
-
-    woken = asyncio.Event()
-    woken.set()
-    await sleep_then_touch(delays=[2], wakeup=woken, patched=False, **kwargs)
-    assert k8s_emulator.requests.count('patch') == 0
-
-    await sleep_then_touch(delays=[0, 2], wakeup=asyncio.Event(), patched=False, **kwargs)
-    assert k8s_emulator.requests.count('patch') == 1
-    stored = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
-    assert 'kopf.zalando.org/touch-dummy' in stored['metadata']['annotations']

@@ -9,16 +9,10 @@ from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.causes import (
     ActivityCause,
-    FinalizerAction,
-    FinalizerDecision,
     ResourceChangingCause,
     ResourceWebhookCause,
-    apply_finalizer_decision,
-    decide_finalizer,
     detect_changing_cause,
     detect_changing_reason,
-    has_finalizer,
-    is_deletion_ongoing,
 )
 from kopf._core.intents.handlers import (
     Activity,
@@ -181,72 +175,6 @@ def test_webhook_kwargs(make_body):
     assert kwargs['userinfo'] == {'username': 'admin'}
     assert kwargs['headers'] == {'Host': 'x'} and kwargs['sslpeer'] == {'subject': ()}
     assert kwargs['name'] == 'kex1'
-
-
-@pytest.mark.parametrize('raw, deleting, ours', [
-    ({}, False, False),
-    ({'metadata': {}}, False, False),
-    ({'metadata': {'deletionTimestamp': 'now'}}, True, False),
-    ({'metadata': {'finalizers': [OTHER]}}, False, False),
-    ({'metadata': {'finalizers': [OTHER, OURS]}}, False, True),
-    ({'metadata': {'finalizers': [OURS], 'deletionTimestamp': 'now'}}, True, True),
-])
-def test_deletion_and_finalizer_checks(raw, deleting, ours):
-    assert is_deletion_ongoing(raw) is deleting
-    assert has_finalizer(raw, OURS) is ours
-
-
-BLOCK = FinalizerDecision(FinalizerAction.ADD,
-                          'Adding the finalizer, thus preventing the actual deletion.')
-RELEASE = FinalizerDecision(FinalizerAction.REMOVE,
-                            'Removing the finalizer, thus allowing the actual deletion.')
-UNNEEDED = FinalizerDecision(FinalizerAction.REMOVE,
-                             'Removing the finalizer, as there are no handlers requiring it.')
-
-
-@pytest.mark.parametrize('finalizers, deleted, required, done, expected', [
-    # A living object: the finalizer follows the requirement.
-    ([], False, True, False, BLOCK),
-    ([OTHER], False, True, False, BLOCK),
-    ([OURS], False, True, False, None),
-    ([], False, False, False, None),
-    ([OURS], False, False, False, UNNEEDED),
-    ([OURS], False, False, True, UNNEEDED),
-    # An object being deleted: never blocked anew; released when the deletion is done.
-    ([], True, True, False, None),
-    ([OTHER], True, True, True, None),
-    ([OURS], True, True, False, None),
-    ([OURS], True, False, False, None),
-    ([OURS], True, True, True, RELEASE),
-    ([OURS, OTHER], True, False, True, RELEASE),
-])
-def test_finalizer_decisions(finalizers, deleted, required, done, expected, make_body):
-    raw = make_body(finalizers=finalizers, deleted=deleted)
-    decision = decide_finalizer(body=raw, finalizer=OURS, requires_finalizer=required, deletion_done=done)
-    assert decision == expected
-
-
-@pytest.mark.parametrize('decision, finalizers, expected', [
-    (BLOCK, None, [OURS]),
-    (BLOCK, [OTHER], [OTHER, OURS]),
-    (BLOCK, [OURS], [OURS]),
-    (RELEASE, [OURS], []),
-    (RELEASE, [OTHER, OURS], [OTHER]),
-    (UNNEEDED, [OURS, OTHER], [OTHER]),
-])
-def test_applying_finalizer_decisions(decision, finalizers, expected, make_body):
-    raw = make_body(finalizers=finalizers)
-    patch = Patch()
-    apply_finalizer_decision(decision, body=raw, patch=patch, finalizer=OURS)
-    assert patch == {'metadata': {'finalizers': expected}}
-    assert raw['metadata'].get('finalizers') == finalizers  # the body is intact
-
-
-def test_applying_finalizer_decisions_accumulates_in_the_patch(make_body):
-    raw = make_body(finalizers=[OTHER])
-    patch = Patch({'metadata': {'finalizers': [OTHER, 'third']}})
-    apply_finalizer_decision(BLOCK, body=raw, patch=patch, finalizer=OURS)
-    assert patch == {'metadata': {'finalizers': [OTHER, 'third', OURS]}}
 
 
 def test_kwargs_are_new_dicts_every_time_so_changes_do_not_leak(make_body):

@@ -1,22 +1,25 @@
 """
-Blocking and allowing the deletion: the finalizer as JSON-patches (as Kopf sends them) and merge-patches.
+Our finalizer: when it is added or removed (the decisions), and how (the merge-patch of the whole list
+for the guarded request, and the JSON-patches of its position as Kopf sends them).
 """
 from typing import Any
 
 import pytest
 
-from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.patches import Patch
 from kopf._core.persistence import (
     DEFAULT_FINALIZER,
-    allow_deletion,
-    block_deletion,
     is_deletion_blocked,
     is_deletion_ongoing,
     make_allowing_json_patch,
-    make_allowing_merge_patch,
     make_blocking_json_patch,
-    make_blocking_merge_patch,
+)
+from kopf._core.persistence.finalizers import (
+    FinalizerAction,
+    FinalizerDecision,
+    apply_decision,
+    changes_finalizers,
+    decide,
 )
 
 F = DEFAULT_FINALIZER
@@ -45,9 +48,6 @@ def test_default_finalizer_is_kopfs() -> None:
 def test_blocking(finalizers: list[str] | None, expected: list[dict[str, Any]]) -> None:
     body = _body(finalizers)
     assert make_blocking_json_patch(body) == expected
-    patch = Patch(body=body)
-    block_deletion(body=Body(body), patch=patch)
-    assert patch.as_json_patch() == expected  # the same as a transformation function of a patch
     assert is_deletion_blocked(body) == (not expected)
 
 
@@ -62,9 +62,6 @@ def test_blocking(finalizers: list[str] | None, expected: list[dict[str, Any]]) 
 def test_allowing(finalizers: list[str] | None, expected: list[dict[str, Any]]) -> None:
     body = _body(finalizers)
     assert make_allowing_json_patch(body) == expected
-    patch = Patch(body=body)
-    allow_deletion(body=Body(body), patch=patch)
-    assert patch.as_json_patch() == expected
 
 
 def test_duplicates_are_removed_from_the_end() -> None:
@@ -85,19 +82,6 @@ def test_guarding(guarded: bool, body: dict[str, Any], expected_test: bool) -> N
     assert (ops[0]['op'] == 'test') == expected_test
 
 
-@pytest.mark.parametrize('finalizers, blocking, allowing', [
-    (None, {'metadata': {'finalizers': [F]}}, {}),
-    (['a'], {'metadata': {'finalizers': ['a', F]}}, {}),
-    ([F], {}, {'metadata': {'finalizers': None}}),
-    (['a', F], {}, {'metadata': {'finalizers': ['a']}}),
-])
-def test_merge_patches(
-        finalizers: list[str] | None, blocking: dict[str, Any], allowing: dict[str, Any],
-) -> None:
-    assert make_blocking_merge_patch(_body(finalizers)) == blocking
-    assert make_allowing_merge_patch(_body(finalizers)) == allowing
-
-
 def test_custom_finalizer() -> None:
     body = _body(['my.example.com/finalizer'])
     assert is_deletion_blocked(body, 'my.example.com/finalizer')
@@ -113,3 +97,91 @@ def test_custom_finalizer() -> None:
 ])
 def test_deletion_ongoing(body: dict[str, Any], expected: bool) -> None:
     assert is_deletion_ongoing(body) == expected
+
+
+#
+# The decisions: when our finalizer is added or removed.
+#
+
+OURS = DEFAULT_FINALIZER
+OTHER = 'other.example.com/finalizer'
+BLOCK = FinalizerDecision(FinalizerAction.ADD,
+                          'Adding the finalizer, thus preventing the actual deletion.')
+RELEASE = FinalizerDecision(FinalizerAction.REMOVE,
+                            'Removing the finalizer, thus allowing the actual deletion.')
+UNNEEDED = FinalizerDecision(FinalizerAction.REMOVE,
+                             'Removing the finalizer, as there are no handlers requiring it.')
+
+
+def _object(finalizers: list[str] | None = None, *, deleted: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {'name': 'x', 'resourceVersion': '7'}
+    if finalizers is not None:
+        meta['finalizers'] = list(finalizers)
+    if deleted:
+        meta['deletionTimestamp'] = '2020-01-01T00:00:00Z'
+    return {'metadata': meta}
+
+
+@pytest.mark.parametrize('raw, deleting, ours', [
+    ({}, False, False),
+    ({'metadata': {}}, False, False),
+    ({'metadata': {'deletionTimestamp': 'now'}}, True, False),
+    ({'metadata': {'finalizers': [OTHER]}}, False, False),
+    ({'metadata': {'finalizers': [OTHER, OURS]}}, False, True),
+    ({'metadata': {'finalizers': [OURS], 'deletionTimestamp': 'now'}}, True, True),
+])
+def test_deletion_and_finalizer_checks(raw: dict[str, Any], deleting: bool, ours: bool) -> None:
+    assert is_deletion_ongoing(raw) is deleting
+    assert is_deletion_blocked(raw, OURS) is ours
+
+
+@pytest.mark.parametrize('finalizers, deleted, required, done, expected', [
+    # A living object: the finalizer follows the requirement.
+    ([], False, True, False, BLOCK),
+    ([OTHER], False, True, False, BLOCK),
+    ([OURS], False, True, False, None),
+    ([], False, False, False, None),
+    ([OURS], False, False, False, UNNEEDED),
+    ([OURS], False, False, True, UNNEEDED),
+    # An object being deleted: never blocked anew; released when the deletion is done.
+    ([], True, True, False, None),
+    ([OTHER], True, True, True, None),
+    ([OURS], True, True, False, None),
+    ([OURS], True, False, False, None),
+    ([OURS], True, True, True, RELEASE),
+    ([OURS, OTHER], True, False, True, RELEASE),
+])
+def test_decisions(finalizers: list[str], deleted: bool, required: bool, done: bool,
+                   expected: FinalizerDecision | None) -> None:
+    raw = _object(finalizers, deleted=deleted)
+    assert decide(body=raw, finalizer=OURS, requires_finalizer=required, deletion_done=done) == expected
+
+
+@pytest.mark.parametrize('decision, finalizers, expected', [
+    (BLOCK, None, [OURS]),
+    (BLOCK, [OTHER], [OTHER, OURS]),
+    (BLOCK, [OURS], [OURS]),
+    (RELEASE, [OURS], None),  # the last one goes with the whole field, as the API does it
+    (RELEASE, [OTHER, OURS], [OTHER]),
+    (UNNEEDED, [OURS, OTHER], [OTHER]),
+])
+def test_applying_decisions(decision: FinalizerDecision, finalizers: list[str] | None,
+                            expected: list[str] | None) -> None:
+    raw = _object(finalizers)
+    patch = Patch()
+    apply_decision(decision, body=raw, patch=patch, finalizer=OURS)
+    assert patch == {'metadata': {'finalizers': expected}}
+    assert changes_finalizers(patch)
+    assert raw['metadata'].get('finalizers') == finalizers  # the body is intact
+
+
+def test_applying_decisions_accumulates_in_the_patch() -> None:
+    raw = _object([OTHER])
+    patch = Patch({'metadata': {'finalizers': [OTHER, 'third']}})
+    apply_decision(BLOCK, body=raw, patch=patch, finalizer=OURS)
+    assert patch == {'metadata': {'finalizers': [OTHER, 'third', OURS]}}
+
+
+def test_other_patches_do_not_change_finalizers() -> None:
+    assert not changes_finalizers({'metadata': {'labels': {'a': 'b'}}})
+    assert not changes_finalizers({'status': {'finalizers': []}})

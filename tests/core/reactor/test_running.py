@@ -23,7 +23,9 @@ from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity, ActivityHandler, ErrorsMode, HandlerId, WatchingHandler
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.reactor.observation import Insights
-from kopf._core.reactor.running import _tuned_gc, operator, run, run_tasks, spawn_tasks, wait_flag
+from kopf._core.reactor.flags import wait_flag
+from kopf._core.reactor.running import operator, run, run_tasks, spawn_tasks
+from kopf._core.reactor.tuning import tuned_gc
 from kopf.testing.emulator import KubernetesEmulator
 
 Kube = Any  # the conftest's raw client
@@ -509,7 +511,7 @@ async def test_gc_threshold_higher_than_ours_is_kept(
 
 def test_gc_tuning_of_overlapping_operators_ends_with_the_last_one(
         default_gc_thresholds: tuple[int, int, int]) -> None:
-    first, second = _tuned_gc(10_000), _tuned_gc(20_000)
+    first, second = tuned_gc(10_000), tuned_gc(20_000)
     first.__enter__()
     second.__enter__()
     assert gc.get_threshold() == (20_000, 10, 10)
@@ -521,7 +523,7 @@ def test_gc_tuning_of_overlapping_operators_ends_with_the_last_one(
 
 def test_gc_thresholds_changed_by_the_process_meanwhile_are_not_overwritten(
         default_gc_thresholds: tuple[int, int, int]) -> None:
-    with _tuned_gc(10_000):
+    with tuned_gc(10_000):
         assert gc.get_threshold() == (10_000, 10, 10)
         gc.set_threshold(3000, 5, 5)  # e.g. by the application that embeds the operator
     assert gc.get_threshold() == (3000, 5, 5)

@@ -14,7 +14,9 @@ response) or :func:`stream` (for long-living responses, such as watch-streams). 
   (with ``settings.networking.enforce_retry_after``, exactly as the server asked);
 * on other HTTP 4xx errors, fail immediately with an :class:`~kopf._clients.errors.APIError`.
 
-The backoff sequence starts anew for every call: a success resets it.
+The backoff sequence starts anew for every call: a success resets it. A call can bring its own
+backoffs instead of the settings' ones, and can be "best-effort" (e.g. posting k8s-events): then
+every failure except "not found" is retried, the client errors and the exhausted credentials too.
 """
 import asyncio
 import contextlib
@@ -22,14 +24,14 @@ import functools
 import itertools
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
 
 from kopf._clients import auth, errors
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
+from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
 
 _T = TypeVar('_T')
@@ -49,14 +51,8 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
 )
 
-
-def iter_backoffs(backoffs: BackoffsSpec | None) -> Iterator[float]:
-    """Start a new sequence of delays from a number, a collection, or any re-iterable (maybe infinite)."""
-    if backoffs is None:
-        return iter(())
-    if isinstance(backoffs, (int, float)):
-        return iter((float(backoffs),))
-    return iter(backoffs)
+# Everything that can be retried by some calls: the network errors always, the API errors by their kind.
+_RETRIABLE_ERRORS: tuple[type[BaseException], ...] = (errors.APIError, LoginError, *_NETWORK_ERRORS)
 
 
 def _make_context(info: ConnectionInfo) -> auth.APIContext:
@@ -90,14 +86,18 @@ async def _retrying(
         settings: ClientSettings,
         logger: Logger,
         no_retry_statuses: Collection[int] = (),
+        backoffs: BackoffsSpec | None = None,
+        best_effort: bool = False,
 ) -> _T:
-    """Call the function, repeating it on temporary errors with the delays from the settings."""
-    backoffs = iter_backoffs(settings.networking.error_backoffs)
+    """Call the function, repeating it on temporary errors with the delays from the settings (or given)."""
+    delays = iter_backoffs(settings.networking.error_backoffs if backoffs is None else backoffs)
     for attempt in itertools.count(1):
         try:
             return await fn()
+        except errors.APINotFoundError:
+            raise
         except errors.APITooManyRequestsError as e:
-            own_delay = next(backoffs, None)
+            own_delay = next(delays, None)
             if own_delay is None:
                 raise
             server_delay = e.retry_after
@@ -110,20 +110,19 @@ async def _retrying(
             logger.warning(f'Request attempt #{attempt} was throttled by the server: {what}. '
                            f'Retrying in {delay} seconds.')
             await asyncio.sleep(delay)
-        except errors.APIServerError as e:
-            if e.status in no_retry_statuses:
+        except _RETRIABLE_ERRORS as e:
+            if isinstance(e, errors.APIServerError):
+                retried = e.status not in no_retry_statuses
+            elif isinstance(e, (errors.APIError, LoginError)):
+                retried = best_effort  # the client errors are final, unless the caller wants it so
+            else:
+                retried = True  # network errors and timeouts
+            retry_delay = next(delays, None) if retried else None
+            if retry_delay is None:
                 raise
-            error_delay = next(backoffs, None)
-            if error_delay is None:
-                raise
-            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e}')
-            await asyncio.sleep(error_delay)
-        except _NETWORK_ERRORS as e:
-            network_delay = next(backoffs, None)
-            if network_delay is None:
-                raise
-            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {e!r}')
-            await asyncio.sleep(network_delay)
+            details = e if isinstance(e, (errors.APIError, LoginError)) else repr(e)
+            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {details}')
+            await asyncio.sleep(retry_delay)
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 
 
@@ -291,6 +290,8 @@ async def request(
         params: Mapping[str, str] | None = None,
         logger: Logger | None = None,
         no_retry_statuses: Collection[int] = (),
+        backoffs: BackoffsSpec | None = None,
+        best_effort: bool = False,
 ) -> Any:
     """
     Make a regular request and return its JSON-decoded response (None if the response is empty).
@@ -299,6 +300,8 @@ async def request(
     the connection context that builds the path. ``payload`` is sent as JSON with the given
     content type (``application/json`` by default). ``no_retry_statuses`` are 5xx statuses
     that escalate immediately instead of being retried (e.g. 503 of optional API groups).
+    ``backoffs`` replace the settings' ``error_backoffs`` for this call; ``best_effort`` retries every
+    failure except "not found" (see the module's docs).
     Errors escalate as :class:`~kopf._clients.errors.APIError` or the network exceptions.
     """
     actual_logger: Logger = logger if logger is not None else default_logger
@@ -311,7 +314,7 @@ async def request(
                             params=params, client_timeout=timeout, logger=actual_logger)
 
     return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
-                           no_retry_statuses=no_retry_statuses)
+                           no_retry_statuses=no_retry_statuses, backoffs=backoffs, best_effort=best_effort)
 
 
 @contextlib.asynccontextmanager

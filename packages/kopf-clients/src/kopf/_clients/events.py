@@ -22,8 +22,9 @@ import aiohttp
 
 from kopf._clients import api, errors
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import ClientSettings
+from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
 from kopf._cogs.structs.bodies import RawBody
+from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
 
 default_logger = logging.getLogger(__name__)
@@ -39,7 +40,8 @@ _EVENT_API_VERSIONS = frozenset({'v1', 'events.k8s.io/v1', 'events.k8s.io/v1beta
 _REFERENCE_FIELDS = ('apiVersion', 'kind', 'name', 'uid', 'namespace', 'resourceVersion', 'fieldPath')
 
 
-def _is_event(ref: Mapping[str, Any]) -> bool:
+def is_event_ref(ref: Mapping[str, Any]) -> bool:
+    """Whether the reference is to an event itself (no events are posted about events)."""
     return ref.get('kind') == 'Event' and ref.get('apiVersion') in _EVENT_API_VERSIONS
 
 
@@ -104,6 +106,9 @@ async def post_event(
         component: str = 'kopf',
         instance: str = 'dev',
         name_prefix: str = 'kopf-event-',
+        now: datetime.datetime | None = None,
+        backoffs: BackoffsSpec | None = None,
+        best_effort: bool = False,
         logger: api.Logger | None = None,
 ) -> RawBody | None:
     """
@@ -111,23 +116,25 @@ async def post_event(
 
     ``ref`` is an object reference (``apiVersion``, ``kind``, ``name``, ``uid``, ``namespace``),
     e.g. as built from the object's body. ``component`` & ``instance`` identify the reporter
-    (see ``settings.posting``); ``name_prefix`` is the prefix of the generated event names.
+    (see ``settings.posting``); ``name_prefix`` is the prefix of the generated event names;
+    ``now`` is the event's time (the current time by default). ``backoffs`` replace the settings'
+    ``error_backoffs``; ``best_effort`` retries every failure except the absent namespace with them.
     """
     actual_logger: api.Logger = logger if logger is not None else default_logger
-    if _is_event(ref):
+    if is_event_ref(ref):
         return None  # no events about events!
 
     body = build_event(ref=ref, type=type, reason=reason, message=message,
-                       component=component, instance=instance, name_prefix=name_prefix)
+                       component=component, instance=instance, name_prefix=name_prefix, now=now)
     namespace = body['metadata']['namespace']
     url = EVENTS.get_url(namespace=namespace)
     try:
         data = await api.request('POST', url, payload=body, settings=settings, vault=vault,
-                                 logger=actual_logger)
+                                 backoffs=backoffs, best_effort=best_effort, logger=actual_logger)
     except errors.APINotFoundError:
         actual_logger.debug(f'Cannot post an event to the namespace {namespace!r}: it does not exist.')
         return None
-    except (errors.APIError, aiohttp.ClientError, TimeoutError) as e:
+    except (errors.APIError, aiohttp.ClientError, TimeoutError, LoginError) as e:
         actual_logger.warning(f'Failed to post an event; ignoring and continuing. '
                               f'The event was: {type} {reason}: {message!r}. The error was: {e}')
         return None

@@ -88,18 +88,6 @@ class RawEvent(TypedDict):
     object: RawBody
 
 
-class RawError(TypedDict, total=False):
-    """A ``kind: Status`` object, as the API sends it in errors (incl. ERROR lines of watch-streams)."""
-    apiVersion: str
-    kind: str
-    metadata: dict[str, Any]
-    status: str
-    message: str
-    reason: str
-    details: dict[str, Any]
-    code: int
-
-
 class RawInput(TypedDict):
     """One line of a watch-stream, before it is interpreted."""
     type: RawInputType

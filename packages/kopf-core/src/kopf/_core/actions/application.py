@@ -1,50 +1,53 @@
 """
-Applying the accumulated changes to an object, and waking the object's handling up after the delays.
+The object writer: the one way a change reaches an object, for every caller of the framework.
 
-All the changes of a handling cycle are accumulated into one :class:`kopf.Patch`: the handlers'
-own changes (``patch`` kwarg), the progress of the handlers, their results in the status,
-the diff-base (the last handled essence), the finalizers, the cleanup of the "touch" marker.
-:func:`apply_patch` sends it with as few requests as the API allows:
+Every caller (the change handling, the event-watching handlers, the daemons and timers, the touches
+after the delays) accumulates its changes into one :class:`kopf.Patch` and hands it to
+:func:`apply_patch`, which sends it with as few requests as the API allows:
 
-* the merge-patch without ``status``: one request to the object's main endpoint;
-* the ``status`` of the merge-patch: one request to the ``/status`` endpoint if the resource has
-  the status subresource (the API ignores the status changes sent to the main endpoint then,
-  and the other changes sent to ``/status``); otherwise, it goes with the main request;
-* the transformation functions (``patch.fns``): one JSON-patch, computed against the body
-  returned by the previous request (or the original one), guarded by its ``resourceVersion``,
-  so that the positions in lists are never applied to a changed object. Its operations on
-  ``/status`` go to the status endpoint (the client splits them).
+* the merge-patch: the client (:mod:`kopf._clients.patching`) alone decides which part goes where:
+  ``status`` to the ``/status`` endpoint if the resource has the status subresource (the API ignores
+  the status changes sent to the main endpoint then, and the other changes sent to ``/status``),
+  everything else to the main endpoint; the main part goes first;
+* our finalizer: if the patch adds or removes it (as decided by :mod:`kopf._core.persistence.finalizers`),
+  the main part is guarded by the object's ``resourceVersion``, so that the finalizers added by others
+  meanwhile are never lost in the whole list; if the API rejects it (the object has changed),
+  the rest is applied unguarded and our finalizer alone is changed by a guarded JSON-patch of its
+  position against the fresh object. When the finalizer is removed from an object being deleted,
+  the status goes first: the object can vanish right after the finalizer's removal;
+* the transformation functions (``patch.fns``): one JSON-patch, computed against the body returned
+  by the previous request (or the original one), guarded by its ``resourceVersion``, so that
+  positions in lists are never applied to a changed object.
 
 So, a successful handler with no result costs 1 request (its progress and the diff-base go together);
-with a result, 2 requests for resources with the status subresource (1 without). The results cannot go
-to the main endpoint in the same request: it is the API server that ignores them there.
+with a result, 2 requests for resources with the status subresource (1 without).
 
 The delayed handlers are retried by "touching" the object after the sleep (a dummy annotation
 or status field, per the progress storage), which causes a new watch-event and a new cycle.
 The sleep is interrupted by any new event of the object, which starts a new cycle anyway.
 """
 import asyncio
-import copy
 import datetime
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+from kopf._clients.errors import APIConflictError, APINotFoundError
+from kopf._clients.fetching import read_obj
 from kopf._clients.patching import json_patch_obj, patch_obj, split_merge_patch
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs.bodies import Body, RawBody
-from kopf._cogs.structs.patches import Patch
+from kopf._cogs.structs.patches import JSONPatch, Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.persistence import finalizers
 from kopf._core.persistence.progress import ProgressStorage
 
 __all__ = [
     'apply_patch',
-    'combine_patches',
     'sleep',
     'sleep_for_delays',
-    'sleep_then_touch',
     'touch',
 ]
 
@@ -61,75 +64,174 @@ async def apply_patch(
     """
     Apply the patch to the object; return the object as patched, or None if it does not exist anymore.
 
-    An empty patch sends nothing and returns the body as it is (as a raw dict).
-    The API errors other than "not found" (e.g. a conflict of the guarded JSON-patch) propagate.
+    An empty patch sends nothing and returns the body as it is (as a raw dict). The patch itself
+    is never modified. The API errors other than "not found" propagate.
     """
-    meta = body.get('metadata', {})
-    namespace: str | None = meta.get('namespace')
-    name: str = meta.get('name', '')
-    current: RawBody | None = None  # the unpatched body is unwrapped only if needed (rarely)
+    if not patch and not patch.fns:
+        return _as_raw(body)
+
+    finalizer: str = settings.persistence.finalizer
+    guarded = _changes_our_finalizer(body, patch, finalizer)
+    releasing = guarded and finalizers.is_deletion_ongoing(body)
+    writer = _Writer(settings=settings, vault=vault, resource=resource, body=body, logger=logger)
 
     main, status = split_merge_patch(resource, patch)
-    for part, subject in [(main, 'resource'), (status, 'status')]:
-        if part:
-            if logger.isEnabledFor(logging.DEBUG):  # the patches can be big; the debug logs are usually off
-                logger.debug(f'Merge-patching the {subject} with: {part}')
-            patched = await patch_obj(settings=settings, vault=vault, resource=resource,
-                                      namespace=namespace, name=name, patch=part, logger=logger)
-            if patched is None:
+    if releasing and status:
+        if await writer.merge_patch(status, subject='status') is None:
+            return None
+        status = {}
+    if guarded:
+        if await writer.merge_patch_guarded(main, then=status, finalizer=finalizer) is None:
+            return None
+    else:
+        for part, subject in [(main, 'resource'), (status, 'status')]:
+            if part and await writer.merge_patch(part, subject=subject) is None:
                 return None
-            current = patched
 
     if patch.fns:
-        transformations = Patch(body=current if current is not None else _as_raw(body))
+        transformations = Patch(body=writer.latest)
         transformations.fns = list(patch.fns)
         operations = transformations.as_json_patch()
-        if operations:
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(f'JSON-patching the resource with: {operations}')
-            patched = await json_patch_obj(settings=settings, vault=vault, resource=resource,
-                                           namespace=namespace, name=name, patch=operations, logger=logger)
-            if patched is None:
-                return None
-            current = patched
+        if operations and await writer.json_patch(operations) is None:
+            return None
 
-    return current if current is not None else _as_raw(body)
+    # E.g. the fields pruned by the CRD's schema. (The released objects can be returned as they were.)
+    if not patch.fns and not releasing and logger.isEnabledFor(logging.DEBUG):
+        inconsistencies = tuple(_iter_inconsistencies(patch, writer.latest))
+        if inconsistencies:
+            logger.debug(f'Patching failed with inconsistencies: {inconsistencies}')
+    return writer.latest
+
+
+class _Writer:
+    """The requests of one application of a patch, each against the latest known state of the object."""
+
+    def __init__(self, *, settings: OperatorSettings, vault: Vault, resource: Resource,
+                 body: Mapping[str, Any], logger: Logger) -> None:
+        meta = body.get('metadata', {})
+        self.settings = settings
+        self.vault = vault
+        self.resource = resource
+        self.logger = logger
+        self.namespace: str | None = meta.get('namespace')
+        self.name: str = meta.get('name', '')
+        self.original = body
+        self._latest: RawBody | None = None  # the unpatched body is unwrapped only if needed (rarely)
+
+    @property
+    def latest(self) -> RawBody:
+        return self._latest if self._latest is not None else _as_raw(self.original)
+
+    async def merge_patch(self, part: Mapping[str, Any], *, subject: str) -> RawBody | None:
+        if self.logger.isEnabledFor(logging.DEBUG):  # the patches can be big; the debug logs are usually off
+            self.logger.debug(f'Merge-patching the {subject} with: {part}')
+        patched = await patch_obj(settings=self.settings, vault=self.vault, resource=self.resource,
+                                  namespace=self.namespace, name=self.name, patch=part, logger=self.logger)
+        return self._remember(patched)
+
+    async def json_patch(self, operations: JSONPatch) -> RawBody | None:
+        if self.logger.isEnabledFor(logging.DEBUG):
+            self.logger.debug(f'JSON-patching the resource with: {operations}')
+        patched = await json_patch_obj(settings=self.settings, vault=self.vault, resource=self.resource,
+                                       namespace=self.namespace, name=self.name, patch=operations,
+                                       logger=self.logger)
+        return self._remember(patched)
+
+    async def merge_patch_guarded(self, main: Mapping[str, Any], *, then: Mapping[str, Any],
+                                  finalizer: str) -> RawBody | None:
+        """
+        Apply the main part with the whole new list of finalizers guarded by the version, then the rest.
+
+        If the object has changed since that version (e.g. someone has added their own finalizer,
+        which the list would lose), the API rejects the patch. Then, the rest of the patch is applied
+        unguarded, and our finalizer alone is added or removed with a JSON-patch of its position,
+        guarded by the fresh version of the object (as Kopf does it in all cases).
+        """
+        metadata = dict(main.get('metadata', {}))
+        version = _version_of(self.latest)
+        if version is not None:
+            metadata['resourceVersion'] = version
+        try:
+            if await self.merge_patch({**main, 'metadata': metadata}, subject='resource') is None:
+                return None
+        except APIConflictError:
+            pass
+        else:
+            return await self.merge_patch(then, subject='status') if then else self.latest
+
+        wanted: list[str] = list(metadata.pop('finalizers') or [])  # None when none are left
+        metadata.pop('resourceVersion', None)
+        rest = {key: value for key, value in main.items() if key != 'metadata'}
+        if metadata:
+            rest['metadata'] = metadata
+        self.logger.debug('The object has changed meanwhile; the finalizer is changed separately.')
+
+        fresh: RawBody | None
+        if rest or then:
+            fresh = await self.merge_patch({**rest, **then}, subject='resource')
+        else:
+            fresh = await self._read()
+        if fresh is None:
+            return None
+        if finalizer in wanted:
+            operations = finalizers.make_blocking_json_patch(fresh, finalizer)
+        else:
+            operations = finalizers.make_allowing_json_patch(fresh, finalizer)
+        return await self.json_patch(operations) if operations else fresh
+
+    async def _read(self) -> RawBody | None:
+        try:
+            fresh = await read_obj(settings=self.settings, vault=self.vault, resource=self.resource,
+                                   namespace=self.namespace, name=self.name, logger=self.logger)
+        except APINotFoundError:
+            return None
+        return self._remember(fresh)
+
+    def _remember(self, patched: RawBody | None) -> RawBody | None:
+        if patched is not None:
+            self._latest = patched
+        return patched
+
+
+def _changes_our_finalizer(body: Mapping[str, Any], patch: Patch, finalizer: str) -> bool:
+    """Whether the patch adds or removes our finalizer (and so replaces the list in a guarded way)."""
+    if not finalizers.changes_finalizers(patch):
+        return False
+    wanted = patch['metadata']['finalizers'] or []
+    return (finalizer in wanted) != finalizers.is_deletion_blocked(body, finalizer)
+
+
+def _version_of(raw_body: Mapping[str, Any]) -> str | None:
+    meta = raw_body.get('metadata')
+    version = meta.get('resourceVersion') if isinstance(meta, Mapping) else None
+    return str(version) if version else None
+
+
+def _iter_inconsistencies(
+        patch: Mapping[str, Any],
+        body: Mapping[str, Any] | None,
+        path: tuple[str, ...] = (),
+) -> Iterator[tuple[str, tuple[str, ...], Any, Any]]:
+    """The fields of the merge-patch that the patched object has not got as patched: (op, path, old, new)."""
+    for key, value in patch.items():
+        if path == ('metadata',) and key == 'resourceVersion':
+            continue  # a precondition, not a change
+        actual = body.get(key) if body is not None else None
+        if isinstance(value, Mapping):
+            if isinstance(actual, Mapping):
+                yield from _iter_inconsistencies(value, actual, (*path, key))
+            elif value:
+                yield ('add', (*path, key), actual, value)
+        elif value is None:
+            if actual is not None:
+                yield ('remove', (*path, key), actual, value)
+        elif actual != value:
+            yield ('change', (*path, key), actual, value)
 
 
 def _as_raw(body: Mapping[str, Any]) -> RawBody:
     # A live view (kopf.Body) is unwrapped into a plain dict; nested values are raw already.
     return dict(body.items())  # type: ignore[return-value]
-
-
-def combine_patches(*patches: Patch) -> Patch:
-    """
-    Combine several patches into one, as if they were applied one after another.
-
-    The later values win; nested mappings are merged; the functions are concatenated in order.
-    Not every sequence of merge-patches can be expressed as one: if a patch removes a mapping
-    (``None``) and a later one puts a mapping there, the removal would be lost in the combination
-    (a mapping in a merge-patch is merged into the existing value, never replaces it);
-    a ``ValueError`` is raised then, so that the caller applies them separately.
-    """
-    combined = Patch(body=patches[0].body if patches else None)
-    for patch in patches:
-        _merge_patch_into(combined, patch, path=())
-        combined.fns.extend(patch.fns)
-    return combined
-
-
-def _merge_patch_into(target: dict[str, Any], patch: Mapping[str, Any], *, path: tuple[str, ...]) -> None:
-    for key, value in patch.items():
-        if isinstance(value, Mapping):
-            existing = target.get(key, ...)
-            if existing is None:
-                where = '.'.join((*path, key))
-                raise ValueError(f'Cannot combine the patches: {where!r} is removed and then patched.')
-            if not isinstance(existing, dict):
-                existing = target[key] = {}
-            _merge_patch_into(existing, value, path=(*path, key))
-        else:
-            target[key] = copy.deepcopy(value)
 
 
 async def sleep(delay: float, wakeup: asyncio.Event | None = None) -> float | None:
@@ -194,21 +296,3 @@ async def touch(
     storage.touch(body=body, patch=patch, value=datetime.datetime.now(datetime.UTC).isoformat())
     return await apply_patch(settings=settings, vault=vault, resource=resource,
                              body=body, patch=patch, logger=logger)
-
-
-async def sleep_then_touch(
-        *,
-        settings: OperatorSettings,
-        vault: Vault,
-        resource: Resource,
-        body: Body,
-        storage: ProgressStorage,
-        delays: Collection[float],
-        wakeup: asyncio.Event | None,
-        patched: bool,
-        logger: Logger,
-) -> None:
-    """The end of a cycle with unfinished handlers: sleep for the delays if needed, then touch the object."""
-    if await sleep_for_delays(delays=delays, wakeup=wakeup, patched=patched, logger=logger):
-        await touch(settings=settings, vault=vault, resource=resource,
-                    body=body, storage=storage, logger=logger)

@@ -32,19 +32,15 @@ import asyncio
 import contextvars
 import dataclasses
 import datetime
-import itertools
 import logging
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sized
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import aiohttp
-
-from kopf._clients import api, errors, events
+from kopf._clients import events
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec, StandaloneClientSettings
-from kopf._cogs.structs.credentials import LoginError
+from kopf._cogs.configs.networking import BackoffsSpec
 from kopf._core.actions import loggers
 from kopf._core.intents.configuration import OperatorSettings
 
@@ -78,8 +74,6 @@ EVENT_TYPE_LEVELS: Mapping[str, int] = {
 MAX_MESSAGE_LENGTH = events.MAX_MESSAGE_LENGTH
 CUT_MESSAGE_INFIX = '...'
 
-_EVENT_API_VERSIONS = frozenset({'v1', 'events.k8s.io/v1', 'events.k8s.io/v1beta1'})
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class K8sEvent:
@@ -99,10 +93,6 @@ def cut_message(message: str) -> str:
     head = (kept + 1) // 2
     tail = kept - head
     return message[:head] + CUT_MESSAGE_INFIX + message[-tail:]
-
-
-def is_event_ref(ref: Mapping[str, Any]) -> bool:
-    return ref.get('kind') == 'Event' and ref.get('apiVersion') in _EVENT_API_VERSIONS
 
 
 def event_type_for_level(levelno: int) -> str:
@@ -222,7 +212,7 @@ def event(
     actual_message = cut_message(message)
     for body in _iter_bodies(objs):
         ref = loggers.build_object_ref(body)
-        if not is_event_ref(ref):
+        if not events.is_event_ref(ref):
             queue.put(K8sEvent(ref=ref, type=type, reason=reason, message=actual_message,
                                backoffs=actual_backoffs, timestamp=timestamp))
 
@@ -290,7 +280,7 @@ class ObjectLogsPostingHandler(logging.Handler):
         posting = settings.posting
         if not posting.enabled or not posting.loggers or record.levelno < posting.level:
             return
-        if is_event_ref(ref):
+        if events.is_event_ref(ref):
             return
 
         queue = find_event_queue()
@@ -405,52 +395,18 @@ class _WorkersPool:
             self.idle -= 1
 
 
-_RETRIED_ERRORS: tuple[type[BaseException], ...] = (
-    errors.APIError,
-    aiohttp.ClientError,
-    asyncio.TimeoutError,
-    LoginError,
-)
-
-
 async def _post_with_retries(event: K8sEvent, *, settings: OperatorSettings, vault: Vault) -> None:
     """
-    Post one event, retrying on any failure with the event's own back-offs.
+    Post one event by the client, retrying any failure with the event's own back-offs (best-effort).
 
-    The retries of the API client itself are disabled here, so that the number of attempts
-    and the delays are only those of the event. The absent namespace (e.g. being deleted
-    together with the object) is not retried: it will not appear again.
+    The event's back-offs replace the client's ``settings.networking.error_backoffs``, so the number
+    of attempts and the delays are only those of the event. The absent namespace (e.g. being deleted
+    together with the object) is not retried: it will not appear again. The client logs the failures.
     """
     posting = settings.posting
-    client_settings = StandaloneClientSettings(
-        networking=dataclasses.replace(settings.networking, error_backoffs=()),
-        watching=settings.watching,
-    )
-    body = events.build_event(
-        ref=event.ref, type=event.type, reason=event.reason, message=event.message,
-        component=posting.reporting_component, instance=posting.reporting_instance,
+    await events.post_event(
+        settings=settings, vault=vault, ref=event.ref, type=event.type, reason=event.reason,
+        message=event.message, component=posting.reporting_component, instance=posting.reporting_instance,
         name_prefix=posting.event_name_prefix, now=event.timestamp,
+        backoffs=event.backoffs, best_effort=True, logger=logger,
     )
-    namespace = body['metadata']['namespace']
-    url = events.EVENTS.get_url(namespace=namespace)
-    backoffs = api.iter_backoffs(event.backoffs)
-    total = f'/{len(event.backoffs) + 1}' if isinstance(event.backoffs, Sized) else ''
-    for attempt in itertools.count(1):
-        try:
-            await api.request('POST', url, payload=body, settings=client_settings, vault=vault, logger=logger)
-            return
-        except errors.APINotFoundError:
-            logger.debug(f'Cannot post an event to the namespace {namespace!r}: it does not exist. '
-                         f'The event was: {_describe(event)}')
-            return
-        except _RETRIED_ERRORS as e:
-            delay = next(backoffs, None)
-            if delay is None:
-                logger.warning(f'Failed to post an event; ignoring and continuing. '
-                               f'The event was: {_describe(event)}. The error was: {e!r}')
-                return
-            if isinstance(e, errors.APIError) and e.retry_after is not None:
-                delay = max(delay, e.retry_after)
-            logger.error(f'Posting an event failed (attempt #{attempt}{total}); '
-                         f'retrying in {delay} seconds: {e!r}')
-            await asyncio.sleep(delay)

@@ -6,11 +6,10 @@ the matching handlers are selected for it (see the registries) and invoked with 
 
 The detection of the changing causes is pure: the caller provides the facts (the event type,
 the body, the last handled essence from the diff-base storage, whether the object is being seen
-for the first time), and gets the reason. The finalizer decisions are pure too; applying them
-(patching the object) is the caller's job.
+for the first time), and gets the reason. Whether our finalizer is on the object is asked of
+:mod:`kopf._core.persistence.finalizers`, which alone decides when it is added or removed.
 """
 import dataclasses
-import enum
 from collections.abc import Mapping, MutableSequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from kopf._core.intents.handlers import (
     ResourceHandler,
     WebhookType,
 )
+from kopf._core.persistence import finalizers
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -138,7 +138,7 @@ class ResourceChangingCause(ResourceCause):
     @property
     def deleted(self) -> bool:
         """Whether the object is being deleted (it has a deletion timestamp)."""
-        return is_deletion_ongoing(self.body)
+        return finalizers.is_deletion_ongoing(self.body)
 
     def _own_kwargs(self) -> dict[str, Any]:
         kwargs = super()._own_kwargs()
@@ -221,25 +221,6 @@ def narrow_to_field(cause: ResourceChangingCause, field: dicts.FieldSpec) -> Fie
 # Detection.
 #
 
-def _metadata_field(body: Mapping[str, Any], name: str) -> Any:
-    # A shortcut of ``dicts.resolve(body, ('metadata', name), None)``: this is checked for every event.
-    metadata = body.get('metadata')
-    if type(metadata) is dict or isinstance(metadata, Mapping):
-        return metadata.get(name)
-    return None
-
-
-def is_deletion_ongoing(body: Mapping[str, Any]) -> bool:
-    """Whether the object is marked for deletion (but still exists, blocked by some finalizers)."""
-    return _metadata_field(body, 'deletionTimestamp') is not None
-
-
-def has_finalizer(body: Mapping[str, Any], finalizer: str) -> bool:
-    """Whether the object has the finalizer (i.e. its actual deletion is blocked by us)."""
-    finalizers = _metadata_field(body, 'finalizers') or []
-    return finalizer in finalizers
-
-
 def detect_changing_reason(
         *,
         event_type: RawEventType | str,
@@ -265,8 +246,8 @@ def detect_changing_reason(
     """
     if event_type == 'DELETED':
         return Reason.GONE
-    if is_deletion_ongoing(body):
-        return Reason.DELETE if has_finalizer(body, finalizer) else Reason.FREE
+    if finalizers.is_deletion_ongoing(body):
+        return Reason.DELETE if finalizers.is_deletion_blocked(body, finalizer) else Reason.FREE
     if old is None:
         return Reason.CREATE
     if diff:
@@ -316,76 +297,3 @@ def detect_changing_cause(
         memo=memo,
         indices=indices if indices is not None else {},
     )
-
-
-#
-# Finalizers.
-#
-
-class FinalizerAction(enum.Enum):
-    ADD = enum.auto()
-    REMOVE = enum.auto()
-
-
-BLOCKING_MESSAGE = 'Adding the finalizer, thus preventing the actual deletion.'
-RELEASING_MESSAGE = 'Removing the finalizer, thus allowing the actual deletion.'
-UNNEEDED_MESSAGE = 'Removing the finalizer, as there are no handlers requiring it.'
-
-
-@dataclasses.dataclass(frozen=True)
-class FinalizerDecision:
-    """What to do with our finalizer on the object, and the message to log about it."""
-
-    action: FinalizerAction
-    message: str
-
-
-def decide_finalizer(
-        *,
-        body: Mapping[str, Any],
-        finalizer: str,
-        requires_finalizer: bool,
-        deletion_done: bool = False,
-) -> FinalizerDecision | None:
-    """
-    Decide whether our finalizer must be added to or removed from the object (None: neither).
-
-    While the object lives, the finalizer is kept if and only if it is required (by the deletion
-    handlers or by the daemons/timers that match the object). Once the object is being deleted,
-    the finalizer is never added; it is removed when the caller says that the deletion is done
-    (all the deletion handlers succeeded, the daemons stopped).
-    """
-    present = has_finalizer(body, finalizer)
-    if is_deletion_ongoing(body):
-        if present and deletion_done:
-            return FinalizerDecision(FinalizerAction.REMOVE, RELEASING_MESSAGE)
-        return None
-    if requires_finalizer and not present:
-        return FinalizerDecision(FinalizerAction.ADD, BLOCKING_MESSAGE)
-    if not requires_finalizer and present:
-        return FinalizerDecision(FinalizerAction.REMOVE, UNNEEDED_MESSAGE)
-    return None
-
-
-def apply_finalizer_decision(
-        decision: FinalizerDecision,
-        *,
-        body: Mapping[str, Any],
-        patch: Patch,
-        finalizer: str,
-) -> None:
-    """
-    Put the finalizer change into the patch (a merge-patch of the whole list of finalizers).
-
-    The list is taken from the patch if it is already changed there, so that several changes
-    (ours and the handlers') accumulate instead of overwriting each other.
-    """
-    current = patch.get('metadata', {}).get('finalizers')
-    if current is None:
-        current = dicts.resolve(body, ('metadata', 'finalizers'), None) or []
-    finalizers = list(current)
-    if decision.action is FinalizerAction.ADD and finalizer not in finalizers:
-        finalizers.append(finalizer)
-    elif decision.action is FinalizerAction.REMOVE:
-        finalizers = [name for name in finalizers if name != finalizer]
-    patch.metadata['finalizers'] = finalizers

@@ -24,14 +24,10 @@ from kopf._core.persistence.diffbase import (
 )
 from kopf._core.persistence.finalizers import (
     DEFAULT_FINALIZER,
-    allow_deletion,
-    block_deletion,
     is_deletion_blocked,
     is_deletion_ongoing,
     make_allowing_json_patch,
-    make_allowing_merge_patch,
     make_blocking_json_patch,
-    make_blocking_merge_patch,
 )
 from kopf._core.persistence.progress import (
     AnnotationsProgressStorage,
@@ -58,12 +54,8 @@ __all__ = [
     'StorageKeyFormingConvention',
     'StorageKeyMarkingConvention',
     'StorageStanzaCleaner',
-    'allow_deletion',
-    'block_deletion',
     'is_deletion_blocked',
     'is_deletion_ongoing',
     'make_allowing_json_patch',
-    'make_allowing_merge_patch',
     'make_blocking_json_patch',
-    'make_blocking_merge_patch',
 ]

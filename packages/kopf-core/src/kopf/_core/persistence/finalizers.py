@@ -1,108 +1,129 @@
 """
-The finalizer that blocks the deletion of objects while the operator still has work to do with them.
+Our finalizer: the one place that decides when it is added to an object and when it is removed.
 
 Kubernetes does not delete an object while it has any finalizers: it only marks it with
-``metadata.deletionTimestamp``. The operator adds its finalizer when it needs to react to the
-deletion (e.g. there are deletion handlers, or daemons to stop), and removes it when it is done.
+``metadata.deletionTimestamp``. The operator keeps its finalizer on an object while something
+must react to the object's deletion (non-optional deletion handlers, daemons or timers that
+must be stopped first), and removes it when that is done or no longer needed:
 
-Since the finalizers are a list, merge-patches can only replace it as a whole, and could lose
-the finalizers added by others in the meantime. So, the changes are made as JSON-patches (RFC 6902)
-of the specific positions, guarded by a test of the object's resource version (so that they fail
-with HTTP 422 instead of breaking the list if the object has changed meanwhile). This is what
-Kopf sends: e.g. ``[{"op": "test", "path": "/metadata/resourceVersion", "value": "4"},
+* while the object lives, the finalizer is there if and only if it is required (:func:`decide`);
+* once the object is being deleted, it is never added; it is removed when the caller says
+  that the deletion is done (the deletion handlers succeeded, the daemons exited).
+
+The decision is written into the accumulated :class:`kopf.Patch` as a merge-patch of the whole
+list of finalizers (:func:`apply_decision`); the object writer (:mod:`kopf._core.actions.application`)
+guards such a patch by the object's ``resourceVersion``, so that the finalizers added by others
+in the meantime are never lost: if the object has changed, the API rejects the patch, and the writer
+changes only our finalizer's position with a guarded JSON-patch built here
+(:func:`make_blocking_json_patch`, :func:`make_allowing_json_patch`), as Kopf sends it:
+``[{"op": "test", "path": "/metadata/resourceVersion", "value": "4"},
 {"op": "add", "path": "/metadata/finalizers", "value": ["kopf.zalando.org/KopfFinalizerMarker"]}]``;
 the last finalizer is removed with the whole field: ``{"op": "remove", "path": "/metadata/finalizers"}``.
-
-The changes can be put into a :class:`kopf.Patch` as its transformation functions
-(:func:`block_deletion`, :func:`allow_deletion`), which turn into the same JSON-patch when
-the patch is converted with :meth:`kopf.Patch.as_json_patch`; or they can be built directly
-(:func:`make_blocking_json_patch`, :func:`make_allowing_json_patch`). The merge-patch forms
-(:func:`make_blocking_merge_patch`, :func:`make_allowing_merge_patch`) are for the cases where
-JSON-patches are not possible (e.g. admission webhooks' mutations) or not needed.
 """
+import dataclasses
+import enum
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
-from kopf._cogs.structs import bodies, patches
+from kopf._cogs.structs import patches
 
 DEFAULT_FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+
+BLOCKING_MESSAGE = 'Adding the finalizer, thus preventing the actual deletion.'
+RELEASING_MESSAGE = 'Removing the finalizer, thus allowing the actual deletion.'
+UNNEEDED_MESSAGE = 'Removing the finalizer, as there are no handlers requiring it.'
+
+
+def _metadata_field(body: Mapping[str, Any], name: str) -> Any:
+    # A shortcut of ``dicts.resolve(body, ('metadata', name), None)``: this is checked for every event.
+    metadata = body.get('metadata')
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        return metadata.get(name)
+    return None
 
 
 def finalizers_of(body: Mapping[str, Any]) -> list[str]:
     """The object's finalizers (a copy); empty if there are none."""
-    metadata = body.get('metadata')
-    finalizers = metadata.get('finalizers') if isinstance(metadata, Mapping) else None
+    finalizers = _metadata_field(body, 'finalizers')
     return list(finalizers) if isinstance(finalizers, list) else []
 
 
 def is_deletion_ongoing(body: Mapping[str, Any]) -> bool:
     """Whether the object is marked for deletion (and waits only for its finalizers to go)."""
-    metadata = body.get('metadata')
-    return isinstance(metadata, Mapping) and metadata.get('deletionTimestamp') is not None
+    return _metadata_field(body, 'deletionTimestamp') is not None
 
 
 def is_deletion_blocked(body: Mapping[str, Any], finalizer: str = DEFAULT_FINALIZER) -> bool:
-    """Whether the object has this finalizer (i.e. its deletion waits for this operator)."""
-    return finalizer in finalizers_of(body)
+    """Whether the object has this finalizer (i.e. its actual deletion waits for this operator)."""
+    finalizers = _metadata_field(body, 'finalizers')
+    return isinstance(finalizers, list) and finalizer in finalizers
 
 
-def block_deletion(*, body: bodies.Body, patch: patches.Patch, finalizer: str = DEFAULT_FINALIZER) -> None:
+class FinalizerAction(enum.Enum):
+    ADD = enum.auto()
+    REMOVE = enum.auto()
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalizerDecision:
+    """What to do with our finalizer on the object, and the message to log about it."""
+
+    action: FinalizerAction
+    message: str
+
+
+def decide(
+        *,
+        body: Mapping[str, Any],
+        finalizer: str,
+        requires_finalizer: bool,
+        deletion_done: bool = False,
+) -> FinalizerDecision | None:
     """
-    Add the finalizer to the object, unless it is there already.
+    Decide whether our finalizer must be added to or removed from the object (None: neither).
 
-    The addition goes to the patch as a transformation function, so that it becomes a guarded
-    JSON-patch of a single position when applied, not a replacement of the whole list.
+    ``requires_finalizer``: whether anything that matches the object as it is now needs to react
+    to its deletion. ``deletion_done``: whether that reaction is over (only for objects being deleted).
     """
-    if not is_deletion_blocked(body, finalizer):
-        patch.fns.append(_FinalizerAddition(finalizer))
+    present = is_deletion_blocked(body, finalizer)
+    if is_deletion_ongoing(body):
+        if present and deletion_done:
+            return FinalizerDecision(FinalizerAction.REMOVE, RELEASING_MESSAGE)
+        return None
+    if requires_finalizer and not present:
+        return FinalizerDecision(FinalizerAction.ADD, BLOCKING_MESSAGE)
+    if not requires_finalizer and present:
+        return FinalizerDecision(FinalizerAction.REMOVE, UNNEEDED_MESSAGE)
+    return None
 
 
-def allow_deletion(*, body: bodies.Body, patch: patches.Patch, finalizer: str = DEFAULT_FINALIZER) -> None:
+def apply_decision(
+        decision: FinalizerDecision,
+        *,
+        body: Mapping[str, Any],
+        patch: patches.Patch,
+        finalizer: str,
+) -> None:
     """
-    Remove the finalizer from the object, if it is there; the empty list is removed as a whole.
+    Put the finalizer change into the patch: a merge-patch of the whole list of finalizers.
 
-    The removal goes to the patch as a transformation function (see :func:`block_deletion`).
+    The list is taken from the patch if it is already changed there, so that several changes
+    (ours and the handlers') accumulate instead of overwriting each other. An empty list
+    removes the field, as the API does by itself when the last finalizer goes.
     """
-    if is_deletion_blocked(body, finalizer):
-        patch.fns.append(_FinalizerRemoval(finalizer))
+    current = patch.get('metadata', {}).get('finalizers')
+    finalizers = list(current) if current is not None else finalizers_of(body)
+    if decision.action is FinalizerAction.ADD and finalizer not in finalizers:
+        finalizers.append(finalizer)
+    elif decision.action is FinalizerAction.REMOVE:
+        finalizers = [name for name in finalizers if name != finalizer]
+    patch.metadata['finalizers'] = finalizers or None
 
 
-class _FinalizerAddition:
-    """A patch function: appends the finalizer to the list (creating it if needed)."""
-
-    __slots__ = ('finalizer',)
-
-    def __init__(self, finalizer: str) -> None:
-        self.finalizer = finalizer
-
-    def __repr__(self) -> str:
-        return f'add_finalizer({self.finalizer!r})'
-
-    def __call__(self, raw_body: bodies.RawBody) -> None:
-        metadata = cast('dict[str, Any]', raw_body.setdefault('metadata', {}))
-        finalizers: list[str] = metadata.setdefault('finalizers', [])
-        if self.finalizer not in finalizers:
-            finalizers.append(self.finalizer)
-
-
-class _FinalizerRemoval:
-    """A patch function: removes the finalizer from the list (and the list if it becomes empty)."""
-
-    __slots__ = ('finalizer',)
-
-    def __init__(self, finalizer: str) -> None:
-        self.finalizer = finalizer
-
-    def __repr__(self) -> str:
-        return f'remove_finalizer({self.finalizer!r})'
-
-    def __call__(self, raw_body: bodies.RawBody) -> None:
-        metadata = cast('dict[str, Any]', raw_body.get('metadata', {}))
-        finalizers = metadata.get('finalizers')
-        if isinstance(finalizers, list) and self.finalizer in finalizers:
-            finalizers[:] = [existing for existing in finalizers if existing != self.finalizer]
-            if not finalizers:
-                del metadata['finalizers']
+def changes_finalizers(patch: Mapping[str, Any]) -> bool:
+    """Whether the merge-patch replaces the list of finalizers (and so must be guarded by the version)."""
+    metadata = patch.get('metadata')
+    return isinstance(metadata, Mapping) and 'finalizers' in metadata
 
 
 def make_blocking_json_patch(
@@ -120,7 +141,7 @@ def make_blocking_json_patch(
     if finalizer in finalizers:
         return []
     ops: patches.JSONPatch
-    if _has_finalizers_field(body):
+    if isinstance(_metadata_field(body, 'finalizers'), list):
         ops = [{'op': 'add', 'path': f'/metadata/finalizers/{len(finalizers)}', 'value': finalizer}]
     else:
         ops = [{'op': 'add', 'path': '/metadata/finalizers', 'value': [finalizer]}]
@@ -152,31 +173,8 @@ def make_allowing_json_patch(
     return _guard(body, ops) if guarded else ops
 
 
-def make_blocking_merge_patch(body: Mapping[str, Any], finalizer: str = DEFAULT_FINALIZER) -> dict[str, Any]:
-    """The merge-patch that adds the finalizer (the whole new list); empty if it is there already."""
-    finalizers = finalizers_of(body)
-    if finalizer in finalizers:
-        return {}
-    return {'metadata': {'finalizers': [*finalizers, finalizer]}}
-
-
-def make_allowing_merge_patch(body: Mapping[str, Any], finalizer: str = DEFAULT_FINALIZER) -> dict[str, Any]:
-    """The merge-patch that removes the finalizer (the whole new list, or ``None`` if none remain)."""
-    finalizers = finalizers_of(body)
-    if finalizer not in finalizers:
-        return {}
-    remaining = [existing for existing in finalizers if existing != finalizer]
-    return {'metadata': {'finalizers': remaining or None}}
-
-
-def _has_finalizers_field(body: Mapping[str, Any]) -> bool:
-    metadata = body.get('metadata')
-    return isinstance(metadata, Mapping) and isinstance(metadata.get('finalizers'), list)
-
-
 def _guard(body: Mapping[str, Any], ops: patches.JSONPatch) -> patches.JSONPatch:
-    metadata = body.get('metadata')
-    version = metadata.get('resourceVersion') if isinstance(metadata, Mapping) else None
+    version = _metadata_field(body, 'resourceVersion')
     if version is None:
         return ops
     return [{'op': 'test', 'path': '/metadata/resourceVersion', 'value': version}, *ops]

@@ -33,13 +33,10 @@ accept the deleted objects), once per operator lifetime.
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from kopf._clients.errors import APIConflictError, APINotFoundError
-from kopf._clients.fetching import read_obj
-from kopf._clients.patching import json_patch_obj
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent
 from kopf._cogs.structs.patches import Patch
@@ -249,22 +246,20 @@ async def _process_changing(context: _Context) -> None:
 
     # While the object lives, our finalizer is there if and only if something needs it.
     handled = registry.changing.prematch(cause)
-    finalizing = releasing = False
-    decision = causes.decide_finalizer(body=body, finalizer=finalizer,
-                                       requires_finalizer=registry.requires_finalizer(cause))
+    decision = finalizers.decide(body=body, finalizer=finalizer,
+                                 requires_finalizer=registry.requires_finalizer(cause))
     if decision is not None:
         context.local_logger.debug(decision.message)
-        _apply_finalizer_decision(decision, body=body, patch=context.patch, finalizer=finalizer)
-        finalizing = True
+        finalizers.apply_decision(decision, body=body, patch=context.patch, finalizer=finalizer)
 
         # A finalizer that is added goes out BEFORE the handlers run: if the object is deleted
         # while they run (even the very first time), it waits for the deletion handlers instead of
         # vanishing. This costs a request per object's life, but guarantees the deletion handlers,
         # as Kopf does. The cycle goes on at once, without waiting for the patch's watch-event.
-        if decision.action == causes.FinalizerAction.ADD and handled and cause.reason in HANDLER_REASONS:
-            if not await _block_deletion_first(context):
-                return  # the object is gone: nothing to handle, the deletion event will come.
-            finalizing = False
+        blocking_first = (decision.action == finalizers.FinalizerAction.ADD
+                          and handled and cause.reason in HANDLER_REASONS)
+        if blocking_first and not await _block_deletion_first(context):
+            return  # the object is gone: nothing to handle, the deletion event will come.
 
     done = True
     delays: list[float] = []
@@ -278,16 +273,15 @@ async def _process_changing(context: _Context) -> None:
         context.logger.debug('Deletion, but we are done with it, and we do not care.')
 
     # Once the deletion is handled (or there is nothing to handle), the object is released.
-    if done and causes.is_deletion_ongoing(body):
-        release = causes.decide_finalizer(body=body, finalizer=finalizer,
-                                          requires_finalizer=False, deletion_done=True)
+    if done and finalizers.is_deletion_ongoing(body):
+        release = finalizers.decide(body=body, finalizer=finalizer,
+                                    requires_finalizer=False, deletion_done=True)
         if release is not None:
             context.local_logger.debug(release.message)
-            _apply_finalizer_decision(release, body=body, patch=context.patch, finalizer=finalizer)
-            finalizing = releasing = True
+            finalizers.apply_decision(release, body=body, patch=context.patch, finalizer=finalizer)
 
     patching = bool(context.patch)
-    patched = await _apply_changes(context, finalizing=finalizing, releasing=releasing)
+    patched = await _apply_changes(context)
 
     if handled and not patching and not delays:
         context.local_logger.debug('Handling cycle is finished, waiting for new changes.')
@@ -335,13 +329,6 @@ def _detect_cause(context: _Context) -> tuple[causes.ResourceChangingCause, Body
     if cause.reason == Reason.CREATE:
         cause.initial = False  # the objects created during the downtime are not resumed (as in Kopf).
     return cause, old, new
-
-
-def _apply_finalizer_decision(decision: causes.FinalizerDecision, *, body: Body, patch: Patch,
-                              finalizer: str) -> None:
-    causes.apply_finalizer_decision(decision, body=body, patch=patch, finalizer=finalizer)
-    if not patch.metadata.get('finalizers'):
-        patch.metadata['finalizers'] = None  # remove the field, as the API does when it is empty
 
 
 async def _process_handlers(
@@ -466,141 +453,29 @@ def _remember_version(memory: ResourceMemory, *, old_raw: Mapping[str, Any], new
 
 
 #
-# Applying the accumulated changes.
+# Applying the accumulated changes (by the object writer).
 #
 
-async def _apply_changes(context: _Context, *, finalizing: bool = False, releasing: bool = False) -> bool:
-    """
-    Apply the accumulated patch (if not empty); True if the object has got a new version from it.
-
-    ``finalizing``: the patch changes our finalizer, so it is guarded by the object's version.
-    ``releasing``: the removal of the finalizer can delete the object, so the status goes first.
-    """
-    patch = context.patch
-    raw_body = context.raw_event['object']
-    if not patch:
+async def _apply_changes(context: _Context) -> bool:
+    """Apply the accumulated patch (if not empty); True if the object has got a new version from it."""
+    if not context.patch:
         return False
-
-    parts = _split_status_first(context.resource, patch) if releasing else [patch]
-    latest: RawBody | None = None
-    for part in parts:
-        if finalizing and 'finalizers' in part.get('metadata', {}):
-            # Guarded by the latest version we know: the original one, or the one made by our previous part.
-            version = _version_of(latest if latest is not None else raw_body)
-            if version is not None:
-                part.metadata['resourceVersion'] = version
-            latest = await _apply_finalizing_part(context, part)
-        else:
-            latest = await application.apply_patch(
-                settings=context.settings, vault=context.vault, resource=context.resource,
-                body=context.body, patch=part, logger=context.local_logger)
-        if latest is None:
-            return False  # the object is gone: nothing to wait for, the deletion event will come.
-
-    # E.g. the fields pruned by the CRD's schema. (The released objects can be returned as they were.)
-    inconsistencies = tuple(_iter_inconsistencies(patch, latest)) if not patch.fns and not releasing else ()
-    if inconsistencies:
-        context.local_logger.debug(f'Patching failed with inconsistencies: {inconsistencies}')
-    return _remember_version(context.memory, old_raw=raw_body, new_raw=latest)
-
-
-def _iter_inconsistencies(
-        patch: Mapping[str, Any],
-        body: Mapping[str, Any] | None,
-        path: tuple[str, ...] = (),
-) -> Iterator[tuple[str, tuple[str, ...], Any, Any]]:
-    """The fields of the merge-patch that the patched object has not got as patched: (op, path, old, new)."""
-    for key, value in patch.items():
-        if path == ('metadata',) and key == 'resourceVersion':
-            continue  # our precondition, not a change
-        actual = body.get(key) if body is not None else None
-        if isinstance(value, Mapping):
-            if isinstance(actual, Mapping):
-                yield from _iter_inconsistencies(value, actual, (*path, key))
-            elif value:
-                yield ('add', (*path, key), actual, value)
-        elif value is None:
-            if actual is not None:
-                yield ('remove', (*path, key), actual, value)
-        elif actual != value:
-            yield ('change', (*path, key), actual, value)
-
-
-def _split_status_first(resource: Resource, patch: Patch) -> list[Patch]:
-    """Put the status part first, if it goes to a separate endpoint: the object can vanish after the rest."""
-    if 'status' not in resource.subresources or 'status' not in patch or len(patch) < 2:
-        return [patch]
-    status_part = Patch({'status': patch['status']}, body=patch.body)
-    main_part = Patch({key: value for key, value in patch.items() if key != 'status'}, body=patch.body)
-    main_part.fns = list(patch.fns)
-    return [status_part, main_part]
+    latest = await application.apply_patch(settings=context.settings, vault=context.vault,
+                                           resource=context.resource, body=context.body,
+                                           patch=context.patch, logger=context.local_logger)
+    if latest is None:
+        return False  # the object is gone: nothing to wait for, the deletion event will come.
+    return _remember_version(context.memory, old_raw=context.raw_event['object'], new_raw=latest)
 
 
 async def _block_deletion_first(context: _Context) -> bool:
-    """Apply the accumulated patch with our added finalizer now, guarded; False if the object is gone."""
-    raw_body = context.raw_event['object']
-    version = _version_of(raw_body)
-    if version is not None:
-        context.patch.metadata['resourceVersion'] = version
-    latest = await _apply_finalizing_part(context, context.patch)
+    """Apply the accumulated patch with our added finalizer now; False if the object is gone."""
+    latest = await application.apply_patch(settings=context.settings, vault=context.vault,
+                                           resource=context.resource, body=context.body,
+                                           patch=context.patch, logger=context.local_logger)
     context.patch.clear()  # applied: the handlers start with a clean patch
     context.patch.fns.clear()
     if latest is None:
         return False
-    _remember_version(context.memory, old_raw=raw_body, new_raw=latest)
+    _remember_version(context.memory, old_raw=context.raw_event['object'], new_raw=latest)
     return True
-
-
-async def _apply_finalizing_part(context: _Context, part: Patch) -> RawBody | None:
-    """
-    Apply a merge-patch with the whole list of finalizers, guarded by the object's version.
-
-    If the object has changed since this version (e.g. someone has added their own finalizer,
-    which the list would lose), the API rejects the patch. Then, the rest of the patch is applied
-    unguarded, and our finalizer alone is added or removed with a JSON-patch of its position,
-    guarded by the fresh version of the object (as Kopf does it in all cases).
-    """
-    settings, vault, resource = context.settings, context.vault, context.resource
-    logger = context.local_logger
-    try:
-        return await application.apply_patch(settings=settings, vault=vault, resource=resource,
-                                             body=context.body, patch=part, logger=logger)
-    except APIConflictError:
-        pass
-
-    finalizer: str = settings.persistence.finalizer
-    metadata = part['metadata']
-    wanted: list[str] = list(metadata.pop('finalizers') or [])  # None when none are left
-    metadata.pop('resourceVersion', None)
-    if not metadata:
-        del part['metadata']
-    logger.debug('The object has changed meanwhile; the finalizer is changed separately.')
-
-    meta = context.body.metadata
-    fresh: RawBody | None
-    if part:
-        fresh = await application.apply_patch(settings=settings, vault=vault, resource=resource,
-                                              body=context.body, patch=part, logger=logger)
-    else:
-        fresh = await _read_or_none(context, namespace=meta.namespace, name=meta.name or '')
-    if fresh is None:
-        return None
-
-    if finalizer in wanted:
-        operations = finalizers.make_blocking_json_patch(fresh, finalizer)
-    else:
-        operations = finalizers.make_allowing_json_patch(fresh, finalizer)
-    if not operations:
-        return fresh
-    logger.debug(f'JSON-patching the resource with: {operations}')
-    return await json_patch_obj(settings=settings, vault=vault, resource=resource,
-                                namespace=meta.namespace, name=meta.name or '',
-                                patch=operations, logger=logger)
-
-
-async def _read_or_none(context: _Context, *, namespace: str | None, name: str) -> RawBody | None:
-    try:
-        return await read_obj(settings=context.settings, vault=context.vault, resource=context.resource,
-                              namespace=namespace, name=name, logger=context.local_logger)
-    except APINotFoundError:
-        return None

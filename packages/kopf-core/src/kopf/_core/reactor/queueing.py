@@ -50,9 +50,9 @@ from collections.abc import Awaitable, Hashable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
-from kopf._clients.api import iter_backoffs
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
+from kopf._cogs.configs.networking import iter_backoffs
 from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers

@@ -15,26 +15,21 @@ The life of an operator:
    to finish), then the rest. Then the cleanup activity runs (only if the startup has succeeded),
    and the vault is closed.
 
-The signals are handled only when the operator runs in the main thread. The first signal
-starts a graceful exit; the next one is handled by Python's defaults (e.g. ``KeyboardInterrupt``),
-which ends the operator the hard way. If a graceful exit takes longer than
-``settings.process.ultimate_exiting_timeout``, the operator's remaining activities are cancelled.
+The stop requests (flags, signals) and the stopping of tasks are in :mod:`.supervision` and :mod:`.flags`;
+the process's tuning while operators run (the garbage collector) is in :mod:`.tuning`.
 
 Several operators can run in one process (preferably in separate threads with their own event loops),
 each with its own registry, settings, vault, and memo.
 """
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import functools
-import gc
 import importlib.metadata
 import logging
-import signal
-import threading
 import warnings
-from collections.abc import Collection, Coroutine, Iterable, Iterator
+from collections.abc import Collection, Coroutine, Iterator
 from typing import Any
 
 from kopf._clients.vault import Vault
@@ -46,13 +41,19 @@ from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry
-from kopf._core.reactor import observation, orchestration, pacing, processing, queueing
+from kopf._core.reactor import (
+    flags,
+    observation,
+    orchestration,
+    pacing,
+    processing,
+    queueing,
+    supervision,
+    tuning,
+)
 from kopf._core.reactor.inventory import ResourceMemories
 
 logger = logging.getLogger(__name__)
-
-# The flags to stop the operator from outside, or to know when it is ready: any of these types.
-Flag = asyncio.Future[Any] | asyncio.Event | concurrent.futures.Future[Any] | threading.Event
 
 OperatorIndexers = indexing.OperatorIndexers
 
@@ -62,10 +63,6 @@ Identity = Any
 # How long the tasks left running after the operator's exit get to finish before they are cancelled.
 HUNG_TASKS_GRACE = 1.0
 
-# How often a threading.Event stop-flag is checked: it has no way to notify the event loop.
-THREADING_FLAG_POLLING = 0.1
-
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 #
@@ -89,8 +86,8 @@ def run(
         clusterwide: bool = False,
         namespaces: Collection[NamespacePattern] = (),
         namespace: NamespacePattern | None = None,
-        stop_flag: Flag | None = None,
-        ready_flag: Flag | None = None,
+        stop_flag: flags.Flag | None = None,
+        ready_flag: flags.Flag | None = None,
         vault: Vault | None = None,
         memo: object | None = None,
         _command: Coroutine[None, None, None] | None = None,
@@ -128,8 +125,8 @@ async def operator(
         clusterwide: bool = False,
         namespaces: Collection[NamespacePattern] = (),
         namespace: NamespacePattern | None = None,
-        stop_flag: Flag | None = None,
-        ready_flag: Flag | None = None,
+        stop_flag: flags.Flag | None = None,
+        ready_flag: flags.Flag | None = None,
         vault: Vault | None = None,
         memo: object | None = None,
         _command: Coroutine[None, None, None] | None = None,
@@ -167,8 +164,8 @@ async def spawn_tasks(
         clusterwide: bool = False,
         namespaces: Collection[NamespacePattern] = (),
         namespace: NamespacePattern | None = None,
-        stop_flag: Flag | None = None,
-        ready_flag: Flag | None = None,
+        stop_flag: flags.Flag | None = None,
+        ready_flag: flags.Flag | None = None,
         vault: Vault | None = None,
         memo: object | None = None,
         _command: Coroutine[None, None, None] | None = None,
@@ -212,7 +209,7 @@ async def spawn_tasks(
 
     loop = asyncio.get_running_loop()
     signal_flag = asyncio.Event()
-    signals_installed = _install_signal_handlers(loop, signal_flag)
+    signals_installed = supervision.install_signal_handlers(loop, signal_flag)
 
     # All the operator's tasks (and the handlers' sync threads) see their own operator's event queue,
     # but the caller's context remains untouched (several operators can be spawned from one task).
@@ -226,7 +223,7 @@ async def spawn_tasks(
         ready_flag=ready_flag, peering_requested=peering_name is not None,
         liveness_endpoint=liveness_endpoint, command=_command, event_queue=event_queue,
     ), name='operator runner', context=context)
-    checker = asyncio.create_task(_stop_flag_checker(
+    checker = asyncio.create_task(supervision.stop_flag_checker(
         stop_flag=stop_flag, signal_flag=signal_flag, runner=runner, settings=settings,
         loop=loop if signals_installed else None,
     ), name='stop-flag checker', context=context)
@@ -251,10 +248,10 @@ async def run_tasks(
         if root_tasks:
             await asyncio.wait(root_tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await _stop_tasks(root_tasks, title='Root tasks')
+        await supervision.stop_tasks(root_tasks, title='Root tasks')
         hung_tasks = [task for task in asyncio.all_tasks()
                       if task is not current_task and task not in root_tasks and task not in ignored]
-        await _stop_tasks(hung_tasks, title='Hung tasks', grace=HUNG_TASKS_GRACE)
+        await supervision.stop_tasks(hung_tasks, title='Hung tasks', grace=HUNG_TASKS_GRACE)
 
     for task in root_tasks:
         if not task.cancelled() and task.exception() is not None:
@@ -330,7 +327,7 @@ async def _run_operator(
         insights: observation.Insights,
         clusterwide: bool,
         namespaces: Collection[NamespacePattern],
-        ready_flag: Flag | None,
+        ready_flag: flags.Flag | None,
         peering_requested: bool,
         liveness_endpoint: str | None,
         command: Coroutine[None, None, None] | None,
@@ -340,7 +337,7 @@ async def _run_operator(
     # The indices are maintained by the indexing engine; the handlers only read them.
     indices = indexers.indices if indexers is not None else None
     started = False
-    core_tasks: list[asyncio.Task[None]] = []
+    core_tasks: CoreTasks | None = None
     gc_tuning = contextlib.ExitStack()
     try:
         try:
@@ -357,7 +354,7 @@ async def _run_operator(
             # TODO: serve the liveness endpoint with the probes (activities.run_probes) once it exists.
             logger.warning(f'The liveness endpoint is not served yet: {liveness_endpoint}')
 
-        gc_tuning.enter_context(_tuned_gc(settings.process.gc_threshold))
+        gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
             lifecycle=lifecycle, indexers=indexers, memories=memories, registry=registry,
             settings=settings, vault=vault, memo=memo, indices=indices, insights=insights,
@@ -374,22 +371,23 @@ async def _run_operator(
         finally:
             ready.cancel()
         if ready.done() and not ready.cancelled():
-            raise_flag(ready_flag)
+            flags.raise_flag(ready_flag)
 
-        done, _ = await asyncio.wait(core_tasks, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(list(core_tasks), return_when=asyncio.FIRST_COMPLETED)
         # Retrieve every failure (so that none is reported as "never retrieved"), re-raise the first.
         failed = [task for task in core_tasks
                   if task in done and not task.cancelled() and task.exception() is not None]
         for task in failed:
             # The traceback goes with the exception to the caller (e.g. the CLI): one line here.
-            logger.error(f'{_title(task)} has failed: {task.exception()}')
+            logger.error(f'{supervision.describe_task(task)} has failed: {task.exception()}')
         if failed:
             failed[0].result()  # re-raise as the operator's failure.
 
     finally:
         gc_tuning.close()
         try:
-            await _stop_core_tasks(core_tasks)
+            if core_tasks is not None:
+                await core_tasks.stop()
             if started:
                 try:
                     await activities.run_activity(activity=Activity.CLEANUP, registry=registry,
@@ -403,42 +401,44 @@ async def _run_operator(
             # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to,
             # so a repeated cancellation (e.g. of a hung cleanup) must not interrupt the closing.
             await asyncio.shield(vault.close())
-            if command is not None and not core_tasks:
+            if command is not None and core_tasks is None:
                 command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
 
 
-# The garbage collector is the process's: the operators running in it (e.g. in several threads)
-# tune it while any of them runs, and the last one to exit restores the process's own thresholds.
-_gc_lock = threading.Lock()
-_gc_users = 0
-_gc_saved: tuple[int, int, int] | None = None  # the process's own thresholds, to restore
-_gc_tuned: tuple[int, int, int] | None = None  # ours, to see if someone has changed them meanwhile
+@dataclasses.dataclass(kw_only=True)
+class CoreTasks:
+    """
+    The operator's core tasks, each known by its role (so that they are stopped in the right order).
 
+    They run forever, so the exit of any of them means the operator's exit.
+    """
 
-@contextlib.contextmanager
-def _tuned_gc(threshold: int | None) -> Iterator[None]:
-    """Raise the threshold of the youngest GC generation while in the context (see ``settings.process``)."""
-    global _gc_users, _gc_saved, _gc_tuned
-    if threshold is None:
-        yield
-        return
-    with _gc_lock:
-        current = gc.get_threshold()
-        if _gc_users == 0:
-            _gc_saved, _gc_tuned = current, None
-        _gc_users += 1
-        if threshold > current[0]:
-            gc.set_threshold(threshold, *current[1:])
-            _gc_tuned = gc.get_threshold()
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_users -= 1
-            if _gc_users == 0:
-                if _gc_saved is not None and _gc_tuned is not None and gc.get_threshold() == _gc_tuned:
-                    gc.set_threshold(*_gc_saved)
-                _gc_saved = _gc_tuned = None
+    authenticator: asyncio.Task[None]
+    poster: asyncio.Task[None]
+    command: asyncio.Task[None] | None = None
+    watching: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)  # the orchestrator
+    observers: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+    others: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+
+    def __iter__(self) -> Iterator[asyncio.Task[None]]:
+        yield self.authenticator
+        yield self.poster
+        if self.command is not None:
+            yield self.command
+        yield from self.observers
+        yield from self.watching
+        yield from self.others
+
+    async def stop(self) -> None:
+        """
+        Stop the tasks in the order that keeps the API usable for the finishing workers:
+        the watchers (with their workers) first, then the observers and the rest, then the poster
+        of the k8s-events (so that the workers' last messages are still posted), the credentials last.
+        """
+        rest = [*self.observers, *([self.command] if self.command is not None else []), *self.others]
+        for group in (self.watching, rest, [self.poster], [self.authenticator]):
+            await supervision.stop_tasks(group, title=None)
+        logger.debug('Core tasks are stopped.')
 
 
 def _spawn_core_tasks(
@@ -456,19 +456,19 @@ def _spawn_core_tasks(
         namespaces: Collection[NamespacePattern],
         command: Coroutine[None, None, None] | None,
         event_queue: posting.EventQueue,
-) -> list[asyncio.Task[None]]:
-    """Create the core tasks; they run forever, so the exit of any of them means the operator's exit."""
-    tasks = [
-        asyncio.create_task(activities.authenticator(
+) -> CoreTasks:
+    """Create the core tasks of the operator."""
+    tasks = CoreTasks(
+        authenticator=asyncio.create_task(activities.authenticator(
             registry=registry, settings=settings, vault=vault, memo=memo, indices=indices,
         ), name='credentials retriever'),
-        asyncio.create_task(posting.poster(
+        poster=asyncio.create_task(posting.poster(
             event_queue=event_queue, vault=vault,
         ), name='poster of events'),
-    ]
+    )
 
     if command is not None:
-        tasks.append(asyncio.create_task(command, name='command'))
+        tasks.command = asyncio.create_task(command, name='command')
         return tasks
 
     limit = settings.queueing.worker_limit
@@ -485,204 +485,20 @@ def _spawn_core_tasks(
                                 processor=processor, limiter=limiter, readiness=readiness,
                                 indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
-    tasks.extend([
+    tasks.observers = [
         asyncio.create_task(observation.resource_observer(
             settings=settings, registry=registry, vault=vault, insights=insights,
         ), name='resource observer'),
         asyncio.create_task(observation.namespace_observer(
             settings=settings, vault=vault, insights=insights, clusterwide=clusterwide, namespaces=namespaces,
         ), name='namespace observer'),
+    ]
+    tasks.watching = [
         asyncio.create_task(orchestration.orchestrator(
             insights=insights, watcher_factory=watcher_factory,
         ), name='multidimensional multitasker'),
-    ])
+    ]
     return tasks
-
-
-async def _stop_core_tasks(tasks: Collection[asyncio.Task[None]]) -> None:
-    """
-    Stop the core tasks in the order that keeps the API usable for the finishing workers:
-    the watchers (with their workers) first, then the observers, then the poster of the k8s-events
-    (so that the workers' last messages are still posted), the credentials last.
-    """
-    watching = [task for task in tasks if task.get_name() == 'multidimensional multitasker']
-    posting = [task for task in tasks if task.get_name() == 'poster of events']
-    retriever = [task for task in tasks if task.get_name() == 'credentials retriever']
-    others = [task for task in tasks if task not in watching + posting + retriever]
-    for group in (watching, others, posting, retriever):
-        await _stop_tasks(group, title=None)
-    logger.debug('Core tasks are stopped.')
-
-
-#
-# Stopping: flags, signals, the ultimate exiting timeout.
-#
-
-async def _stop_flag_checker(
-        *,
-        stop_flag: Flag | None,
-        signal_flag: asyncio.Event,
-        runner: asyncio.Task[None],
-        settings: OperatorSettings,
-        loop: asyncio.AbstractEventLoop | None,
-) -> None:
-    """Exit when a stop is requested (and so make :func:`run_tasks` stop the operator)."""
-    waiters = [asyncio.create_task(signal_flag.wait(), name='signal waiter')]
-    if stop_flag is not None:
-        waiters.append(asyncio.create_task(wait_flag(stop_flag), name='stop-flag waiter'))
-    try:
-        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        if waiters[0] not in done:
-            value = waiters[-1].result()
-            logger.info(f'Stop-flag is set to {value!r}. Operator is stopping.')
-        _schedule_ultimate_exit(runner, settings.process.ultimate_exiting_timeout)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-        await asyncio.wait(waiters)
-        if loop is not None:
-            _remove_signal_handlers(loop)
-
-
-def _schedule_ultimate_exit(runner: asyncio.Task[None], timeout: float | None) -> None:
-    """Cancel the operator's activities (e.g. the cleanup) if the graceful exit takes too long."""
-    if timeout is None or runner.done():
-        return
-
-    async def guard() -> None:
-        await asyncio.sleep(timeout)
-        logger.error(f'The operator has not exited in {timeout} seconds; cancelling it forcefully.')
-        runner.cancel()
-
-    guard_task = asyncio.create_task(guard(), name='ultimate exiting guard')
-    runner.add_done_callback(lambda _: guard_task.cancel())
-
-
-def _install_signal_handlers(loop: asyncio.AbstractEventLoop, flag: asyncio.Event) -> bool:
-    """Handle the termination signals by raising the flag; only possible in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    try:
-        for signum in _SIGNALS:
-            loop.add_signal_handler(signum, _on_signal, loop, flag, signum)
-    except (NotImplementedError, RuntimeError, ValueError):  # e.g. non-Unix loops, or foreign loops.
-        _remove_signal_handlers(loop)
-        return False
-    return True
-
-
-def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
-    for signum in _SIGNALS:
-        try:
-            loop.remove_signal_handler(signum)
-        except (NotImplementedError, RuntimeError, ValueError):
-            pass
-
-
-def _on_signal(loop: asyncio.AbstractEventLoop, flag: asyncio.Event, signum: signal.Signals) -> None:
-    logger.info(f'Signal {signum.name} is received. Operator is stopping.')
-    flag.set()
-    # The next signal gets Python's default reaction (e.g. KeyboardInterrupt): the hard way out.
-    _remove_signal_handlers(loop)
-
-
-async def wait_flag(flag: Flag) -> Any:
-    """Wait until the flag is raised; return its value (True for events, the result for futures)."""
-    if isinstance(flag, asyncio.Future):
-        await asyncio.wait([flag])  # unlike awaiting it directly, this never cancels the flag itself.
-        return _get_future_value(flag)
-    elif isinstance(flag, asyncio.Event):
-        await flag.wait()
-        return True
-    elif isinstance(flag, concurrent.futures.Future):
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-
-        def wake_up(_: concurrent.futures.Future[Any]) -> None:
-            try:
-                loop.call_soon_threadsafe(_resolve, waiter)
-            except RuntimeError:
-                pass  # the loop is closed: nobody waits anymore.
-
-        flag.add_done_callback(wake_up)
-        await waiter
-        return _get_future_value(flag)
-    elif isinstance(flag, threading.Event):
-        # A threading.Event cannot notify the loop; waiting for it in a thread would hold the thread forever.
-        while not flag.is_set():  # noqa: ASYNC110
-            await asyncio.sleep(THREADING_FLAG_POLLING)
-        return True
-    else:
-        raise TypeError(f'Unsupported type of a flag: {flag!r}')
-
-
-def raise_flag(flag: Flag | None) -> None:
-    """Raise the flag of any supported type (nothing happens if it is raised already or absent)."""
-    if flag is None:
-        return
-    elif isinstance(flag, asyncio.Future):
-        flag_loop = flag.get_loop()
-        if flag_loop is asyncio.get_running_loop():
-            if not flag.done():
-                flag.set_result(None)
-        else:
-            flag_loop.call_soon_threadsafe(_resolve, flag)
-    elif isinstance(flag, asyncio.Event):
-        flag.set()
-    elif isinstance(flag, concurrent.futures.Future):
-        try:
-            flag.set_result(None)
-        except concurrent.futures.InvalidStateError:
-            pass  # already done: by us or by someone else, it does not matter.
-    elif isinstance(flag, threading.Event):
-        flag.set()
-    else:
-        raise TypeError(f'Unsupported type of a flag: {flag!r}')
-
-
-def _resolve(future: asyncio.Future[Any]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _get_future_value(future: asyncio.Future[Any] | concurrent.futures.Future[Any]) -> Any:
-    if future.cancelled() or future.exception() is not None:
-        return None
-    return future.result()
-
-
-async def _stop_tasks(
-        tasks: Iterable[asyncio.Task[Any]],
-        *,
-        title: str | None,
-        grace: float | None = None,
-) -> None:
-    """Cancel the tasks (after a grace period, if given) and wait until they are done."""
-    pending = [task for task in tasks if not task.done()]
-    if not pending:
-        if title is not None:
-            logger.debug(f'{title} stopping is skipped: no tasks given.')
-        return
-    if grace:
-        _, still_pending = await asyncio.wait(pending, timeout=grace)
-    else:
-        still_pending = set(pending)
-    for task in still_pending:
-        task.cancel()
-    # The cancelled tasks can take long to exit (e.g. the cleanup); only the hung ones are not waited long.
-    _, unstoppable = await asyncio.wait(pending, timeout=grace if grace else None)
-    for task in pending:
-        if task.cancelled():
-            logger.debug(f'{_title(task)} is cancelled.')
-    for task in unstoppable:
-        logger.warning(f'{_title(task)} has not exited after the cancellation; leaving it as is.')
-    if title is not None:
-        logger.debug(f'{title} are stopped.')
-
-
-def _title(task: asyncio.Task[Any]) -> str:
-    name = task.get_name()
-    return name[:1].upper() + name[1:]
 
 
 def _get_current_loop() -> asyncio.AbstractEventLoop:
