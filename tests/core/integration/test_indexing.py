@@ -8,10 +8,10 @@ import asyncio
 import logging
 from typing import Any
 
+import aiohttp
 import pytest
 
 import kopf
-from kopf._core.engines.activities import run_probes
 
 Cluster = Any  # the conftest's raw client of the emulator
 Operator = Any  # the conftest's factory of running operators (async context managers)
@@ -126,8 +126,8 @@ async def test_additions_changes_deletions_and_filters_are_followed(
 
 
 async def test_indices_in_the_kwargs_of_all_kinds_of_handlers(
-        make_registry: Any, emulator: Any, settings: kopf.OperatorSettings, cluster: Cluster,
-        operator: Operator, eventually: Eventually,
+        emulator: Any, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, caplog: pytest.LogCaptureFixture,
 ) -> None:
     registry = kopf.OperatorRegistry()  # with our own login handler, to see its kwargs
     indexers = kopf.OperatorIndexers()
@@ -175,13 +175,17 @@ async def test_indices_in_the_kwargs_of_all_kinds_of_handlers(
         seen.setdefault('kex_names_in_event', kex_names)
 
     await create_configmap(cluster, 'cm1')
-    async with operator(registry, settings, indexers=indexers):
+    async with operator(registry, settings, indexers=indexers, liveness_endpoint='http://127.0.0.1:0/healthz'):
         await cluster.create('kex1')
         await eventually(lambda: 'create' in seen)
         await cluster.patch('kex1', {'spec': {'field': 'changed'}})
         await eventually(lambda: 'update' in seen)
-        probes = await run_probes(registry=registry, settings=settings, indices=indexers.indices)
-        assert probes == {'probe': ['kex1']}
+        # The probes as the liveness endpoint reports them (the endpoint's URL is in the logs).
+        [url] = [message.split()[-1] for message in caplog.messages
+                 if message.startswith('Serving the liveness endpoint at ')]
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            assert response.status == 200
+            assert await response.json() == {'probe': ['kex1']}
 
     for kind in ['login', 'startup', 'cleanup', 'event', 'create', 'update']:
         assert seen[kind]['kex_names'] is indexers['kex_names'], kind

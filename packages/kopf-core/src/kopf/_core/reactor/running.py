@@ -36,7 +36,7 @@ from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
-from kopf._core.engines import activities, indexing, posting
+from kopf._core.engines import activities, indexing, posting, probing
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
@@ -189,6 +189,9 @@ async def spawn_tasks(
     indexers = indexers if indexers is not None else indexing.OperatorIndexers()
     indexers.ensure(registry.indexing.get_all_handlers())  # the indices exist (empty) from the very start
 
+    if liveness_endpoint is not None:
+        probing.parse_liveness_endpoint(liveness_endpoint)  # a bad URL fails now, before any task starts.
+
     patterns: list[NamespacePattern] = [*namespaces, *([namespace] if namespace is not None else [])]
     if clusterwide and patterns:
         raise TypeError('Either the namespaces or the cluster-wide mode can be used, not both.')
@@ -339,7 +342,12 @@ async def _run_operator(
     started = False
     core_tasks: CoreTasks | None = None
     gc_tuning = contextlib.ExitStack()
+    # Served from before the startup (answering "not ready" till then) to after the cleanup.
+    reporter = None if liveness_endpoint is None else probing.HealthReporter(
+        liveness_endpoint, registry=registry, settings=settings, memo=memo, indices=indices)
     try:
+        if reporter is not None:
+            await reporter.start()
         try:
             await activities.run_activity(activity=Activity.STARTUP, registry=registry, settings=settings,
                                           memo=memo, indices=indices)
@@ -350,9 +358,6 @@ async def _run_operator(
 
         if (peering_requested or settings.peering.mandatory) and not settings.peering.standalone:
             logger.warning('Peering is not implemented yet: running in the standalone mode.')
-        if liveness_endpoint is not None:
-            # TODO: serve the liveness endpoint with the probes (activities.run_probes) once it exists.
-            logger.warning(f'The liveness endpoint is not served yet: {liveness_endpoint}')
 
         gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
@@ -371,6 +376,8 @@ async def _run_operator(
         finally:
             ready.cancel()
         if ready.done() and not ready.cancelled():
+            if reporter is not None:
+                reporter.mark_ready()
             flags.raise_flag(ready_flag)
 
         done, _ = await asyncio.wait(list(core_tasks), return_when=asyncio.FIRST_COMPLETED)
@@ -400,7 +407,9 @@ async def _run_operator(
         finally:
             # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to,
             # so a repeated cancellation (e.g. of a hung cleanup) must not interrupt the closing.
-            await asyncio.shield(vault.close())
+            # The liveness endpoint's port is released the same way, whatever the cancellations.
+            stopping = [reporter.stop()] if reporter is not None else []
+            await asyncio.shield(asyncio.gather(vault.close(), *stopping))
             if command is not None and core_tasks is None:
                 command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
 
