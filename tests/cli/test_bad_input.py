@@ -125,8 +125,14 @@ def test_conflict_via_environment_variables_is_a_usage_error() -> None:
 @pytest.mark.parametrize('args, message', [
     (['--log-format', 'xml'], "Invalid value for '--log-format'"),
     (['--priority', 'high'], "Invalid value for '-p' / '--priority'"),
-    (['--liveness', 'https://0.0.0.0:8080/healthz'], 'only http:// is supported'),
-    (['--liveness', '8080'], 'only http:// is supported'),
+    (['--liveness', 'https://0.0.0.0:8080/healthz'],
+     "Invalid value for '-L' / '--liveness': 'https://0.0.0.0:8080/healthz': "
+     "https:// is not supported (only http:// is supported). "
+     "Expected: http://HOST:PORT/PATH, e.g. http://0.0.0.0:8080/healthz."),
+    (['--liveness', '8080'], "'8080': the scheme is missing (only http:// is supported). Expected: http://"),
+    (['--liveness', 'http://0.0.0.0/healthz'], "'http://0.0.0.0/healthz': the port is missing. Expected: http://"),
+    (['--liveness', 'http://0.0.0.0:http/'], "'http://0.0.0.0:http/': the port is invalid"),
+    (['-L', 'http://:8080/'], "'http://:8080/': the host is missing"),
     (['--no-such-option'], 'No such option'),
 ])
 def test_invalid_options_are_usage_errors(args: list[str], message: str) -> None:

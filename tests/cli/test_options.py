@@ -5,8 +5,12 @@ The logging options by the format & content of the logs; the scope options by th
 that the emulator receives; the peering options by the settings that the startup handlers see.
 """
 import json
+import pathlib
 import re
+import socket
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -232,14 +236,36 @@ def test_peering_options_do_not_override_the_given_settings(
 #
 
 def test_liveness_endpoint_is_served(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry,
-                                     seen_configmap: threading.Event) -> None:
-    pytest.importorskip('kopf._core.engines.probing', reason='the liveness endpoint is not implemented yet')
-    import socket
-    import urllib.request
+                                     write_source: Callable[..., pathlib.Path]) -> None:
+    path = write_source('probed_operator.py', """
+        import kopf
+
+        @kopf.on.startup()
+        def remember(memo, **_):
+            memo.answer = 42
+
+        @kopf.on.probe(id='answer')
+        def report_the_answer(memo, **_):
+            return memo.answer
+
+        @kopf.on.probe(id='broken', errors=kopf.ErrorsMode.IGNORED)
+        async def report_nothing(**_):
+            raise ValueError('ignored')
+    """)
     with socket.socket() as sock:
         sock.bind(('127.0.0.1', 0))
         port = sock.getsockname()[1]
     url = f'http://127.0.0.1:{port}/healthz'
-    with (KopfRunner(['run', '-A', '--standalone', '--liveness', url], registry=registry),
-          urllib.request.urlopen(url, timeout=WAIT) as response):
-        assert response.status == 200
+    args = ['run', '-A', '--standalone', f'--liveness={url}', str(path)]
+    with KopfRunner(args, registry=registry) as runner:
+        with urllib.request.urlopen(url, timeout=WAIT) as response:
+            assert response.status == 200
+            assert json.loads(response.read()) == {'answer': 42, 'broken': None}
+        with pytest.raises(urllib.error.HTTPError) as excinfo:
+            urllib.request.urlopen(f'http://127.0.0.1:{port}/other', timeout=WAIT)
+        assert excinfo.value.code == 404
+        excinfo.value.close()
+    assert runner.exit_code == 0
+    assert f'Serving the liveness endpoint at {url}' in runner.output
+    with pytest.raises(urllib.error.URLError):  # the port is released when the operator exits
+        urllib.request.urlopen(url, timeout=WAIT)

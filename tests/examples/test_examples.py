@@ -429,9 +429,29 @@ class KubernetesClient(Example):
         assert cluster.pods() == []  # garbage-collected with its owner
 
 
+class Indexing(Example):
+    name = '12-indexing'
+    logs = (
+        "[default/kopf-example-1] KopfExamples with field='value': ['kopf-example-1']; "
+        "pods in the namespace: 0.",
+        "[default/kopf-example-1] Handler 'report_fn' succeeded.",
+        "[default/kopf-example-1] KopfExamples with field='changed': ['kopf-example-1']; "
+        "pods in the namespace: 0.",
+        "[default/kopf-example-1] Handler 'report_fn/spec.field' succeeded.",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        assert cluster.status().get('report_fn') == {'same_field': [NAME], 'pods': 0}
+
+    def after_update(self, cluster: Cluster) -> None:
+        super().after_update(cluster)
+        assert cluster.status().get('report_fn/spec.field') == {'same_field': [NAME], 'pods': 0}
+
+
 EXAMPLES_RUN_BY_KOPF = [
     Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
-    Activities(), KubernetesClient(),
+    Activities(), KubernetesClient(), Indexing(),
 ]
 EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
 

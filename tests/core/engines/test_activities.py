@@ -153,6 +153,31 @@ async def test_probes_report_their_results(registry: OperatorRegistry, settings:
     assert await run_probes(registry=registry, settings=settings) == {'answer': 42, 'ping': 'pong'}
 
 
+async def test_probes_are_attempted_once_and_fail_the_report_with_no_retries(
+        registry: OperatorRegistry, settings: OperatorSettings, caplog: pytest.LogCaptureFixture,
+) -> None:
+    attempts: list[str] = []
+
+    def temporary(**_: Any) -> None:
+        attempts.append('temporary')
+        raise TemporaryError('later', delay=60)
+
+    def arbitrary(**_: Any) -> None:
+        attempts.append('arbitrary')
+        raise ValueError('boom')
+
+    add(registry, Activity.PROBE, temporary)
+    add(registry, Activity.PROBE, arbitrary, retries=5, backoff=60)
+    add(registry, Activity.PROBE, lambda **_: 'ok', id='good')
+    with pytest.raises(ActivityError, match=r'One or more probes failed\.') as excinfo:
+        await asyncio.wait_for(run_probes(registry=registry, settings=settings), timeout=5)
+    assert attempts == ['temporary', 'arbitrary']
+    assert isinstance(excinfo.value.__cause__, TemporaryError)
+    assert isinstance(excinfo.value.outcomes[HandlerId('arbitrary')].exception, ValueError)
+    assert excinfo.value.outcomes[HandlerId('good')].result == 'ok'
+    assert "Activity 'arbitrary' failed with an exception and will stop now: boom" in caplog.messages
+
+
 #
 # Authentication.
 #

@@ -22,8 +22,8 @@ from kopf._core.engines.activities import ActivityError
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity, ActivityHandler, ErrorsMode, HandlerId, WatchingHandler
 from kopf._core.intents.registries import OperatorRegistry
-from kopf._core.reactor.observation import Insights
 from kopf._core.reactor.flags import wait_flag
+from kopf._core.reactor.observation import Insights
 from kopf._core.reactor.running import operator, run, run_tasks, spawn_tasks
 from kopf._core.reactor.tuning import tuned_gc
 from kopf.testing.emulator import KubernetesEmulator

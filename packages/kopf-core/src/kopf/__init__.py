@@ -89,6 +89,11 @@ from kopf._core.engines.daemons import (
     DaemonStoppingReason,
     SyncDaemonStopperChecker,
 )
+from kopf._core.engines.indexing import (
+    Index,
+    OperatorIndexers,
+    Store,
+)
 from kopf._core.engines.posting import (
     event,
     exception,
@@ -241,6 +246,7 @@ __all__ = [
     'HandlerId',
     'HandlerRetriesError',
     'HandlerTimeoutError',
+    'Index',
     'Labels',
     'LocalObjectLogger',
     'LogFormat',
@@ -254,6 +260,7 @@ __all__ = [
     'NetworkingSettings',
     'ObjectLogger',
     'ObjectReference',
+    'OperatorIndexers',
     'OperatorRegistry',
     'OperatorSettings',
     'OwnerReference',
@@ -273,6 +280,7 @@ __all__ = [
     'Status',
     'StatusDiffBaseStorage',
     'StatusProgressStorage',
+    'Store',
     'SyncDaemonStopperChecker',
     'TemporaryError',
     'Vault',

@@ -16,7 +16,6 @@ import importlib
 import importlib.metadata
 import logging
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
@@ -134,11 +133,12 @@ def _check_scope(namespaces: tuple[str, ...], clusterwide: bool) -> None:
 
 def _validate_liveness(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
-        parsed = urllib.parse.urlsplit(value)
-        if parsed.scheme != 'http' or not parsed.netloc:
-            raise click.BadParameter(
-                f'{value!r} is not an http:// URL (e.g. http://0.0.0.0:8080/healthz); '
-                f'only http:// is supported.', ctx=ctx, param=param)
+        from kopf._core.engines import probing  # here: a plain `kopf --version` should not import the server
+        try:
+            probing.parse_liveness_endpoint(value)
+        except probing.LivenessEndpointError as e:
+            raise click.BadParameter(f'{value!r}: {e.problem}. Expected: {probing.EXPECTED_FORM}.',
+                                     ctx=ctx, param=param) from None
     return value
 
 

@@ -18,6 +18,7 @@ the credentials with HTTP 401, or they expire). If the login brings nothing usab
 cannot continue and fails with :class:`kopf.LoginError`.
 """
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -120,10 +121,30 @@ async def run_probes(
     """
     Collect the values of the probe handlers for a liveness report: ``{handler_id: result}``.
 
-    The probes are executed as any other activity; a probe that fails for good fails the report.
+    Unlike other activities, every probe is attempted exactly once per call: a liveness report
+    cannot wait for the retries and back-offs (the prober would time out long before that).
+    A probe that fails in any way --- an exception, a temporary or permanent error, its ``timeout=``
+    exceeded --- fails the report with :class:`ActivityError` (after the other probes are done);
+    the next report tries it again. Only ``errors=IGNORED`` makes a failing probe harmless
+    (its value is then ``None``). ``retries=`` and ``backoff=`` have no effect on the probes.
     """
-    return await run_activity(activity=Activity.PROBE, registry=registry, settings=settings,
-                              memo=memo, indices=indices)
+    # For this single attempt, a failure is final: so the logs do not promise a retry that never comes.
+    declared = registry.activities.get_handlers(Activity.PROBE)
+    handlers = [handler if handler.errors == ErrorsMode.IGNORED else
+                dataclasses.replace(handler, errors=ErrorsMode.PERMANENT, retries=None, backoff=None)
+                for handler in declared]
+    activity_logger = get_activity_logger(Activity.PROBE)
+    cause = ActivityCause(logger=activity_logger, memo=memo, indices=dict(indices or {}),
+                          activity=Activity.PROBE, settings=settings)
+    outcomes = await execution.execute_handlers_once(
+        lifecycle=lifecycles.all_at_once, settings=settings, handlers=handlers, cause=cause,
+        state=State.from_scratch().with_handlers(handlers), logger=activity_logger,
+    )
+    failures = [outcomes[handler.id].exception for handler in handlers
+                if outcomes[handler.id].exception is not None]
+    if failures:
+        raise ActivityError('One or more probes failed.', outcomes=outcomes) from failures[0]
+    return {handler.id: outcomes[handler.id].result for handler in handlers}
 
 
 #

@@ -33,7 +33,6 @@ class ResourceMemory:
         'expected_version',
         'fully_handled_once',
         'idle_reset_time',
-        'indexing',
         'memo',
         'noticed_by_listing',
     )
@@ -45,7 +44,6 @@ class ResourceMemory:
     expected_since: float  # when that patch was made (the event loop's time)
     idle_reset_time: float | None  # when the object has changed last time (the event loop's time)
     daemons: Any  # the daemons' & timers' per-object state, owned by their engine
-    indexing: Any  # the indices' per-object state, owned by their engine
 
     def __init__(self, *, memo: Any = None, noticed_by_listing: bool = False) -> None:
         super().__init__()
@@ -56,7 +54,6 @@ class ResourceMemory:
         self.expected_since = 0.0
         self.idle_reset_time = None
         self.daemons = None
-        self.indexing = None
 
     def __repr__(self) -> str:
         return (f'<{type(self).__name__} listed={self.noticed_by_listing} '

@@ -95,6 +95,7 @@ class _ResourcesPublisher:
         if unresolved and unresolved != self._unresolved:
             listed = ', '.join(sorted(repr(selector) for selector in unresolved))
             logger.warning(f'Unresolved resources cannot be served (try creating their CRDs): {listed}')
+            self._warn_on_empty_indices(unresolved)
         self._unresolved = unresolved
 
         unwatchable = frozenset(selected - watchable)
@@ -107,6 +108,14 @@ class _ResourcesPublisher:
             self._insights.resources = set(watchable)
             self._insights.changed.set()
         self._insights.ready_resources.set()
+
+    def _warn_on_empty_indices(self, unresolved: frozenset[Selector]) -> None:
+        # Nothing waits for the resources that are not in the cluster, so the indices are not filled silently.
+        for handler in self._registry.indexing.get_all_handlers():
+            if handler.selector in unresolved and handler.selector not in self._unresolved:
+                logger.warning(f'Index {handler.id!r} stays empty while its resource is not in the cluster: '
+                               f'{handler.selector!r}. The handlers do not wait for it; it is filled '
+                               f'when the resource appears.')
 
 
 async def resource_observer(

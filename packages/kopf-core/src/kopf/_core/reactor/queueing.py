@@ -32,6 +32,13 @@ meanwhile, the object's new events are batched as usual, and only the latest one
 On exit, the workers get ``settings.queueing.exit_timeout`` to finish what they are doing (their
 streams get the pressure to hurry up) and are cancelled after that.
 
+Indexing: if an ``indexer`` is given (for the resources with ``@kopf.index`` handlers), it gets every
+event of an object before the processor, outside of the worker limit. The processing of every object
+waits until the operator's indices are ready (``readiness``): until every watch-stream of the indexed
+resources has all the objects of its initial listing indexed; the objects' newer events are indexed
+meanwhile (the processor then gets the latest event only). The stream's own readiness toggle
+is turned on when the last object of its initial listing is indexed (see :mod:`kopf._core.engines.indexing`).
+
 The processor is pluggable: see :class:`Processor`.
 """
 import asyncio
@@ -49,6 +56,7 @@ from kopf._cogs.configs.networking import iter_backoffs
 from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
+from kopf._core.engines.indexing import IndexingReadiness, ReadinessToggle
 from kopf._core.intents.configuration import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -140,6 +148,9 @@ class ObjectStreams:
             namespace: str | None,
             settings: OperatorSettings,
             limiter: asyncio.Semaphore | None = None,
+            indexer: Processor | None = None,
+            readiness: IndexingReadiness | None = None,
+            toggle: ReadinessToggle | None = None,
     ) -> None:
         super().__init__()
         self._processor = processor
@@ -147,6 +158,10 @@ class ObjectStreams:
         self._namespace = namespace
         self._settings = settings
         self._limiter = limiter
+        self._indexer = indexer
+        self._readiness = readiness
+        self._toggle = toggle if indexer is not None else None
+        self._unindexed: set[Hashable] = set()  # the objects of the initial listing not indexed yet
         self._streams: dict[Hashable, _Stream] = {}
         self._known: dict[Hashable, ObjectIdentity] = {}
         self._listing: set[Hashable] | None = None
@@ -175,6 +190,8 @@ class ObjectStreams:
             if self._listing is None:
                 self._listing = set()
             self._listing.add(key)
+            if self._toggle is not None:
+                self._unindexed.add(key)
         if raw_event['type'] == 'DELETED':
             self._known.pop(key, None)
         elif self._known.get(key) != identity:  # usually the same: keep the old one, let the new one go
@@ -187,6 +204,13 @@ class ObjectStreams:
         for identity in vanished:
             del self._known[identity.key]
             self._dispatch(identity.key, cast(RawEvent, {'type': 'DELETED', 'object': identity.as_body()}))
+        self._check_indexed()
+
+    def _check_indexed(self) -> None:
+        # Only the first listing matters: the toggle is forgotten once it is on.
+        if self._toggle is not None and self._listing is None and not self._unindexed:
+            self._toggle.turn_on()
+            self._toggle = None
 
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
         stream = self._streams.get(key)
@@ -237,6 +261,14 @@ class ObjectStreams:
                 raw_event, stream.pending = stream.pending, None
                 stream.pressure.clear()
 
+                if self._indexer is not None:
+                    await self._index(key, raw_event, stream)
+                if self._readiness is not None and not self._readiness.ready:
+                    latest = await self._wait_for_readiness(key, raw_event, stream)
+                    if latest is None:
+                        break  # closing while waiting: the handlers never ran, nothing to finish.
+                    raw_event = latest
+
                 await self._process(key, raw_event, stream)
                 processed_at = loop.time()
 
@@ -258,6 +290,52 @@ class ObjectStreams:
             await _wait_or_expire(stream.pressure, self._settings.queueing.batch_window)
             if stream.events == events and not self._closing.is_set():
                 break  # the window has passed in silence (otherwise, it starts anew)
+
+    async def _index(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> None:
+        """Index the object's event; the errors of the indexing functions are handled by the indexer."""
+        assert self._indexer is not None
+        try:
+            await self._indexer(raw_event=raw_event, stream_pressure=stream.pressure,
+                                resource=self._resource, namespace=self._namespace)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            object_logger = loggers.ObjectLogger(body=raw_event['object'], settings=self._settings)
+            object_logger.exception(f'Indexing has failed with an unexpected error: {e!r}')
+        finally:
+            if self._toggle is not None and key in self._unindexed:
+                self._unindexed.discard(key)
+                self._check_indexed()
+
+    async def _wait_for_readiness(
+            self, key: Hashable, raw_event: RawEvent, stream: _Stream,
+    ) -> RawEvent | None:
+        """
+        Wait until the operator's indices are ready; index the object's newer events meanwhile.
+
+        Returns the latest event of the object to be processed, or None if the streams are closing.
+        """
+        assert self._readiness is not None
+        readiness = asyncio.create_task(self._readiness.wait(), name=f'readiness waiter for {key!r}')
+        try:
+            while not readiness.done():
+                if self._closing.is_set():
+                    return None
+                if stream.pending is not None:
+                    raw_event, stream.pending = stream.pending, None
+                    stream.pressure.clear()
+                    if self._indexer is not None:
+                        await self._index(key, raw_event, stream)
+                    continue
+                stream.pressure.clear()  # nothing is pending: only the new events must wake us up
+                pressure = asyncio.create_task(stream.pressure.wait(), name=f'pressure waiter for {key!r}')
+                try:
+                    await asyncio.wait([readiness, pressure], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    pressure.cancel()
+        finally:
+            readiness.cancel()
+        return raw_event
 
     async def _process(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> None:
         try:
@@ -325,9 +403,13 @@ async def watcher(
         namespace: str | None,
         processor: Processor,
         limiter: asyncio.Semaphore | None = None,
+        indexer: Processor | None = None,
+        readiness: IndexingReadiness | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
+
+    ``indexer`` (if the resource is indexed) and ``readiness`` (of the operator's indices): see above.
 
     The watch-stream survives the disconnects by itself; if it fails (e.g. HTTP 403 or 404), the failure
     is logged and the watching restarts after a delay from ``settings.queueing.error_delays``
@@ -335,8 +417,11 @@ async def watcher(
     """
     name = describe_resource(resource)
     scope = describe_scope(namespace)
+    # Synchronously at the start: the toggles of all the initial streams exist before any object is processed.
+    toggle = readiness.expect(f'{name} {scope}') if readiness is not None and indexer is not None else None
     streams = ObjectStreams(processor=processor, resource=resource, namespace=namespace,
-                            settings=settings, limiter=limiter)
+                            settings=settings, limiter=limiter,
+                            indexer=indexer, readiness=readiness, toggle=toggle)
     logger.debug(f'Starting the watch-stream for {name} {scope}.')
     try:
         delays = iter_backoffs(settings.queueing.error_delays)
@@ -357,4 +442,6 @@ async def watcher(
                 await asyncio.sleep(last_delay)
     finally:
         logger.debug(f'Stopping the watch-stream for {name} {scope}.')
+        if toggle is not None:
+            toggle.drop()  # nobody should wait for a stream that is gone
         await streams.close(exit_timeout=settings.queueing.exit_timeout)

@@ -33,9 +33,10 @@ from collections.abc import Collection, Coroutine, Iterator
 from typing import Any
 
 from kopf._clients.vault import Vault
+from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
-from kopf._core.engines import activities, posting, spawning
+from kopf._core.engines import activities, indexing, posting, probing, spawning
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
@@ -54,8 +55,9 @@ from kopf._core.reactor.inventory import ResourceMemories
 
 logger = logging.getLogger(__name__)
 
-# Not yet implemented (indexing and peering come with their engines): accepted and passed through.
-OperatorIndexers = Any
+OperatorIndexers = indexing.OperatorIndexers
+
+# Not yet implemented (peering comes with its engine): accepted and passed through.
 Identity = Any
 
 # How long the tasks left running after the operator's exit get to finish before they are cancelled.
@@ -184,6 +186,11 @@ async def spawn_tasks(
     vault = vault if vault is not None else Vault()
     memo = memo if memo is not None else Memo()
     insights = insights if insights is not None else observation.Insights()
+    indexers = indexers if indexers is not None else indexing.OperatorIndexers()
+    indexers.ensure(registry.indexing.get_all_handlers())  # the indices exist (empty) from the very start
+
+    if liveness_endpoint is not None:
+        probing.parse_liveness_endpoint(liveness_endpoint)  # a bad URL fails now, before any task starts.
 
     patterns: list[NamespacePattern] = [*namespaces, *([namespace] if namespace is not None else [])]
     if clusterwide and patterns:
@@ -281,10 +288,36 @@ def make_processor(
         processing.process_resource_event,
         registry=registry, settings=settings, vault=vault, memobase=memo, lifecycle=lifecycle,
         memories=memories if memories is not None else ResourceMemories(),
-        indices=getattr(indexers, 'indices', None),
+        indices=indexers.indices if indexers is not None else None,
         pacer=pacer if pacer is not None else pacing.Pacer(),
         spawner=spawner,
     )
+
+
+def make_indexer(
+        *,
+        indexers: OperatorIndexers | None,
+        memories: ResourceMemories,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        memo: object,
+) -> queueing.Processor | None:
+    """
+    The hook where the indexing plugs into the reactor: every event of the indexed resources goes
+    to the indices before the processing (see :mod:`kopf._core.engines.indexing`); None if no indexers.
+    """
+    if indexers is None:
+        return None
+
+    async def indexer(*, raw_event: RawEvent, stream_pressure: asyncio.Event,
+                      resource: Resource, namespace: str | None) -> None:
+        event_type = raw_event['type']
+        memory = memories.recall(raw_event['object'], memo=memo, noticed_by_listing=event_type is None,
+                                 ephemeral=event_type == 'DELETED')
+        await indexers.index_resource_event(raw_event=raw_event, resource=resource, registry=registry,
+                                            settings=settings, memo=memory.memo)
+
+    return indexer
 
 
 async def _run_operator(
@@ -306,12 +339,17 @@ async def _run_operator(
         event_queue: posting.EventQueue,
 ) -> None:
     """The operator's whole life: startup, the core tasks until any of them exits, cleanup."""
-    # The indices are maintained by the indexing engine, if any; the activities only read them.
-    indices = getattr(indexers, 'indices', None)
+    # The indices are maintained by the indexing engine; the handlers only read them.
+    indices = indexers.indices if indexers is not None else None
     started = False
     core_tasks: CoreTasks | None = None
     gc_tuning = contextlib.ExitStack()
+    # Served from before the startup (answering "not ready" till then) to after the cleanup.
+    reporter = None if liveness_endpoint is None else probing.HealthReporter(
+        liveness_endpoint, registry=registry, settings=settings, memo=memo, indices=indices)
     try:
+        if reporter is not None:
+            await reporter.start()
         try:
             await activities.run_activity(activity=Activity.STARTUP, registry=registry, settings=settings,
                                           memo=memo, indices=indices)
@@ -322,9 +360,6 @@ async def _run_operator(
 
         if (peering_requested or settings.peering.mandatory) and not settings.peering.standalone:
             logger.warning('Peering is not implemented yet: running in the standalone mode.')
-        if liveness_endpoint is not None:
-            # TODO: serve the liveness endpoint with the probes (activities.run_probes) once it exists.
-            logger.warning(f'The liveness endpoint is not served yet: {liveness_endpoint}')
 
         gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
@@ -343,6 +378,8 @@ async def _run_operator(
         finally:
             ready.cancel()
         if ready.done() and not ready.cancelled():
+            if reporter is not None:
+                reporter.mark_ready()
             flags.raise_flag(ready_flag)
 
         done, _ = await asyncio.wait(list(core_tasks), return_when=asyncio.FIRST_COMPLETED)
@@ -372,7 +409,9 @@ async def _run_operator(
         finally:
             # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to,
             # so a repeated cancellation (e.g. of a hung cleanup) must not interrupt the closing.
-            await asyncio.shield(vault.close())
+            # The liveness endpoint's port is released the same way, whatever the cancellations.
+            stopping = [reporter.stop()] if reporter is not None else []
+            await asyncio.shield(asyncio.gather(vault.close(), *stopping))
             if command is not None and core_tasks is None:
                 command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
 
@@ -445,16 +484,21 @@ def _spawn_core_tasks(
 
     limit = settings.queueing.worker_limit
     limiter = asyncio.Semaphore(limit) if limit is not None else None
+    memories = memories if memories is not None else ResourceMemories()  # shared by the indexing
     # The daemons & timers are stopped by their core task (one of the "others"): after the watchers,
     # before the poster & the credentials, so that they can still patch the objects and post the events.
     spawner = spawning.SpawningEngine(registry=registry, settings=settings, vault=vault, indices=indices)
     processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories,
                                registry=registry, settings=settings, vault=vault, memo=memo, spawner=spawner)
     tasks.others.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
+    indexer = make_indexer(indexers=indexers, memories=memories, registry=registry,
+                           settings=settings, memo=memo)
+    readiness = indexers.readiness if indexers is not None else None
 
     def watcher_factory(resource: Resource, namespace: str | None) -> Coroutine[Any, Any, None]:
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
-                                processor=processor, limiter=limiter)
+                                processor=processor, limiter=limiter, readiness=readiness,
+                                indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
     tasks.observers = [
         asyncio.create_task(observation.resource_observer(
