@@ -455,3 +455,31 @@ async def test_daemon_stops_being_restarted_once_out_of_retries(
         await asyncio.sleep(0.2)  # a chance for the wrong restarts (if any) to happen
     assert calls == [0, 1, 2]
     assert any('exceed 3 retries' in message for message in messages())
+
+
+async def test_daemons_and_timers_get_the_operator_indices(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    seen: dict[str, Any] = {}
+
+    @kopf.index('kopfexamples', registry=registry)
+    def fields(name: str, spec: kopf.Spec, **_: Any) -> Any:
+        return {name: spec.get('field')}
+
+    @kopf.daemon('kopfexamples', registry=registry)
+    async def monitor(fields: kopf.Index[str, Any], stopped: kopf.DaemonStopped, **_: Any) -> None:
+        while not stopped:
+            seen['daemon'] = dict(fields)
+            await stopped.wait(0.05)
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.05)
+    async def ticker(fields: kopf.Index[str, Any], **_: Any) -> None:
+        seen['timer'] = dict(fields)
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: {'daemon', 'timer'} <= set(seen))
+        await eventually(lambda: {key: list(values) for key, values in seen['daemon'].items()}
+                         == {'kex1': ['value']})
+        await eventually(lambda: {key: list(values) for key, values in seen['timer'].items()}
+                         == {'kex1': ['value']})
