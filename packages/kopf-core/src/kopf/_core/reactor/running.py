@@ -360,6 +360,11 @@ async def _run_operator(
 
         if (peering_requested or settings.peering.mandatory) and not settings.peering.standalone:
             logger.warning('Peering is not implemented yet: running in the standalone mode.')
+        if registry.webhooks:
+            # Accepted for compatibility, but never called: say so rather than pretend (until kopf-webhooks).
+            ids = ', '.join(repr(handler.id) for handler in registry.webhooks.get_all_handlers())
+            logger.warning(f'Admission webhooks are not implemented yet: the validating/mutating '
+                           f'handlers are never called: {ids}.')
 
         gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
