@@ -429,9 +429,30 @@ class KubernetesClient(Example):
         assert cluster.pods() == []  # garbage-collected with its owner
 
 
+class DaemonsTimers(Example):
+    name = '13-daemons-timers'
+    logs = (
+        "[default/kopf-example-1] The sync daemon is started in a thread.",
+        "[default/kopf-example-1] Monitoring the field 'value' (round 1).",
+        "[default/kopf-example-1] Tick: the field is 'value'.",
+        "[default/kopf-example-1] Tick: the field is 'changed'.",
+        "[default/kopf-example-1] The sync daemon is stopped.",
+        "[default/kopf-example-1] The async daemon is stopped",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        # No change handlers: no diff-base; the timer's result and our finalizer (for the daemons) instead.
+        obj = cluster.kopfexample()
+        assert obj['metadata'].get('finalizers') == [DEFAULT_FINALIZER]
+        assert cluster.status().get('tick') == {'field': 'value'}
+
+    def after_update(self, cluster: Cluster) -> None:
+        assert cluster.status().get('tick') == {'field': 'changed'}
+
+
 EXAMPLES_RUN_BY_KOPF = [
     Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
-    Activities(), KubernetesClient(),
+    Activities(), KubernetesClient(), DaemonsTimers(),
 ]
 EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
 
