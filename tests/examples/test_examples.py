@@ -140,6 +140,7 @@ class Example:
     restarts: ClassVar[bool] = False  # whether to restart the operator after the creation
     logs: ClassVar[tuple[str, ...]] = ()  # the lines expected in the output, besides the common ones
     tracebacks: ClassVar[int] = 0
+    change_handlers: ClassVar[bool] = True  # whether it has change handlers (and so their debug messages)
 
     def __repr__(self) -> str:
         return self.name
@@ -449,9 +450,31 @@ class Indexing(Example):
         assert cluster.status().get('report_fn/spec.field') == {'same_field': [NAME], 'pods': 0}
 
 
+class DaemonsTimers(Example):
+    name = '13-daemons-timers'
+    change_handlers = False
+    logs = (
+        "[default/kopf-example-1] The sync daemon is started in a thread.",
+        "[default/kopf-example-1] Monitoring the field 'value' (round 1).",
+        "[default/kopf-example-1] Tick: the field is 'value'.",
+        "[default/kopf-example-1] Tick: the field is 'changed'.",
+        "[default/kopf-example-1] The sync daemon is stopped.",
+        "[default/kopf-example-1] The async daemon is stopped",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        # No change handlers: no diff-base; the timer's result and our finalizer (for the daemons) instead.
+        obj = cluster.kopfexample()
+        assert obj['metadata'].get('finalizers') == [DEFAULT_FINALIZER]
+        assert cluster.status().get('tick') == {'field': 'value'}
+
+    def after_update(self, cluster: Cluster) -> None:
+        assert cluster.status().get('tick') == {'field': 'changed'}
+
+
 EXAMPLES_RUN_BY_KOPF = [
     Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
-    Activities(), KubernetesClient(), Indexing(),
+    Activities(), KubernetesClient(), Indexing(), DaemonsTimers(),
 ]
 EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
 
@@ -498,12 +521,14 @@ def test_example(
 
         cluster.call('DELETE', f'{example.url}/{NAME}')
         eventually(lambda: example.after_deletion(cluster))
-        eventually(lambda: _assert_in(DELETION_NOTICE, caplog.messages))  # the last words of the object
+        if example.change_handlers:
+            eventually(lambda: _assert_in(DELETION_NOTICE, caplog.messages))  # the last words of the object
 
     output = ''.join(outputs)
     assert output.count('Traceback (most recent call last)') == example.tracebacks
-    assert '[default/kopf-example-1] Creation is in progress:' in output  # a debug message
-    assert f'[default/kopf-example-1] {DELETION_NOTICE}' in output
+    if example.change_handlers:
+        assert '[default/kopf-example-1] Creation is in progress:' in output  # a debug message
+        assert f'[default/kopf-example-1] {DELETION_NOTICE}' in output
     for line in example.logs:
         assert line in output
     example.check_outputs(outputs)
