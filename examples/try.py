@@ -98,11 +98,17 @@ def _get(emulator: KubernetesEmulator) -> dict[str, Any] | None:
 
 
 def _is_handled(emulator: KubernetesEmulator, field_value: str) -> bool:
-    """Handled: the last-handled state (the diff-base) has the expected value of spec.field."""
+    """
+    Handled: the last-handled state (the diff-base) has the expected value of spec.field;
+    or, for the operators without change handlers (e.g. timers only), a result in the status has it.
+    """
     body = _get(emulator) or {}
     annotations = body.get('metadata', {}).get('annotations', {})
     diffbase = annotations.get('kopf.zalando.org/last-handled-configuration')
-    return diffbase is not None and json.loads(diffbase).get('spec', {}).get('field') == field_value
+    if diffbase is not None:
+        return bool(json.loads(diffbase).get('spec', {}).get('field') == field_value)
+    results = body.get('status', {}).values()
+    return any(isinstance(result, dict) and result.get('field') == field_value for result in results)
 
 
 if __name__ == '__main__':

@@ -18,7 +18,7 @@ from typing import Any
 import kopf
 
 
-@kopf.daemon('kopfexamples', initial_delay=0.5, cancellation_timeout=5)
+@kopf.daemon('kopfexamples', initial_delay=0.5, cancellation_backoff=1, cancellation_timeout=5)
 async def monitor_async(stopped: kopf.DaemonStopped, patch: kopf.Patch, logger: kopf.Logger,
                         spec: kopf.Spec, **_: Any) -> None:
     rounds = 0

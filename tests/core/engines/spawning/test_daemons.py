@@ -123,6 +123,30 @@ async def test_async_daemon_ignoring_the_flag_is_cancelled_after_the_cancellatio
     assert "Daemon 'stubborn' is cancelled and will not be retried or restarted." in messages()
 
 
+async def test_cancellation_interrupts_only_the_function_and_its_patch_is_still_applied(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, messages: Messages) -> None:
+    events: list[str] = []
+
+    @kopf.daemon('kopfexamples', registry=registry, cancellation_timeout=2)
+    async def stubborn(patch: kopf.Patch, **_: Any) -> None:
+        patch.status['progress'] = 'half-way'
+        events.append('started')
+        try:
+            await asyncio.Event().wait()  # never looks at the stop-flag
+        except asyncio.CancelledError:
+            events.append('cancelled')
+            raise
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: events == ['started'])
+    # The operator's exit stops the daemon: the object stays, with the patch of the cancelled function.
+    assert events == ['started', 'cancelled']
+    assert cluster.get()['status'].get('progress') == 'half-way'
+    assert "Daemon 'stubborn' is cancelled and will not be retried or restarted." in messages()
+
+
 async def test_sync_daemon_ignoring_the_flag_is_abandoned_after_the_cancellation_timeout(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
         operator: Operator, eventually: Eventually, messages: Messages,

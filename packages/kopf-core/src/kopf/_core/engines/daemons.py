@@ -252,7 +252,8 @@ class ObjectSpawns:
 class Daemon:
     """One daemon of one object: the handler, the task, the stop-flag, the stopping sequence."""
 
-    __slots__ = ('abandoned', 'exiting', 'handler', 'spawns', 'stopper', 'task', 'terminator')
+    __slots__ = ('abandoned', 'calling', 'cancelled', 'exiting', 'handler', 'spawns', 'stopper', 'task',
+                 'terminator')
 
     def __init__(self, *, handler: DaemonHandler, spawns: ObjectSpawns) -> None:
         super().__init__()
@@ -263,6 +264,8 @@ class Daemon:
         self.terminator: asyncio.Task[None] | None = None
         self.abandoned = False
         self.exiting = False  # whether the stopping sequence is of the operator's exit (bounded in time)
+        self.calling = False  # whether the daemon's function runs now (only then can it be cancelled)
+        self.cancelled = False  # whether its stopping sequence has cancelled the function
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} {self.handler.id!r} running={self.running} stopper={self.stopper!r}>'
@@ -314,6 +317,7 @@ async def execute_and_apply(
         cause: ResourceSpawningCause,
         state: HandlerState,
         logger: loggers.ObjectLogger,
+        daemon: Daemon | None = None,
 ) -> Outcome:
     """
     Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
@@ -321,9 +325,22 @@ async def execute_and_apply(
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object
     has changed meanwhile, they are kept in the patch (for the timers to retry them on the next run).
+
+    For a ``daemon``, only the function's own run can be cancelled by its stopping sequence: a cancelled
+    function is over, but the framework's steps after it (e.g. applying its patch) are done as usual.
     """
-    outcome = await execution.execute_handler_once(
-        settings=settings, handler=handler, cause=cause, state=state, logger=logger)
+    if daemon is not None:
+        daemon.calling = True
+    try:
+        outcome = await execution.execute_handler_once(
+            settings=settings, handler=handler, cause=cause, state=state, logger=logger)
+    except asyncio.CancelledError:
+        if daemon is None or not daemon.cancelled:
+            raise
+        outcome = Outcome(final=True)
+    finally:
+        if daemon is not None:
+            daemon.calling = False
     patch = cause.patch
     execution.deliver_results(outcomes={handler.id: outcome}, patch=patch)
     if patch:
@@ -439,7 +456,7 @@ class Daemons:
                 try:
                     outcome = await execute_and_apply(settings=self.settings, vault=self.vault,
                                                       handler=handler, cause=cause, state=state,
-                                                      logger=logger)
+                                                      logger=logger, daemon=daemon)
                 except Exception as e:  # not the function's failures (they are outcomes), but the framework's
                     logger.exception(f'{title} has failed unexpectedly: {e}')
                     backoff = handler.backoff
@@ -453,7 +470,9 @@ class Daemons:
                     logger.debug(f'{title} will be restarted in {delay} seconds.')
                 await stopper.wait(delay)
 
-            if stopper.is_set():
+            if daemon.cancelled:
+                logger.warning(f'{title} is cancelled and will not be retried or restarted.')
+            elif stopper.is_set():
                 logger.info(f'{title} has exited on request and will not be retried or restarted.')
             elif outcome is not None and outcome.exception is not None:
                 logger.info(f'{title} has exited after a permanent failure '
@@ -509,9 +528,11 @@ class Daemons:
             timeout = EXIT_CANCELLATION_GRACE
 
         if timeout is not None:
-            if is_async:
+            # Only the function itself is cancelled; the framework's own steps (e.g. the patch) finish.
+            if is_async and daemon.calling:
                 logger.debug(f'{title} has not exited in time; cancelling it.')
                 daemon.stopper.set(DaemonStoppingReason.DAEMON_CANCELLED)
+                daemon.cancelled = True
                 task.cancel()
             await asyncio.wait([task], timeout=timeout)
             if task.done():
