@@ -32,7 +32,6 @@ class ResourceMemory:
         'expected_since',
         'expected_version',
         'fully_handled_once',
-        'idle_reset_time',
         'memo',
         'noticed_by_listing',
     )
@@ -42,7 +41,6 @@ class ResourceMemory:
     fully_handled_once: bool  # a changing cycle has finished since then: no more resuming
     expected_version: str | None  # the resourceVersion of our latest patch that has not arrived yet
     expected_since: float  # when that patch was made (the event loop's time)
-    idle_reset_time: float | None  # when the object has changed last time (the event loop's time)
     daemons: Any  # the daemons' & timers' per-object state, owned by their engine
 
     def __init__(self, *, memo: Any = None, noticed_by_listing: bool = False) -> None:
@@ -52,7 +50,6 @@ class ResourceMemory:
         self.fully_handled_once = False
         self.expected_version = None
         self.expected_since = 0.0
-        self.idle_reset_time = None
         self.daemons = None
 
     def __repr__(self) -> str:
