@@ -268,7 +268,7 @@ async def test_patching_in_indexing_functions_is_reported_not_applied(
 
     await feed(event('pod1'))
     assert as_dict(indexers['idx']) == {None: ['value']}
-    assert "Handler 'idx' has patched the object, but the patches of the indexing functions " \
+    assert "Indexer 'idx' has patched the object, but the patches of the indexing functions " \
            "are not applied" in caplog.text
 
 

@@ -239,7 +239,7 @@ async def test_failing_indexing_functions_do_not_stop_the_operator(
         assert contents(indexers['idx']) == {None: ['kex2']}
         await cluster.patch('kex1', {'spec': {'field': 'fixed'}})  # retried on the next event
         await eventually(lambda: contents(indexers['idx']) == {None: ['kex1', 'kex2']})
-    assert "Handler 'idx' failed with an exception and will ignore it: Cannot index kex1." in caplog.text
+    assert "Indexer 'idx' failed with an exception and will ignore it: Cannot index kex1." in caplog.text
 
 
 async def test_unknown_resources_are_reported_and_not_waited_for(

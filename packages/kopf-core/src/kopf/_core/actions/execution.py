@@ -52,6 +52,7 @@ from kopf._core.intents.handlers import (
     DaemonHandler,
     ErrorsMode,
     HandlerId,
+    IndexingHandler,
     TimerHandler,
 )
 from kopf._core.intents.registries import ChangingRegistry, generate_id
@@ -72,9 +73,12 @@ _HandlerT = TypeVar('_HandlerT', bound=BaseHandler)
 
 
 def _title(handler: BaseHandler) -> str:
-    # The activities, daemons, timers are named so in the logs ("Timer 'x' succeeded."), others are handlers.
+    # The activities, daemons, timers, indexers are named so in the logs ("Timer 'x' succeeded."),
+    # others are handlers.
     if isinstance(handler, ActivityHandler):
         kind = 'Activity'
+    elif isinstance(handler, IndexingHandler):
+        kind = 'Indexer'
     elif isinstance(handler, DaemonHandler):
         kind = 'Daemon'
     elif isinstance(handler, TimerHandler):
@@ -217,7 +221,12 @@ async def execute_handler_once(
         return Outcome(final=False, delay=backoff, exception=e, subrefs=subexecution.subrefs)
 
     else:
-        logger.info(f'{title} succeeded.')
+        # The indexers run on every event of every object (e.g. 10,000 at startup): not worth a line each
+        # at the usual level, as in Kopf, where they are seen only with the verbose logs.
+        if isinstance(handler, IndexingHandler):
+            logger.debug(f'{title} succeeded.')
+        else:
+            logger.info(f'{title} succeeded.')
         return Outcome(final=True, result=result, subrefs=subexecution.subrefs)
 
 

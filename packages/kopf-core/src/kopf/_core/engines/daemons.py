@@ -473,12 +473,12 @@ class Daemons:
             if daemon.cancelled:
                 logger.warning(f'{title} is cancelled and will not be retried or restarted.')
             elif stopper.is_set():
-                logger.info(f'{title} has exited on request and will not be retried or restarted.')
+                logger.debug(f'{title} has exited on request and will not be retried or restarted.')
             elif outcome is not None and outcome.exception is not None:
-                logger.info(f'{title} has exited after a permanent failure '
+                logger.debug(f'{title} has exited after a permanent failure '
                             f'and will not be retried or restarted.')
             else:
-                logger.info(f'{title} has exited on its own and will not be retried or restarted.')
+                logger.debug(f'{title} has exited on its own and will not be retried or restarted.')
 
         except asyncio.CancelledError:
             if not stopper.is_set():

@@ -421,7 +421,7 @@ class OperatorIndexers(Mapping[str, Index[Any, Any]]):
         )
         if cause.patch:
             # The kwarg is there for compatibility, but the indexing never talks to the API.
-            cause.logger.warning(f'Handler {handler.id!r} has patched the object, but the patches '
+            cause.logger.warning(f'Indexer {handler.id!r} has patched the object, but the patches '
                                  f'of the indexing functions are not applied; use other handlers for that.')
             cause.patch.clear()
             cause.patch.fns.clear()

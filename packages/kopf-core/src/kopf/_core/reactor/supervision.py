@@ -23,7 +23,7 @@ __all__ = [
     'stop_tasks',
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger('kopf._core.reactor.running')  # as before the split (and as Kopf names it)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
