@@ -126,7 +126,8 @@ def wait_for_count(operator: Operator, counter: Callable[[], int], target: int, 
         if now >= deadline:
             operator.fail(f'{what}: {count} of {target} in {timeout:.0f}s')
         if now - last_progress >= stall:
-            operator.fail(f'{what}: stuck at {count} of {target} for {stall:.0f}s')
+            nothing = ' (nothing at all: does the operator support this?)' if count == 0 else ''
+            operator.fail(f'{what}: stuck at {count} of {target} for {stall:.0f}s{nothing}')
         time.sleep(interval)
 
 
@@ -272,6 +273,8 @@ def measure_index_once(implementation: Implementation, args: argparse.Namespace,
             rss = operator.rss_mb()
             peak_rss = operator.peak_rss_mb()
     indexed = result.get('indexed')
+    if with_index and indexed == -1:
+        raise OperatorFailed('the marker handler got no index in its kwargs (`by_name`)')
     if with_index and result and indexed != count:
         raise OperatorFailed(f'the marker handler saw an incomplete index: {indexed} of {count} objects')
     measures = {
@@ -464,7 +467,7 @@ def main() -> None:
     parser.add_argument('--idle-interval', type=float, default=60.0, help='timer-60s-idle: the interval')
     parser.add_argument('--initial-delay', type=float, default=5.0, help='timer-60s-idle: the initial delay')
     parser.add_argument('--index-objects', type=int, default=10_000, help='index-10k: objects')
-    parser.add_argument('--index-timeout', type=float, default=90.0,
+    parser.add_argument('--index-timeout', type=float, default=60.0,
                         help='index-10k: seconds to wait for the handler; if longer, this is a lower bound')
     args = parser.parse_args()
     if args.idle_baseline >= args.idle_objects:
