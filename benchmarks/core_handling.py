@@ -26,40 +26,25 @@ Options: --operator create_only|create_delete, --no-status-subresource,
 """
 import argparse
 import asyncio
-import copy
 import dataclasses
-import os
 import pathlib
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
+from _harness import (
+    install_kopf,
+    populate,
+    read_cpu_seconds,
+    read_proc_status,
+    start_operator,
+    stop_operator,
+    wait_until,
+)
 
 from kopf.testing import KubernetesEmulator
-
-HERE = pathlib.Path(__file__).resolve().parent
-CRD: dict[str, Any] = {
-    'apiVersion': 'apiextensions.k8s.io/v1',
-    'kind': 'CustomResourceDefinition',
-    'metadata': {'name': 'kopfexamples.kopf.dev'},
-    'spec': {
-        'group': 'kopf.dev',
-        'scope': 'Namespaced',
-        'names': {'kind': 'KopfExample', 'plural': 'kopfexamples', 'singular': 'kopfexample',
-                  'shortNames': ['kex']},
-        'versions': [{
-            'name': 'v1', 'served': True, 'storage': True,
-            'subresources': {'status': {}},
-            'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}},
-        }],
-    },
-}
 
 
 @dataclasses.dataclass
@@ -76,26 +61,6 @@ class Result:
         return self.objects / self.seconds if self.seconds else 0.0
 
 
-async def populate(url: str, count: int, *, status_subresource: bool = True) -> None:
-    """Create the CRD and `count` objects, fast (concurrently, but bounded)."""
-    crd = copy.deepcopy(CRD)
-    if not status_subresource:
-        del crd['spec']['versions'][0]['subresources']
-    async with aiohttp.ClientSession(base_url=url) as session:
-        async with session.post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', json=crd) as r:
-            r.raise_for_status()
-        semaphore = asyncio.Semaphore(50)
-
-        async def create(i: int) -> None:
-            body = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
-                    'metadata': {'name': f'kex-{i}'}, 'spec': {'field': f'value-{i}'}}
-            url = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
-            async with semaphore, session.post(url, json=body) as r:
-                r.raise_for_status()
-
-        await asyncio.gather(*(create(i) for i in range(count)))
-
-
 def is_handled(obj: dict[str, Any]) -> bool:
     """Handled: the result is in the status and the diff-base is stored, no progress is left."""
     annotations = obj.get('metadata', {}).get('annotations', {})
@@ -108,47 +73,6 @@ def is_handled(obj: dict[str, Any]) -> bool:
 
 def all_handled(emulator: KubernetesEmulator, count: int) -> bool:
     return sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count
-
-
-def read_proc_status(pid: int, field: str) -> float:
-    """A memory field of /proc/PID/status (e.g. VmHWM, VmRSS), in megabytes."""
-    for line in pathlib.Path(f'/proc/{pid}/status').read_text().splitlines():
-        if line.startswith(field + ':'):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def start_operator(python: str, operator: str, kubeconfig: pathlib.Path,
-                   wrapper: Sequence[str] = ()) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-    return subprocess.Popen(
-        [*wrapper, python, str(HERE / 'operators' / 'runner.py'), str(HERE / 'operators' / f'{operator}.py')],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-
-
-def stop_operator(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def read_cpu_seconds(pid: int) -> float:
-    """The user+system CPU time of a process so far (/proc/PID/stat, fields 14 and 15)."""
-    fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
-
-
-def wait_until(predicate: Any, timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def measure_handling(name: str, python: str, operator: str, count: int, timeout: float,
@@ -228,22 +152,6 @@ def measure_idle_rss(python: str, operator: str, count: int, timeout: float, set
             return read_proc_status(process.pid, 'VmRSS')
         finally:
             stop_operator(process)
-
-
-KOPF_REQUIREMENT = 'kopf==1.45.2'
-
-
-def install_kopf(directory: pathlib.Path) -> str:
-    """A virtualenv with Kopf 1.45.2 from the package index, made once; its Python's path."""
-    python = directory / 'bin' / 'python'
-    check = [str(python), '-c', 'import importlib.metadata as m; assert m.version("kopf") == "1.45.2"']
-    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return str(python)
-    print(f'Installing {KOPF_REQUIREMENT} into {directory} ...', flush=True)
-    subprocess.run([sys.executable, '-m', 'venv', str(directory)], check=True)
-    subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', KOPF_REQUIREMENT], check=True)
-    subprocess.run(check, check=True)
-    return str(python)
 
 
 def main() -> None:

@@ -1,0 +1,261 @@
+"""
+What the operator benchmarks share: the CRD, filling the emulator, the operator's subprocess, /proc readings.
+
+The emulator runs in the benchmark's process (its own thread), each operator in a subprocess
+(``operators/runner.py OPERATOR_FILE``, i.e. ``kopf.run()``) with a kubeconfig to the emulator,
+so that the same operator file runs under this project and under Kopf 1.45.2 alike.
+"""
+import argparse
+import asyncio
+import copy
+import dataclasses
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import aiohttp
+
+HERE = pathlib.Path(__file__).resolve().parent
+OPERATORS = HERE / 'operators'
+KOPF_REQUIREMENT = 'kopf==1.45.2'
+KOPF_NAME = 'Kopf 1.45.2'
+OURS_NAME = 'this project'
+
+CRD: dict[str, Any] = {
+    'apiVersion': 'apiextensions.k8s.io/v1',
+    'kind': 'CustomResourceDefinition',
+    'metadata': {'name': 'kopfexamples.kopf.dev'},
+    'spec': {
+        'group': 'kopf.dev',
+        'scope': 'Namespaced',
+        'names': {'kind': 'KopfExample', 'plural': 'kopfexamples', 'singular': 'kopfexample',
+                  'shortNames': ['kex']},
+        'versions': [{
+            'name': 'v1', 'served': True, 'storage': True,
+            'subresources': {'status': {}},
+            'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}},
+        }],
+    },
+}
+
+
+def make_crd(plural: str, kind: str, *, status_subresource: bool = True) -> dict[str, Any]:
+    """A namespaced CRD of the group ``kopf.dev`` (version v1), like the standard one, with another name."""
+    crd = copy.deepcopy(CRD)
+    crd['metadata']['name'] = f'{plural}.kopf.dev'
+    crd['spec']['names'] = {'kind': kind, 'plural': plural, 'singular': plural.rstrip('s')}
+    if not status_subresource:
+        del crd['spec']['versions'][0]['subresources']
+    return crd
+
+
+async def create_crd(session: aiohttp.ClientSession, crd: Mapping[str, Any]) -> None:
+    async with session.post('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', json=crd) as r:
+        r.raise_for_status()
+
+
+async def create_objects(session: aiohttp.ClientSession, plural: str, bodies: Sequence[Mapping[str, Any]],
+                         *, namespace: str = 'default', concurrency: int = 50) -> None:
+    """Create objects of ``kopf.dev/v1`` concurrently (but bounded): ~3,000/s on one core."""
+    semaphore = asyncio.Semaphore(concurrency)
+    url = f'/apis/kopf.dev/v1/namespaces/{namespace}/{plural}'
+
+    async def create(body: Mapping[str, Any]) -> None:
+        async with semaphore, session.post(url, json=body) as r:
+            r.raise_for_status()
+
+    await asyncio.gather(*(create(body) for body in bodies))
+
+
+def example_bodies(count: int) -> list[dict[str, Any]]:
+    return [{'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+             'metadata': {'name': f'kex-{i}'}, 'spec': {'field': f'value-{i}'}}
+            for i in range(count)]
+
+
+async def populate(url: str, count: int, *, status_subresource: bool = True) -> None:
+    """Create the standard CRD (``kopfexamples``) and ``count`` objects of it (``kex-0``, ``kex-1``, ...)."""
+    crd = copy.deepcopy(CRD)
+    if not status_subresource:
+        del crd['spec']['versions'][0]['subresources']
+    async with aiohttp.ClientSession(base_url=url) as session:
+        await create_crd(session, crd)
+        await create_objects(session, 'kopfexamples', example_bodies(count))
+
+
+def read_proc_status(pid: int, field: str) -> float:
+    """A memory field of /proc/PID/status (e.g. VmHWM, VmRSS), in megabytes."""
+    for line in pathlib.Path(f'/proc/{pid}/status').read_text().splitlines():
+        if line.startswith(field + ':'):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def read_cpu_seconds(pid: int) -> float:
+    """The user+system CPU time of a process so far (/proc/PID/stat, fields 14 and 15)."""
+    fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+class OperatorFailed(RuntimeError):
+    """The operator did not do what the benchmark waited for; the message has the tail of its log."""
+
+
+class Operator:
+    """
+    An operator file run in a subprocess by ``operators/runner.py``; a context manager.
+
+    Its output goes to a temporary log file (not to a pipe, which could fill up and block it),
+    so that a failure can show why. On exit, it is stopped by SIGINT (a graceful stop), and
+    killed if it does not exit in time: no process is left behind, whatever happens.
+    """
+
+    def __init__(self, python: str, operator: str, kubeconfig: pathlib.Path, *,
+                 env: Mapping[str, str] | None = None, wrapper: Sequence[str] = (),
+                 keep_log: bool = False) -> None:
+        self.python = python
+        self.operator = operator
+        self.kubeconfig = kubeconfig
+        self.env = dict(env or {})
+        self.wrapper = list(wrapper)
+        self.keep_log = keep_log
+        descriptor, path = tempfile.mkstemp(prefix=f'bench-{operator}-', suffix='.log')
+        os.close(descriptor)
+        self.log_path = pathlib.Path(path)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0  # time.monotonic() right before the process was spawned
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise RuntimeError('The operator is not started.')
+        return self.process.pid
+
+    def __enter__(self) -> 'Operator':
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), **self.env)
+        command = [*self.wrapper, self.python,
+                   str(OPERATORS / 'runner.py'), str(OPERATORS / f'{self.operator}.py')]
+        self.started_at = time.monotonic()
+        with self.log_path.open('wb') as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+        if not self.keep_log:
+            self.log_path.unlink(missing_ok=True)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def check_alive(self, what: str) -> None:
+        """Fail at once (not at the timeout) if the operator has exited."""
+        if self.process is not None and self.process.poll() is not None:
+            self.fail(f'{what}: the operator exited with {self.process.returncode}')
+
+    def wait_until(self, predicate: Callable[[], Any], timeout: float, what: str,
+                   interval: float = 0.2) -> None:
+        """Wait for a condition, or fail if the operator exits or the time is out."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            self.check_alive(what)
+            if time.monotonic() >= deadline:
+                self.fail(f'{what}: not done in {timeout:.0f}s')
+            time.sleep(interval)
+
+    def fail(self, message: str) -> None:
+        raise OperatorFailed(f'{message}. The tail of its log:\n{self.log_tail()}')
+
+    def log_tail(self, lines: int = 15) -> str:
+        text = self.log_path.read_text(errors='replace')
+        return '\n'.join('    ' + line for line in text.splitlines()[-lines:]) or '    (empty)'
+
+    def cpu_seconds(self) -> float:
+        return read_cpu_seconds(self.pid)
+
+    def rss_mb(self) -> float:
+        return read_proc_status(self.pid, 'VmRSS')
+
+    def peak_rss_mb(self) -> float:
+        return read_proc_status(self.pid, 'VmHWM')
+
+
+def start_operator(python: str, operator: str, kubeconfig: pathlib.Path,
+                   wrapper: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """The bare operator process (its output discarded); stop it with :func:`stop_operator`."""
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+    return subprocess.Popen(
+        [*wrapper, python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{operator}.py')],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def stop_operator(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def install_kopf(directory: pathlib.Path) -> str:
+    """A virtualenv with Kopf 1.45.2 from the package index, made once; its Python's path."""
+    python = directory / 'bin' / 'python'
+    check = [str(python), '-c', 'import importlib.metadata as m; assert m.version("kopf") == "1.45.2"']
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return str(python)
+    print(f'Installing {KOPF_REQUIREMENT} into {directory} ...', flush=True)
+    subprocess.run([sys.executable, '-m', 'venv', str(directory)], check=True)
+    subprocess.run([str(python), '-m', 'pip', 'install', '--quiet', KOPF_REQUIREMENT], check=True)
+    subprocess.run(check, check=True)
+    return str(python)
+
+
+def add_implementation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument('--ours-python', default=sys.executable,
+                        help='the Python of this project (default: this interpreter)')
+    parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
+    parser.add_argument('--install-kopf', default=None, metavar='DIR',
+                        help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+    name: str
+    python: str
+
+
+def implementations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Implementation]:
+    """This project, and Kopf 1.45.2 if it is given (``--kopf-python``) or to be installed."""
+    if args.install_kopf and args.kopf_python:
+        parser.error('--install-kopf and --kopf-python are mutually exclusive.')
+    kopf_python = install_kopf(pathlib.Path(args.install_kopf)) if args.install_kopf else args.kopf_python
+    result = [Implementation(OURS_NAME, args.ours_python)]
+    if kopf_python:
+        result.append(Implementation(KOPF_NAME, kopf_python))
+    return result
