@@ -37,6 +37,7 @@ from kopf._clients.fetching import read_obj
 from kopf._clients.patching import json_patch_obj, patch_obj, split_merge_patch
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers.typedefs import Logger
+from kopf._cogs.structs import dicts
 from kopf._cogs.structs.bodies import Body, RawBody
 from kopf._cogs.structs.patches import JSONPatch, Patch
 from kopf._cogs.structs.references import Resource
@@ -70,6 +71,7 @@ async def apply_patch(
     if not patch and not patch.fns:
         return _as_raw(body)
 
+    body = dicts.raw_mapping(body)  # a live view (kopf.Body) resolves its path on every access
     finalizer: str = settings.persistence.finalizer
     guarded = _changes_our_finalizer(body, patch, finalizer)
     releasing = guarded and finalizers.is_deletion_ongoing(body)

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from typing import Any, ClassVar, TextIO, TypedDict
 
+from kopf._cogs.structs import dicts
 from kopf._core.intents.configuration import OperatorSettings
 
 try:
@@ -80,6 +81,7 @@ def build_object_ref(body: Mapping[str, Any]) -> ObjectRef:
     Besides the regular bodies, it accepts the dicts of the official client's models
     (``obj.to_dict()``), which have ``api_version`` instead of ``apiVersion``.
     """
+    body = dicts.raw_mapping(body)  # a live view (kopf.Body) resolves its path on every access
     metadata = body.get('metadata') or {}
     api_version = body.get('apiVersion', body.get('api_version'))
     return ObjectRef(

@@ -318,9 +318,13 @@ async def execute_and_apply(
         state: HandlerState,
         logger: loggers.ObjectLogger,
         daemon: Daemon | None = None,
+        called: Callable[[], None] | None = None,
 ) -> Outcome:
     """
     Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
+
+    ``called`` is notified when the function is over, before its patch is applied (e.g. for the timers
+    to measure their intervals from the function's end, not from the API's answer).
 
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object
@@ -341,6 +345,8 @@ async def execute_and_apply(
     finally:
         if daemon is not None:
             daemon.calling = False
+    if called is not None:
+        called()
     patch = cause.patch
     execution.deliver_results(outcomes={handler.id: outcome}, patch=patch)
     if patch:

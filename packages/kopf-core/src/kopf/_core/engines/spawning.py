@@ -80,8 +80,13 @@ class SpawningEngine:
             raw_body: RawBody,
             gone: bool,
             logger: Logger,
-    ) -> None:
-        """React to an event of the object: remember its state, start or stop its daemons & timers."""
+    ) -> bool:
+        """
+        React to an event of the object: remember its state, start or stop its daemons & timers.
+
+        Returns whether any of its daemons & timers that keep the object from deletion matches it now
+        (i.e. whether our finalizer is needed while the object lives), so that nobody re-evaluates it.
+        """
         spawns = memory.daemons if isinstance(memory.daemons, ObjectSpawns) else None
         if spawns is not None and spawns.owner is not self:
             spawns = None  # e.g. memories shared with a previous operator: its records are not ours.
@@ -89,7 +94,7 @@ class SpawningEngine:
         deleted = gone or is_deletion_ongoing(raw_body)
         if spawns is None:
             if deleted or self._closed:
-                return
+                return False
             now = asyncio.get_running_loop().time()
             spawns = ObjectSpawns(owner=self, body=Body(raw_body), resource=resource, memo=memory.memo,
                                   changed_at=now)
@@ -104,9 +109,13 @@ class SpawningEngine:
             if gone:
                 memory.daemons = None
                 self._objects.pop(id(spawns), None)
+            return False
         elif not self._paused and not self._closed:
-            self._respawn(spawns, logger=logger)
+            needed = self._respawn(spawns, logger=logger)
             self.timers.notice_change(spawns)
+            return needed
+        else:
+            return self._requires_finalizer(spawns, logger=logger)
 
     async def wait_until_idle(
             self,
@@ -169,13 +178,25 @@ class SpawningEngine:
             elif daemon.task is not None and daemon.task.done():
                 del spawns.daemons[daemon.handler.id]
 
-    def _respawn(self, spawns: ObjectSpawns, *, logger: Logger) -> None:
-        """Start the matching daemons & timers that do not run yet; stop those that do not match anymore."""
-        cause = ResourceSpawningCause(resource=spawns.resource, body=spawns.body, logger=logger,
-                                      patch=Patch(body=spawns.body), memo=spawns.memo, indices=self.indices)
+    def _requires_finalizer(self, spawns: ObjectSpawns, *, logger: Logger) -> bool:
+        return self.registry.spawning.requires_finalizer(self._make_cause(spawns, logger=logger))
+
+    def _make_cause(self, spawns: ObjectSpawns, *, logger: Logger) -> ResourceSpawningCause:
+        return ResourceSpawningCause(resource=spawns.resource, body=spawns.body, logger=logger,
+                                     patch=Patch(body=spawns.body), memo=spawns.memo, indices=self.indices)
+
+    def _respawn(self, spawns: ObjectSpawns, *, logger: Logger) -> bool:
+        """
+        Start the matching daemons & timers that do not run yet; stop those that do not match anymore.
+
+        Returns whether any of the matching ones keeps the object from deletion (needs our finalizer).
+        """
+        cause = self._make_cause(spawns, logger=logger)
         matching: set[HandlerId] = set()
+        needs_finalizer = False
         for handler in self.registry.spawning.iter_handlers(cause):
             matching.add(handler.id)
+            needs_finalizer = needs_finalizer or bool(handler.requires_finalizer)
             if isinstance(handler, DaemonHandler) and handler.id not in spawns.daemons:
                 self.daemons.spawn(spawns, handler)
             elif isinstance(handler, TimerHandler) and handler.id not in spawns.timers:
@@ -190,6 +211,7 @@ class SpawningEngine:
         for handler_id, timer in list(spawns.timers.items()):
             if handler_id not in matching:
                 self.timers.stop(timer)
+        return needs_finalizer
 
 
 async def daemon_killer(engine: SpawningEngine) -> None:

@@ -11,8 +11,10 @@ The schedule of a timer of an object:
 
 * the first call is due right when the object is seen (created, or listed at the operator's start),
   or ``initial_delay`` seconds later (a number, or a callback of the handler's kwargs);
-* after a successful call, the next one is due in ``interval`` seconds since the end of the call,
-  or since its start if ``sharp`` (i.e. the interval minus the duration of the call);
+* after a successful call, the next one is due in ``interval`` seconds since the end of the call
+  (of the function itself: applying its patch and result to the object is not counted, so the API's
+  latency does not stretch the intervals), or since its start if ``sharp`` (i.e. the interval minus
+  the duration of the call);
 * with ``idle``, no call is made until the object stays unchanged for that long (every change of the
   object, including by the timer's own patches & results, resets the idle time); with ``idle`` and
   no ``interval``, the timer is called once per such quiet period;
@@ -239,11 +241,14 @@ class Timers:
 
         final = failed = False
         delay: float | None = None
+        ended: list[float] = []  # when the function is over (its patch and result are applied after that)
         try:
             outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
-                                              cause=cause, state=state, logger=logger)
+                                              cause=cause, state=state, logger=logger,
+                                              called=lambda: ended.append(loop.time()))
             final, failed, delay = outcome.final, outcome.exception is not None, outcome.delay
-            state = state.with_outcome(outcome)
+            if not final:
+                state = state.with_outcome(outcome)  # only the retries need the state (it is reset otherwise)
         except Exception as e:  # not the function's failures (they are outcomes), but the framework's
             logger.exception(f'Timer {handler.id!r} has failed unexpectedly: {e}')
             backoff = handler.backoff
@@ -272,4 +277,5 @@ class Timers:
             elif handler.sharp:
                 self._schedule(timer, max(started + interval, loop.time()))
             else:
-                self._schedule(timer, loop.time() + interval)
+                # The interval is between the calls: the API's latency of applying the results is not in it.
+                self._schedule(timer, (ended[0] if ended else loop.time()) + interval)

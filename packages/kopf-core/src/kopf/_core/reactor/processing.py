@@ -157,12 +157,15 @@ async def _process_event(
     try:
         if registry.watching.has_handlers(resource):
             await _process_watching(context)
+        spawned_need: bool | None = None  # whether the daemons & timers need our finalizer, if known
         if spawner is not None and registry.spawning.has_handlers(resource):
-            _process_spawning(context)
+            spawned_need = _process_spawning(context)
 
-        # The daemons & timers need our finalizer too (to be stopped before the object is deleted).
-        if registry.changing.has_handlers(resource) or registry.spawning.has_handlers(resource):
+        if registry.changing.has_handlers(resource):
             await _process_changing(context)
+        elif registry.spawning.has_handlers(resource):
+            # The daemons & timers need our finalizer too (to be stopped before the object is deleted).
+            await _process_spawning_finalizer(context, requires_finalizer=spawned_need)
         elif patch and not gone:
             await _apply_changes(context)
     finally:
@@ -232,13 +235,18 @@ async def _process_watching(context: _Context) -> None:
 # The daemons & timers.
 #
 
-def _process_spawning(context: _Context) -> None:
-    """Start or stop the object's daemons & timers as the object is now (see the spawning engine)."""
-    if context.spawner is not None:
-        raw_event = context.raw_event
-        context.spawner.process(memory=context.memory, resource=context.resource,
-                                raw_body=raw_event['object'], gone=raw_event['type'] == 'DELETED',
-                                logger=context.local_logger)
+def _process_spawning(context: _Context) -> bool | None:
+    """
+    Start or stop the object's daemons & timers as the object is now (see the spawning engine).
+
+    Returns whether any of them needs our finalizer on the object (None if unknown: no engine).
+    """
+    if context.spawner is None:
+        return None
+    raw_event = context.raw_event
+    return context.spawner.process(memory=context.memory, resource=context.resource,
+                                   raw_body=raw_event['object'], gone=raw_event['type'] == 'DELETED',
+                                   logger=context.local_logger)
 
 
 async def _spawning_exited(context: _Context) -> bool:
@@ -324,6 +332,46 @@ async def _process_changing(context: _Context) -> None:
             context.local_logger.debug(release.message)
             finalizers.apply_decision(release, body=body, patch=context.patch, finalizer=finalizer)
 
+    await _finish_cycle(context, delays=delays, handled=handled)
+
+
+async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: bool | None) -> None:
+    """
+    The resources with daemons & timers but no change handlers: only our finalizer, no change detection.
+
+    The finalizer is kept while any daemon or timer matches the object, and released once they have
+    exited after the object is marked for deletion. There are no essences, diff-bases or consistency
+    waits here: the timers' frequent patches of such objects would make them a cost of every tick.
+    ``requires_finalizer`` is what the spawning engine has found while matching the object (if known).
+    """
+    if context.raw_event['type'] == 'DELETED':
+        return
+    body = context.body
+    finalizer: str = context.settings.persistence.finalizer
+    delays: list[float] = []
+    decision: finalizers.FinalizerDecision | None = None
+    if not finalizers.is_deletion_ongoing(body):
+        if requires_finalizer is None:
+            cause = causes.ResourceSpawningCause(resource=context.resource, body=body, patch=context.patch,
+                                                 logger=context.local_logger, memo=context.memory.memo,
+                                                 indices=context.indices)
+            requires_finalizer = context.registry.spawning.requires_finalizer(cause)
+        decision = finalizers.decide(body=body, finalizer=finalizer, requires_finalizer=requires_finalizer)
+    elif not finalizers.is_deletion_blocked(body, finalizer):
+        pass  # not ours to release.
+    elif await _spawning_exited(context):
+        decision = finalizers.decide(body=body, finalizer=finalizer,
+                                     requires_finalizer=False, deletion_done=True)
+    else:
+        delays.append(0)  # the daemons are slow to exit: the object is handled again soon.
+    if decision is not None:
+        context.local_logger.debug(decision.message)
+        finalizers.apply_decision(decision, body=body, patch=context.patch, finalizer=finalizer)
+    await _finish_cycle(context, delays=delays, handled=False)
+
+
+async def _finish_cycle(context: _Context, *, delays: list[float], handled: bool) -> None:
+    """Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then."""
     patching = bool(context.patch)
     patched = await _apply_changes(context)
 
@@ -339,9 +387,9 @@ async def _process_changing(context: _Context) -> None:
                                                             patched=patched, logger=context.local_logger)
     if must_wait and must_touch:
         touched = await application.touch(
-            settings=context.settings, vault=context.vault, resource=context.resource, body=body,
+            settings=context.settings, vault=context.vault, resource=context.resource, body=context.body,
             storage=context.settings.persistence.progress_storage, logger=context.local_logger)
-        _remember_version(context.memory, old_raw=raw_body, new_raw=touched)
+        _remember_version(context.memory, old_raw=context.raw_event['object'], new_raw=touched)
 
 
 def _detect_cause(context: _Context) -> tuple[causes.ResourceChangingCause, BodyEssence | None, BodyEssence]:
