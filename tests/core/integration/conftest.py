@@ -74,9 +74,11 @@ class Cluster:
                            {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
 
     async def create(self, name: str = 'kex1', spec: Any = None, *, namespace: str = NAMESPACE,
-                     metadata: dict[str, Any] | None = None, status: Any = None) -> dict[str, Any]:
+                     metadata: dict[str, Any] | None = None, status: Any = None,
+                     labels: dict[str, str] | None = None) -> dict[str, Any]:
+        metadata = {**(metadata or {}), **({'labels': labels} if labels else {})}
         body = {'apiVersion': f'{GROUP}/v1', 'kind': 'KopfExample',
-                'metadata': {**(metadata or {}), 'name': name, 'namespace': namespace},
+                'metadata': {**metadata, 'name': name, 'namespace': namespace},
                 'spec': spec if spec is not None else {'field': 'value'}}
         result: dict[str, Any] = await self.request('POST', self.path(namespace=namespace), body)
         if status is not None:
@@ -90,12 +92,19 @@ class Cluster:
             content_type='application/merge-patch+json')
         return result
 
-    async def delete(self, name: str, *, namespace: str = NAMESPACE) -> None:
+    async def delete(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> None:
         await self.request('DELETE', self.path(name, namespace=namespace))
 
     def get(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> dict[str, Any] | None:
         """The object as it is now (read directly from the emulator: no request is made or counted)."""
         return self.emulator.get_object(f'{PLURAL}.{GROUP}', name, namespace=namespace)
+
+    def finalizers(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> list[str]:
+        metadata = (self.get(name, namespace=namespace) or {}).get('metadata') or {}
+        return list(metadata.get('finalizers') or [])
+
+    def status(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> dict[str, Any]:
+        return dict((self.get(name, namespace=namespace) or {}).get('status') or {})
 
     def annotations(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> dict[str, str]:
         body = self.get(name, namespace=namespace) or {}

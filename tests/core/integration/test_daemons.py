@@ -18,6 +18,14 @@ Messages = Callable[[], list[str]]
 
 FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 
+@pytest.fixture
+def settings(settings: kopf.OperatorSettings) -> kopf.OperatorSettings:
+    """The operators' usual test settings; the daemons get more time to exit; no k8s-events to post."""
+    settings.process.ultimate_exiting_timeout = 20
+    settings.posting.enabled = False
+    return settings
+
+
 
 async def test_async_daemon_gets_its_kwargs_and_holds_the_deletion_until_it_exits(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,

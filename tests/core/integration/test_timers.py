@@ -18,6 +18,14 @@ Messages = Callable[[], list[str]]
 
 FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 
+@pytest.fixture
+def settings(settings: kopf.OperatorSettings) -> kopf.OperatorSettings:
+    """The operators' usual test settings; the daemons get more time to exit; no k8s-events to post."""
+    settings.process.ultimate_exiting_timeout = 20
+    settings.posting.enabled = False
+    return settings
+
+
 
 async def test_timer_ticks_at_the_interval_with_results_and_patches(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
