@@ -64,6 +64,28 @@ async def test_timer_ticks_at_the_interval_with_results_and_patches(
     assert "Timer 'ticker' succeeded." in messages()
 
 
+async def test_timer_sees_its_own_patches_and_stops_when_they_make_it_mismatch(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    # The next call sees the state made by the previous one; the filters are re-evaluated with it,
+    # and the finalizer goes away once nothing matches the object anymore.
+    seen: list[int] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.05,
+                when=lambda status, **_: status.get('count', 0) < 3)
+    async def counter(status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
+        seen.append(status.get('count', 0))
+        patch.status['count'] = status.get('count', 0) + 1
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: cluster.status().get('count') == 3)
+        await eventually(lambda: cluster.finalizers() == [])  # nothing matches the object anymore
+        await asyncio.sleep(0.2)  # a few intervals: no more calls
+        assert seen == [0, 1, 2]
+        assert cluster.status().get('count') == 3
+
+
 @pytest.mark.parametrize('sharp', [True, False])
 async def test_sharp_timers_count_the_interval_from_the_start_of_the_call(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
