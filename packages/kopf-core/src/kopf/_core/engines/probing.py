@@ -29,13 +29,14 @@ import json
 import logging
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from kopf._core.engines import activities
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
+
+if TYPE_CHECKING:
+    from aiohttp import web  # imported when served: most operators have no liveness endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ class HealthReporter:
 
     async def start(self) -> None:
         """Start listening (the errors, such as a busy port, are raised here)."""
+        from aiohttp import web  # only when served (a notable import for the operators without it)
         app = web.Application()
         app.router.add_get(self.endpoint.path, self._handle)
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT)
@@ -174,7 +176,8 @@ class HealthReporter:
             await runner.cleanup()
             logger.debug('The liveness endpoint is stopped.')
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    async def _handle(self, request: 'web.Request') -> 'web.Response':
+        from aiohttp import web
         report = await self.get_report()
         return web.Response(status=report.status, text=report.text, content_type='application/json')
 
