@@ -53,6 +53,10 @@ def wait_for(what: str, predicate: Callable[[], bool], timeout: float = 30.0) ->
 def main() -> None:
     default_file = EXAMPLES / '01-minimal' / 'example.py'
     operator_file = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else default_file
+    if not operator_file.is_file():
+        known = sorted(str(path.relative_to(EXAMPLES.parent)) for path in EXAMPLES.glob('*/example.py'))
+        sys.exit(f'examples/try.py: there is no operator file {str(operator_file)!r}; '
+                 f'try one of: {", ".join(known)}')
     kopf.configure(verbose=False, log_format=kopf.LogFormat.PLAIN, log_prefix=True)
     logging.getLogger('aiohttp.access').setLevel(logging.WARNING)
 
@@ -63,7 +67,11 @@ def main() -> None:
              yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
 
         say(f'Starting the operator from {operator_file}')
-        runpy.run_path(str(operator_file))
+        try:
+            runpy.run_path(str(operator_file))
+        except Exception as e:  # the user's file: one line, not the loading machinery's traceback
+            sys.exit(f'examples/try.py: the operator file {str(operator_file)!r} cannot be loaded: '
+                     f'{type(e).__name__}: {e}')
         stop_flag, ready_flag = threading.Event(), threading.Event()
         thread = threading.Thread(target=kopf.run, name='operator', kwargs={
             'standalone': True, 'namespaces': ['default'], 'settings': kopf.OperatorSettings(),

@@ -269,3 +269,30 @@ def test_liveness_endpoint_is_served(k8s_emulator: KubernetesEmulator, registry:
     assert f'Serving the liveness endpoint at {url}' in runner.output
     with pytest.raises(urllib.error.URLError):  # the port is released when the operator exits
         urllib.request.urlopen(url, timeout=WAIT)
+
+
+def test_help_says_what_the_environment_can_set_and_what_is_not_implemented() -> None:
+    import click.testing
+
+    from kopf._cli.commands import main
+    result = click.testing.CliRunner().invoke(main, ['run', '--help'], terminal_width=200)
+    assert result.exit_code == 0
+    text = ' '.join(result.output.split())  # the wrapping does not matter
+    assert 'environment variable named KOPF_RUN_ and the option\'s long name in capitals' in text
+    assert 'KOPF_RUN_NAMESPACE=default' in text
+    for option in ['--dev', '--peering NAME', '--priority INTEGER']:
+        line = text[text.index(option):][:300]
+        assert 'not implemented yet' in line.lower(), option
+    assert 'not implemented' not in text[text.index('--liveness'):][:120].lower()
+
+
+def test_options_come_from_the_environment(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry,
+                                           tmp_path: pathlib.Path) -> None:
+    # The documented KOPF_RUN_... variables are click's automatic ones: e.g. the scope and the verbosity.
+    source = tmp_path / 'op.py'
+    source.write_text('import kopf\n\n@kopf.on.startup()\ndef fn(**_):\n    pass\n')
+    env = {'KOPF_RUN_ALL_NAMESPACES': '1', 'KOPF_RUN_VERBOSE': '1'}
+    with KopfRunner(['run', str(source)], registry=registry, emulator=k8s_emulator, env=env) as runner:
+        pass
+    assert runner.exit_code == 0, runner.output
+    assert "Activity 'fn' is invoked." in runner.output  # a debug message: the verbose mode is on

@@ -162,13 +162,16 @@ def _fail(controls: RunControls, message: str, cause: BaseException) -> NoReturn
 @click.option('--standalone', is_flag=True,
               help='Do not peer with other operators, not even by auto-detection.')
 @click.option('--dev', is_flag=True,
-              help=f'The development mode: implies --priority={DEV_PRIORITY}.')
+              help=f'The development mode: implies --priority={DEV_PRIORITY} '
+                   f'(peering is not implemented yet: accepted, but it runs standalone).')
 @click.option('-L', '--liveness', metavar='URL', callback=_validate_liveness,
               help='Serve the health checks at this http:// URL, e.g. http://0.0.0.0:8080/healthz.')
 @click.option('-P', '--peering', default=None, metavar='NAME',
-              help='The peering object to use (it becomes mandatory).')
+              help='The peering object to use (it becomes mandatory). '
+                   'Not implemented yet: accepted, but the operator runs standalone.')
 @click.option('-p', '--priority', type=int, default=None,
-              help='The priority of this operator in the peering (0 by default).')
+              help='The priority of this operator in the peering (0 by default). '
+                   'Not implemented yet: accepted, but the operator runs standalone.')
 @click.option('-m', '--module', multiple=True, metavar='MODULE',
               help='Import this module by name, as "python -m" does; can be repeated.')
 @click.argument('paths', nargs=-1, type=click.Path(exists=True, dir_okay=False))
@@ -192,7 +195,12 @@ def run(
         peering: str | None,
         priority: int | None,
 ) -> None:
-    """Load the handlers from the files and modules and run the operator with them."""
+    """
+    Load the handlers from the files and modules and run the operator with them.
+
+    Every option can also come from an environment variable named KOPF_RUN_ and the option's long
+    name in capitals, e.g. KOPF_RUN_NAMESPACE=default, KOPF_RUN_VERBOSE=1, KOPF_RUN_LIVENESS=URL.
+    """
     # The parameters are named after the options (not as what they mean), since the names of
     # the environment variables are made from them: KOPF_RUN_NAMESPACE, KOPF_RUN_ALL_NAMESPACES.
     _check_scope(namespace, all_namespaces)
