@@ -43,6 +43,21 @@ def test_lazy_upper_name_names_its_distribution() -> None:
     assert 'pip install kopf-webhooks' in str(err.value)
 
 
+def test_testing_subpackage_names_its_distribution() -> None:
+    import kopf
+
+    with pytest.raises(ImportError, match=r"kopf\.testing is provided by the 'kopf-testing' distribution"):
+        _ = kopf.testing
+
+
+def test_admission_types_are_there_before_the_webhooks() -> None:
+    import kopf
+
+    assert kopf.UserInfo.__annotations__.keys() == {'username', 'uid', 'groups'}
+    assert set(kopf.WebhookClientConfig.__annotations__) == {'caBundle', 'url', 'service'}
+    assert kopf.Operation.__args__ == ('CREATE', 'UPDATE', 'DELETE', 'CONNECT')  # type: ignore[attr-defined]
+
+
 def test_unknown_name_is_a_plain_attribute_error() -> None:
     import kopf
 

@@ -63,6 +63,16 @@ from kopf._cogs.structs.references import (
     EVERYTHING,
     Resource,
 )
+from kopf._cogs.structs.reviews import (
+    Headers,
+    Operation,
+    SSLPeer,
+    UserInfo,
+    WebhookClientConfig,
+    WebhookClientConfigService,
+    WebhookFn,
+    WebhookServerProtocol,
+)
 from kopf._core.actions.errors import (
     AdmissionError,
     HandlerRetriesError,
@@ -188,12 +198,21 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == 'testing':  # the subpackage of kopf-testing, as in `kopf.testing.KopfRunner` (if installed)
+        return _import_upper('kopf.testing', 'kopf-testing', name)
     try:
         module_name, distribution = _LAZY_NAMES[name]
     except KeyError:
         raise AttributeError(f'module {__name__!r} has no attribute {name!r}') from None
+    value = getattr(_import_upper(module_name, distribution, name), name)
+    globals()[name] = value  # cache: next accesses do not come here
+    return value
+
+
+def _import_upper(module_name: str, distribution: str, name: str) -> Any:
+    """Import a module of an upper distribution; if the distribution is missing, say what to install."""
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         # Only a missing distribution is explained; a missing module inside an installed
         # distribution is a real bug there and must surface as it is.
@@ -204,9 +223,6 @@ def __getattr__(name: str) -> Any:
             f'Install it with: pip install {distribution}  (or: pip install kopf, for everything)',
             name=module_name,
         ) from e
-    value = getattr(module, name)
-    globals()[name] = value  # cache: next accesses do not come here
-    return value
 
 
 def _is_installed(distribution: str) -> bool:
@@ -246,6 +262,7 @@ __all__ = [
     'HandlerId',
     'HandlerRetriesError',
     'HandlerTimeoutError',
+    'Headers',
     'Index',
     'Labels',
     'LocalObjectLogger',
@@ -260,6 +277,7 @@ __all__ = [
     'NetworkingSettings',
     'ObjectLogger',
     'ObjectReference',
+    'Operation',
     'OperatorIndexers',
     'OperatorRegistry',
     'OperatorSettings',
@@ -275,6 +293,7 @@ __all__ = [
     'Reason',
     'Resource',
     'ResourceMemories',
+    'SSLPeer',
     'SmartProgressStorage',
     'Spec',
     'Status',
@@ -283,8 +302,13 @@ __all__ = [
     'Store',
     'SyncDaemonStopperChecker',
     'TemporaryError',
+    'UserInfo',
     'Vault',
     'WatchingSettings',
+    'WebhookClientConfig',
+    'WebhookClientConfigService',
+    'WebhookFn',
+    'WebhookServerProtocol',
     'adjust_namespace',
     'adopt',
     'all_',
