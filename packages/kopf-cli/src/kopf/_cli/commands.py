@@ -24,7 +24,7 @@ import click
 
 from kopf._cli.controls import RunControls
 from kopf._cli.loading import LoadingError, load_sources
-from kopf._clients.errors import APIError, APIForbiddenError, APIUnauthorizedError
+from kopf._clients.errors import APIError, APIForbiddenError, APIUnauthorizedError, describe_network_error
 from kopf._cogs.structs.credentials import LoginError
 from kopf._core.actions.loggers import LogFormat, configure
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry, set_default_registry
@@ -311,7 +311,7 @@ def _describe_operator_failure(exception: Exception) -> str:
     if isinstance(exception, (APIUnauthorizedError, APIForbiddenError)):
         return f'The Kubernetes API has refused the credentials: {exception}'
     if isinstance(exception, (aiohttp.ClientConnectionError, ConnectionError)):
-        return f'Cannot reach the Kubernetes API: {exception or type(exception).__name__}'
+        return f'Cannot reach the Kubernetes API: {describe_network_error(exception)}'
     if isinstance(exception, APIError):
         return f'The Kubernetes API has failed a request: {exception}'
     return f'The operator has failed: {type(exception).__name__}: {exception}.{hint}'

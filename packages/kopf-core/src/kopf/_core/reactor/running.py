@@ -394,6 +394,7 @@ async def _run_operator(
         for task in failed:
             # The traceback goes with the exception to the caller (e.g. the CLI): one line here.
             logger.error(f'{supervision.describe_task(task)} has failed: {task.exception()}')
+        core_tasks.reported.update(failed)
         if failed:
             failed[0].result()  # re-raise as the operator's failure.
 
@@ -435,6 +436,7 @@ class CoreTasks:
     watching: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)  # the orchestrator
     observers: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     others: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+    reported: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False)  # failures
 
     def __iter__(self) -> Iterator[asyncio.Task[None]]:
         yield self.authenticator
@@ -455,6 +457,18 @@ class CoreTasks:
         for group in (self.watching, rest, [self.poster], [self.authenticator]):
             await supervision.stop_tasks(group, title=None)
         logger.debug('Core tasks are stopped.')
+
+        # The tasks that have failed meanwhile, not only the one that ended the operator: usually
+        # of the same cause (e.g. a failed re-login fails every API call waiting for it), so only
+        # in the debug logs then; on their own, they are errors. Either way, not left to asyncio.
+        consequential = bool(self.reported)
+        for task in self:
+            if task.done() and not task.cancelled() and task not in self.reported:
+                error = task.exception()
+                if error is not None:
+                    log = logger.debug if consequential else logger.error
+                    log(f'{supervision.describe_task(task)} has failed{" too" if consequential else ""}: {error}')
+                    self.reported.add(task)
 
 
 def _spawn_core_tasks(
