@@ -253,3 +253,10 @@ def describe_network_error(error: BaseException) -> str:
     if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
         return f'timed out: {error}' if str(error) else 'timed out'
     return repr(error)
+
+
+def describe_error(error: BaseException) -> str:
+    """The error's text; for the network failures, their short description (as above)."""
+    if isinstance(error, (aiohttp.ClientError, asyncio.TimeoutError)):
+        return describe_network_error(error)
+    return str(error)

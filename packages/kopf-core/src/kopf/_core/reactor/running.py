@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Collection, Coroutine, Iterator
 from typing import Any
 
+from kopf._clients.errors import describe_error
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
@@ -393,7 +394,7 @@ async def _run_operator(
                   if task in done and not task.cancelled() and task.exception() is not None]
         for task in failed:
             # The traceback goes with the exception to the caller (e.g. the CLI): one line here.
-            logger.error(f'{supervision.describe_task(task)} has failed: {task.exception()}')
+            logger.error(f'{supervision.describe_task(task)} has failed: {describe_error(task.exception())}')
         core_tasks.reported.update(failed)
         if failed:
             failed[0].result()  # re-raise as the operator's failure.
@@ -467,7 +468,8 @@ class CoreTasks:
                 error = task.exception()
                 if error is not None:
                     log = logger.debug if consequential else logger.error
-                    log(f'{supervision.describe_task(task)} has failed{" too" if consequential else ""}: {error}')
+                    log(f'{supervision.describe_task(task)} has failed{" too" if consequential else ""}: '
+                        f'{describe_error(error)}')
                     self.reported.add(task)
 
 
