@@ -145,7 +145,8 @@ def test_rejected_credentials_are_named_at_every_verbosity(
     assert str(runner.exception) == REJECTION
     assert f'Credentials retriever has failed: {REJECTION}' in runner.output
     if '--debug' not in verbosity:  # with --debug, the error propagates as is, with its traceback
-        assert runner.stderr.splitlines()[-1] == f'Error: Cannot log in to the Kubernetes cluster: {REJECTION}'
+        last_line = runner.stderr.splitlines()[-1]
+        assert last_line == f'Error: Cannot log in to the Kubernetes cluster: {REJECTION}'
     assert 'Task exception was never retrieved' not in runner.output + caplog.text
     assert SECRET not in runner.output + caplog.text
 
@@ -183,14 +184,15 @@ def test_closed_port_is_named_in_the_retries_and_in_the_error(
 
     address = f'{scheme}://127.0.0.1:{port}'
     crds = 'GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions'
+    refused = f'connection refused to {address}'
     assert _messages(runner.output, 'will retry') == [
-        f'Request attempt #1 failed; will retry: {crds} -> connection refused to {address}, retrying in 0.01 s',
-        f'Request attempt #2 failed; will retry: {crds} -> connection refused to {address}, retrying in 0.02 s',
+        f'Request attempt #1 failed; will retry: {crds} -> {refused}, retrying in 0.01 s',
+        f'Request attempt #2 failed; will retry: {crds} -> {refused}, retrying in 0.02 s',
     ]
     assert _messages(runner.output, 'has failed') == [
         f'Resource observer has failed: connection refused to {address}',
     ]
     assert runner.exit_code == 1
-    assert runner.stderr.splitlines()[-1] == f'Error: Cannot reach the Kubernetes API: connection refused to {address}'
+    assert runner.stderr.splitlines()[-1] == f'Error: Cannot reach the Kubernetes API: {refused}'
     assert 'ConnectionKey' not in runner.output
     assert SECRET not in runner.output

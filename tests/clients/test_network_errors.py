@@ -2,7 +2,6 @@
 Network failures in the logs: a short "what and where" instead of the whole connection-error object,
 both in the lines of the retries (their prefix is as in Kopf) and in the final error.
 """
-import asyncio
 import logging
 import socket
 
@@ -42,7 +41,7 @@ async def test_refused_connection_names_the_url(scheme: str) -> None:
 
 @pytest.mark.parametrize('error, expected', [
     (aiohttp.ServerDisconnectedError(), 'the server has closed the connection unexpectedly'),
-    (asyncio.TimeoutError(), 'timed out'),
+    (TimeoutError(), 'timed out'),
     (aiohttp.ServerTimeoutError('Timeout on reading data from socket'),
      'timed out: Timeout on reading data from socket'),
     (aiohttp.ClientPayloadError('Response payload is not completed'),
@@ -62,7 +61,8 @@ async def test_retry_lines_are_short_and_say_the_delay(caplog: pytest.LogCapture
     port = _closed_port()
     settings = StandaloneClientSettings()
     settings.networking.error_backoffs = [1, 2.5]
-    async with Vault({'main': ConnectionInfo(server=f'http://127.0.0.1:{port}', token=SECRET_TOKEN)}) as vault:
+    info = ConnectionInfo(server=f'http://127.0.0.1:{port}', token=SECRET_TOKEN)
+    async with Vault({'main': info}) as vault:
         with pytest.raises(aiohttp.ClientConnectorError):
             await api.request('GET', '/api', settings=settings, vault=vault)
     assert [m for m in caplog.messages if 'will retry' in m] == [

@@ -98,8 +98,8 @@ async def test_the_same_explanation_from_the_async_client(
 
 @pytest.mark.parametrize('user', [
     pytest.param({'auth-provider': {'name': 'oidc', 'config': {'id-token': SECRET}}}, id='auth-provider'),
-    pytest.param({'exec': {'apiVersion': 'client.authentication.k8s.io/v1', 'command': '/nonexistent/plugin'}},
-                 id='exec-not-run'),
+    pytest.param({'exec': {'apiVersion': 'client.authentication.k8s.io/v1',
+                           'command': '/nonexistent/plugin'}}, id='exec-not-run'),
     pytest.param({}, id='anonymous'),
 ])
 def test_the_check_accepts_what_the_libraries_support(user: dict[str, Any], write_kubeconfig: Any) -> None:

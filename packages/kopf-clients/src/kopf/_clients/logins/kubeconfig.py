@@ -144,7 +144,7 @@ def check_kubeconfig(paths: Sequence[Path], *, context_name: str | None = None) 
     merged = load_kubeconfig(paths)
     if merged.is_empty:
         return
-    context, cluster, user = _select_context(merged, context_name)
+    _, cluster, user = _select_context(merged, context_name)
     endpoint = _parse_cluster(cluster)
     if user is not None:
         _parse_user(user, endpoint, run_exec=False)
@@ -306,8 +306,13 @@ def _parse_cluster(cluster: KubeconfigEntry) -> _ClusterEndpoint:
     )
 
 
-def _parse_user(user: KubeconfigEntry, endpoint: _ClusterEndpoint, *, run_exec: bool = True) -> _UserCredentials:
-    """The user's credentials; with ``run_exec=False``, only checked (no plugins run, no auth-provider errors)."""
+def _parse_user(
+        user: KubeconfigEntry,
+        endpoint: _ClusterEndpoint,
+        *,
+        run_exec: bool = True,
+) -> _UserCredentials:
+    """The user's credentials; with ``run_exec=False``, only checked (no plugins, no auth-provider errors)."""
     body = user.body
 
     # A token file wins over an inline token: the file is what gets rotated.

@@ -394,7 +394,9 @@ async def _run_operator(
                   if task in done and not task.cancelled() and task.exception() is not None]
         for task in failed:
             # The traceback goes with the exception to the caller (e.g. the CLI): one line here.
-            logger.error(f'{supervision.describe_task(task)} has failed: {describe_error(task.exception())}')
+            error = task.exception()
+            assert error is not None  # filtered above
+            logger.error(f'{supervision.describe_task(task)} has failed: {describe_error(error)}')
         core_tasks.reported.update(failed)
         if failed:
             failed[0].result()  # re-raise as the operator's failure.
