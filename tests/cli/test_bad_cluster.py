@@ -151,6 +151,20 @@ def test_rejected_credentials_are_named_at_every_verbosity(
     assert SECRET not in runner.output + caplog.text
 
 
+def test_forbidden_access_names_the_rbac(k8s_emulator: KubernetesEmulator, kubeconfig_with_token: None,
+                                         registry: OperatorRegistry) -> None:
+    k8s_emulator.fail_requests(None, status=403, message='no permissions for you')
+    with KopfRunner(['run', '-A', '--standalone'], registry=registry, reraise=False) as runner:
+        pass
+    assert runner.exit_code == 1
+    assert runner.stderr.splitlines()[-1] == (
+        f'Error: The Kubernetes API has denied the access (403 Forbidden) for GET {k8s_emulator.url}/api: '
+        f"no permissions for you; grant the RBAC permissions to the operator's user or service account "
+        f'(see https://docs.kopf.dev/en/stable/deployment/).'
+    )
+    assert SECRET not in runner.output
+
+
 def _messages(output: str, marker: str) -> list[str]:
     """The log messages (without the time, the logger, the level) that contain the marker."""
     return [line.split('] ', 2)[-1] for line in output.splitlines() if marker in line]

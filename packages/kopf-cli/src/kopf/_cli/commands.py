@@ -308,8 +308,15 @@ def _describe_operator_failure(exception: Exception) -> str:
     hint = ' (Run with --debug to see the traceback.)'
     if isinstance(exception, LoginError):
         return f'Cannot log in to the Kubernetes cluster: {exception}'
-    if isinstance(exception, (APIUnauthorizedError, APIForbiddenError)):
-        return f'The Kubernetes API has refused the credentials: {exception}'
+    if isinstance(exception, APIUnauthorizedError):
+        return (f'Cannot log in to the Kubernetes cluster: the API server rejected the credentials '
+                f'(401 Unauthorized) for {exception.method} {exception.url}: '
+                f'{exception.message or "no explanation"}')
+    if isinstance(exception, APIForbiddenError):
+        # The credentials are accepted, but their user has no permissions: the fix is in the RBAC.
+        return (f'The Kubernetes API has denied the access (403 Forbidden) for {exception.method} '
+                f'{exception.url}: {exception.message or "no explanation"}; grant the RBAC permissions '
+                f'to the operator\'s user or service account (see https://docs.kopf.dev/en/stable/deployment/).')
     if isinstance(exception, (aiohttp.ClientConnectionError, ConnectionError)):
         return f'Cannot reach the Kubernetes API: {describe_network_error(exception)}'
     if isinstance(exception, APIError):
