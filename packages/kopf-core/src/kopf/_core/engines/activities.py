@@ -46,10 +46,6 @@ ACTIVITY_LOGGER_NAMES: Mapping[Activity, str] = {
 }
 
 AUTHENTICATION_DOCS = 'https://docs.kopf.dev/en/stable/authentication/'
-NO_CREDENTIALS_MESSAGE = (
-    'Ran out of valid credentials. Consider installing an API client library or adding a login handler. '
-    f'See more: {AUTHENTICATION_DOCS}'
-)
 
 
 class ActivityError(Exception):
