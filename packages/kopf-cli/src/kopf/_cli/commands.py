@@ -24,7 +24,7 @@ import click
 
 from kopf._cli.controls import RunControls
 from kopf._cli.loading import LoadingError, load_sources
-from kopf._clients.errors import APIError, APIForbiddenError, APIUnauthorizedError
+from kopf._clients.errors import APIError, APIForbiddenError, APIUnauthorizedError, describe_network_error
 from kopf._cogs.structs.credentials import LoginError
 from kopf._core.actions.loggers import LogFormat, configure
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry, set_default_registry
@@ -308,10 +308,17 @@ def _describe_operator_failure(exception: Exception) -> str:
     hint = ' (Run with --debug to see the traceback.)'
     if isinstance(exception, LoginError):
         return f'Cannot log in to the Kubernetes cluster: {exception}'
-    if isinstance(exception, (APIUnauthorizedError, APIForbiddenError)):
-        return f'The Kubernetes API has refused the credentials: {exception}'
+    if isinstance(exception, APIUnauthorizedError):
+        return (f'Cannot log in to the Kubernetes cluster: the API server rejected the credentials '
+                f'(401 Unauthorized) for {exception.method} {exception.url}: '
+                f'{exception.message or "no explanation"}')
+    if isinstance(exception, APIForbiddenError):
+        # The credentials are accepted, but their user has no permissions: the fix is in the RBAC.
+        return (f'The Kubernetes API has denied the access (403 Forbidden) for {exception.method} '
+                f'{exception.url}: {exception.message or "no explanation"}; grant the RBAC permissions '
+                f'to the operator\'s user or service account (see https://docs.kopf.dev/en/stable/deployment/).')
     if isinstance(exception, (aiohttp.ClientConnectionError, ConnectionError)):
-        return f'Cannot reach the Kubernetes API: {exception or type(exception).__name__}'
+        return f'Cannot reach the Kubernetes API: {describe_network_error(exception)}'
     if isinstance(exception, APIError):
         return f'The Kubernetes API has failed a request: {exception}'
     return f'The operator has failed: {type(exception).__name__}: {exception}.{hint}'

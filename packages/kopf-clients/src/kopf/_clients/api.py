@@ -120,8 +120,9 @@ async def _retrying(
             retry_delay = next(delays, None) if retried else None
             if retry_delay is None:
                 raise
-            details = e if isinstance(e, (errors.APIError, LoginError)) else repr(e)
-            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {details}')
+            details = e if isinstance(e, (errors.APIError, LoginError)) else errors.describe_network_error(e)
+            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {details}, '
+                         f'retrying in {retry_delay:g} s')
             await asyncio.sleep(retry_delay)
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 

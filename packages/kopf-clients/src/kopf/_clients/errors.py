@@ -14,6 +14,7 @@ The texts of these exceptions are built only from the status code, the method & 
 (which never contain credentials: tokens go in headers), and the server's own message.
 Request headers are never stored in the exceptions, so tokens cannot leak via logs or tracebacks.
 """
+import asyncio
 import datetime
 import email.utils
 import json
@@ -219,3 +220,43 @@ async def check_response(response: aiohttp.ClientResponse) -> None:
     retry_after = parse_retry_after(response.headers.get('Retry-After'))
     raise make_error(response.status, payload, method=response.method, url=url, text=text,
                      retry_after=retry_after)
+
+
+def describe_network_error(error: BaseException) -> str:
+    """
+    A short description of a network failure for the logs: what has happened, and where.
+
+    E.g. "connection refused to https://127.0.0.1:6443" instead of the whole connection-error object
+    with its connection key. Unknown errors are described by their ``repr()``, as before.
+    """
+    if isinstance(error, aiohttp.ClientConnectorError):
+        # The scheme is only in the (private) connection key; without it, the address is still clear.
+        key = getattr(error, '_conn_key', None)
+        is_ssl = getattr(key, 'is_ssl', None)
+        host = f'[{error.host}]' if ':' in error.host else error.host
+        scheme = '' if is_ssl is None else 'https://' if is_ssl else 'http://'
+        address = f'{scheme}{host}:{error.port}'
+        if isinstance(error, aiohttp.ClientConnectorCertificateError):
+            reason = getattr(error.certificate_error, 'verify_message', None) or error.certificate_error
+            return f'the TLS certificate of {address} cannot be verified: {reason}'
+        if isinstance(error, aiohttp.ClientSSLError):
+            return f'the TLS handshake with {address} has failed: {error.os_error}'
+        dns_error_class = getattr(aiohttp, 'ClientConnectorDNSError', None)  # aiohttp>=3.10
+        if dns_error_class is not None and isinstance(error, dns_error_class):
+            return f'the host of {address} cannot be resolved'
+        if isinstance(error.os_error, ConnectionRefusedError):
+            return f'connection refused to {address}'
+        reason = error.os_error.strerror or str(error.os_error) or type(error.os_error).__name__
+        return f'cannot connect to {address}: {reason}'
+    if isinstance(error, aiohttp.ServerDisconnectedError):
+        return 'the server has closed the connection unexpectedly'
+    if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return f'timed out: {error}' if str(error) else 'timed out'
+    return repr(error)
+
+
+def describe_error(error: BaseException) -> str:
+    """The error's text; for the network failures, their short description (as above)."""
+    if isinstance(error, (aiohttp.ClientError, asyncio.TimeoutError)):
+        return describe_network_error(error)
+    return str(error)

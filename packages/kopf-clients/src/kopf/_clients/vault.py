@@ -33,6 +33,7 @@ the vault is closed — but never while a consumer still uses them (between a yi
 import asyncio
 import dataclasses
 import datetime
+import http
 import inspect
 import logging
 import random
@@ -203,6 +204,31 @@ class Vault:
             return self._items  # read-only for the callers
         now = datetime.datetime.now(datetime.UTC)
         return {key: item for key, item in self._items.items() if not _is_expired(item.info, now)}
+
+    @property
+    def rejection(self) -> str | None:
+        """
+        Why the latest credentials were invalidated, in words (no secrets); ``None`` if none were.
+
+        E.g. "the API server rejected the credentials (401 Unauthorized)" after an HTTP 401.
+        """
+        if self._last_error is None:
+            return None
+        status = getattr(self._last_error, 'status', None)
+        if isinstance(status, int):
+            try:
+                phrase = http.HTTPStatus(status).phrase
+            except ValueError:
+                phrase = 'an HTTP error'
+            return f'the API server rejected the credentials ({status} {phrase})'
+        return f'the credentials were invalidated: {self._last_error}'
+
+    def _depletion_error(self) -> LoginError:
+        reason = self.rejection
+        details = f'{reason}, and the re-login brought no new ones' if reason else 'the re-login brought none'
+        error = LoginError(f'Ran out of valid credentials: {details}.')
+        error.__cause__ = self._last_error
+        return error
 
     def is_empty(self) -> bool:
         """Check whether there are no usable (valid & unexpired) credentials at the moment."""
@@ -393,13 +419,11 @@ class Vault:
         await self._drop(replaced)
         await self._notify()
         if self.is_empty():
-            raise LoginError('Ran out of valid credentials: the re-login brought none.') from self._last_error
+            raise self._depletion_error()
 
     def _finish_round(self, round: asyncio.Future[None]) -> None:
         if self.is_empty():
-            error = LoginError('Ran out of valid credentials: the re-login brought none.')
-            error.__cause__ = self._last_error
-            round.set_exception(error)
+            round.set_exception(self._depletion_error())
         else:
             round.set_result(None)
 

@@ -131,25 +131,42 @@ def load_kubeconfig(paths: Sequence[Path]) -> MergedKubeconfig:
     return merged
 
 
-def connection_info_from_kubeconfig(
+def check_kubeconfig(paths: Sequence[Path], *, context_name: str | None = None) -> None:
+    """
+    Raise :class:`kopf.LoginError` if the kubeconfig files cannot work, naming the file and the field.
+
+    For the logins that piggyback on other libraries: their own errors are vague or misleading
+    (e.g. a context naming a missing user is accepted and fails later with HTTP 401), so the files
+    are checked here first. Only what every client agrees on is checked: the YAML, the selected
+    context with its cluster and user, the server URL, the referenced files, the base64 data.
+    The exec plugins are not run, and the legacy auth-providers are left to the libraries.
+    """
+    merged = load_kubeconfig(paths)
+    if merged.is_empty:
+        return
+    _, cluster, user = _select_context(merged, context_name)
+    endpoint = _parse_cluster(cluster)
+    if user is not None:
+        _parse_user(user, endpoint, run_exec=False)
+
+
+def _select_context(
         merged: MergedKubeconfig,
-        *,
-        context_name: str | None = None,
-        trust_env: bool = False,
-) -> ConnectionInfo:
-    """Turn the selected context (or the current one) with its cluster and user into credentials."""
+        context_name: str | None,
+) -> tuple[KubeconfigEntry, KubeconfigEntry, KubeconfigEntry | None]:
     context_name = context_name or merged.current_context
     if not context_name:
+        example = next(iter(merged.contexts), 'NAME')
         raise LoginError(
-            f'No current-context is set in the kubeconfig ({merged.files}); '
-            f'select one with: kubectl config use-context NAME'
+            f'No "current-context" field is set in the kubeconfig ({merged.files}); '
+            f'set it to one of the contexts ({_names(merged.contexts)}), '
+            f'e.g.: kubectl config use-context {example}'
         )
     context = merged.contexts.get(context_name)
     if context is None:
-        known = ', '.join(repr(name) for name in merged.contexts) or 'none'
         raise LoginError(
             f'The context {context_name!r} is not defined in the kubeconfig ({merged.files}); '
-            f'known contexts: {known}.'
+            f'known contexts: {_names(merged.contexts)}.'
         )
 
     cluster_name = context.body.get('cluster')
@@ -158,8 +175,9 @@ def connection_info_from_kubeconfig(
     cluster = merged.clusters.get(cluster_name)
     if cluster is None:
         raise LoginError(
-            f'The {context.where} refers to the cluster {cluster_name!r}, '
-            f'which is not defined in the kubeconfig ({merged.files}).'
+            f'The "cluster" field of the {context.where} refers to the cluster {cluster_name!r}, '
+            f'which is not defined in the kubeconfig ({merged.files}); '
+            f'known clusters: {_names(merged.clusters)}.'
         )
 
     user_name = context.body.get('user')
@@ -170,14 +188,26 @@ def connection_info_from_kubeconfig(
         user = merged.users.get(user_name)
         if user is None:
             raise LoginError(
-                f'The {context.where} refers to the user {user_name!r}, '
-                f'which is not defined in the kubeconfig ({merged.files}).'
+                f'The "user" field of the {context.where} refers to the user {user_name!r}, '
+                f'which is not defined in the kubeconfig ({merged.files}); '
+                f'known users: {_names(merged.users)}.'
             )
 
     namespace = context.body.get('namespace')
     if namespace is not None and not isinstance(namespace, str):
         raise LoginError(f'The "namespace" field of the {context.where} must be a string.')
+    return context, cluster, user
 
+
+def connection_info_from_kubeconfig(
+        merged: MergedKubeconfig,
+        *,
+        context_name: str | None = None,
+        trust_env: bool = False,
+) -> ConnectionInfo:
+    """Turn the selected context (or the current one) with its cluster and user into credentials."""
+    context, cluster, user = _select_context(merged, context_name)
+    namespace = context.body.get('namespace')
     endpoint = _parse_cluster(cluster)
     credentials = _parse_user(user, endpoint) if user is not None else _UserCredentials()
     return ConnectionInfo(
@@ -220,6 +250,10 @@ class _UserCredentials:
     private_key_path: str | None = None
     private_key_data: bytes | None = dataclasses.field(default=None, repr=False)
     expiration: datetime.datetime | None = None
+
+
+def _names(entries: Mapping[str, KubeconfigEntry]) -> str:
+    return ', '.join(repr(name) for name in entries) or 'none'
 
 
 def _parse_cluster(cluster: KubeconfigEntry) -> _ClusterEndpoint:
@@ -272,7 +306,13 @@ def _parse_cluster(cluster: KubeconfigEntry) -> _ClusterEndpoint:
     )
 
 
-def _parse_user(user: KubeconfigEntry, endpoint: _ClusterEndpoint) -> _UserCredentials:
+def _parse_user(
+        user: KubeconfigEntry,
+        endpoint: _ClusterEndpoint,
+        *,
+        run_exec: bool = True,
+) -> _UserCredentials:
+    """The user's credentials; with ``run_exec=False``, only checked (no plugins, no auth-provider errors)."""
     body = user.body
 
     # A token file wins over an inline token: the file is what gets rotated.
@@ -306,6 +346,8 @@ def _parse_user(user: KubeconfigEntry, endpoint: _ClusterEndpoint) -> _UserCrede
 
     expiration: datetime.datetime | None = None
     if not token and body.get('exec') is not None:
+        if not run_exec:
+            return _UserCredentials()
         spec = execplugins.parse_exec_spec(
             body['exec'],
             origin=user.where,
@@ -320,7 +362,7 @@ def _parse_user(user: KubeconfigEntry, endpoint: _ClusterEndpoint) -> _UserCrede
             private_key_path, private_key_data = None, credential.private_key_data
 
     has_any = bool(token or username or certificate_path or certificate_data)
-    if not has_any and body.get('auth-provider') is not None:
+    if not has_any and body.get('auth-provider') is not None and run_exec:
         provider = body['auth-provider']
         provider_name = provider.get('name') if isinstance(provider, Mapping) else None
         raise LoginError(
@@ -388,7 +430,7 @@ def _read_yaml_file(path: Path) -> Mapping[str, Any]:
     except FileNotFoundError:
         raise LoginError(
             f'The kubeconfig file {path} does not exist; '
-            f'create it or remove it from ${KUBECONFIG_ENV_VAR}.'
+            f'create it or fix ${KUBECONFIG_ENV_VAR}.'
         ) from None
     except IsADirectoryError:
         raise LoginError(f'The kubeconfig path {path} is a directory, not a file.') from None

@@ -57,6 +57,7 @@ def login_via_pykube(
         if len(paths) > 1:
             logger.debug(f'pykube-ng reads only one kubeconfig file; using {paths[0]}.')
         source = str(paths[0])
+        kubeconfig.check_kubeconfig(paths[:1])  # the library's own errors are vague: explain ours first.
         try:
             config = pykube.KubeConfig.from_file(str(paths[0]))
         except yaml.YAMLError:
@@ -101,6 +102,7 @@ def login_via_client(
         if location is None:
             logger.debug('The kubernetes client found neither an in-cluster config nor a kubeconfig.')
             return None
+        kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
         try:
             k8s_config.load_kube_config(
                 config_file=location,
@@ -151,6 +153,7 @@ async def login_via_async_client(
         if location is None:
             logger.debug('kubernetes_asyncio found neither an in-cluster config nor a kubeconfig.')
             return None
+        kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
         try:
             await kubernetes_asyncio.config.load_kube_config(
                 config_file=location,
@@ -305,11 +308,16 @@ def _existing_kubeconfig_paths() -> list[Path]:
     """
     paths = kubeconfig.find_kubeconfig_paths()
     existing = [path for path in paths if path.exists()]
+    if len(paths) == 1 and not existing:
+        raise LoginError(
+            f'The kubeconfig file {paths[0]} does not exist; '
+            f'create it or fix ${kubeconfig.KUBECONFIG_ENV_VAR}.'
+        )
     if paths and not existing:
         missing = ', '.join(str(path) for path in paths)
         raise LoginError(
             f'None of the kubeconfig files in ${kubeconfig.KUBECONFIG_ENV_VAR} exists: {missing}; '
-            f'fix the variable or create the files.'
+            f'create them or fix ${kubeconfig.KUBECONFIG_ENV_VAR}.'
         )
     return existing
 

@@ -19,14 +19,16 @@ cannot continue and fails with :class:`kopf.LoginError`.
 """
 import asyncio
 import dataclasses
+import functools
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kopf._clients import logins
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
-from kopf._core.actions import execution, lifecycles
+from kopf._core.actions import execution, invocation, lifecycles
+from kopf._core.actions.errors import PermanentError
 from kopf._core.actions.progression import Outcome, State
 from kopf._core.intents.causes import ActivityCause
 from kopf._core.intents.configuration import OperatorSettings
@@ -43,10 +45,7 @@ ACTIVITY_LOGGER_NAMES: Mapping[Activity, str] = {
     Activity.PROBE: 'kopf.activities.probe',
 }
 
-NO_CREDENTIALS_MESSAGE = (
-    'Ran out of valid credentials. Consider installing an API client library or adding a login handler. '
-    'See more: https://docs.kopf.dev/en/stable/authentication/'
-)
+AUTHENTICATION_DOCS = 'https://docs.kopf.dev/en/stable/authentication/'
 
 
 class ActivityError(Exception):
@@ -158,10 +157,35 @@ def get_default_login_handlers() -> list[ActivityHandler]:
     Each of them is tried; all the credentials they bring are used (see ``kopf.login_via_*``).
     """
     return [
-        ActivityHandler(fn=fn, id=HandlerId(getattr(fn, '__name__', repr(fn))),
+        ActivityHandler(fn=_explained(fn), id=HandlerId(getattr(fn, '__name__', repr(fn))),
                         activity=Activity.AUTHENTICATION, errors=ErrorsMode.IGNORED)
         for fn in logins.default_login_fns()
     ]
+
+
+def _explained(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """
+    Make a built-in login function fail permanently with its own explanation, without a traceback.
+
+    Its :class:`kopf.LoginError` already says what is wrong and how to fix it (e.g. which field of
+    which kubeconfig file): a traceback of the framework's internals would only bury that line.
+    """
+    if invocation.is_async_fn(fn):
+        @functools.wraps(fn)
+        async def explained_async(**kwargs: Any) -> Any:
+            try:
+                return await fn(**kwargs)
+            except LoginError as e:
+                raise PermanentError(str(e)) from e
+        return explained_async
+
+    @functools.wraps(fn)
+    def explained(**kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except LoginError as e:
+            raise PermanentError(str(e)) from e
+    return explained
 
 
 async def authenticate(
@@ -183,7 +207,8 @@ async def authenticate(
     what = 'Initial authentication' if initial else 'Re-authentication'
     logger.info(f'{what} has been initiated.')
 
-    handlers = registry.activities.get_handlers(Activity.AUTHENTICATION) or get_default_login_handlers()
+    declared = registry.activities.get_handlers(Activity.AUTHENTICATION)
+    handlers = declared or get_default_login_handlers()
     failure: ActivityError | None = None
     try:
         results = await run_activity(activity=Activity.AUTHENTICATION, registry=registry, handlers=handlers,
@@ -204,9 +229,48 @@ async def authenticate(
     # Populate even with nothing: the API calls waiting for the credentials must fail, not hang.
     await vault.populate(credentials)
     if vault.is_empty():
-        logger.warning(f'{what} has failed: no credentials were retrieved from the login handlers.')
-        raise LoginError(NO_CREDENTIALS_MESSAGE) from failure
+        if credentials and vault.rejection:
+            logger.warning(f'{what} has failed: the login handlers brought only the credentials '
+                           f'that were rejected before.')
+        else:
+            logger.warning(f'{what} has failed: no credentials were retrieved from the login handlers.')
+        message = _explain_no_credentials(failure=failure, brought=bool(credentials), vault=vault,
+                                          handlers=handlers, defaults=not declared)
+        raise LoginError(message) from failure
     logger.info(f'{what} has finished.')
+
+
+def _explain_no_credentials(
+        *,
+        failure: ActivityError | None,
+        brought: bool,
+        vault: Vault,
+        handlers: Collection[ActivityHandler],
+        defaults: bool,
+) -> str:
+    """Why the vault is empty after a login, and what to do: one line (with no secrets in it)."""
+    # The first failure explains it best (e.g. a broken kubeconfig), unless the server's rejection does.
+    if failure is not None and not (brought and vault.rejection):
+        for handler in handlers:
+            outcome = failure.outcomes.get(handler.id)
+            if outcome is not None and outcome.exception is not None:
+                if defaults:  # the built-in logins' own explanations are complete.
+                    return str(outcome.exception)
+                return f'Ran out of valid credentials: the login handler {handler.id!r} has failed: ' \
+                       f'{outcome.exception}'
+    if vault.rejection:
+        return (f'Ran out of valid credentials: {vault.rejection}, and the login handlers have brought '
+                f'no new ones; fix or renew the token or the client certificate (in the kubeconfig '
+                f'or in the login handlers). See more: {AUTHENTICATION_DOCS}')
+    if defaults:
+        names = ', '.join(handler.id for handler in handlers)
+        return (f'Ran out of valid credentials: the default logins ({names}) have found '
+                f'neither a kubeconfig ($KUBECONFIG or ~/.kube/config) nor a service account '
+                f'(not in a cluster); create a kubeconfig or add a login handler (@kopf.on.login). '
+                f'See more: {AUTHENTICATION_DOCS}')
+    names = ', '.join(repr(handler.id) for handler in handlers)
+    return (f'Ran out of valid credentials: the login handlers ({names}) have returned none; '
+            f'make them return kopf.ConnectionInfo. See more: {AUTHENTICATION_DOCS}')
 
 
 async def authenticator(

@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Collection, Coroutine, Iterator
 from typing import Any
 
+from kopf._clients.errors import describe_error
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
@@ -393,7 +394,10 @@ async def _run_operator(
                   if task in done and not task.cancelled() and task.exception() is not None]
         for task in failed:
             # The traceback goes with the exception to the caller (e.g. the CLI): one line here.
-            logger.error(f'{supervision.describe_task(task)} has failed: {task.exception()}')
+            error = task.exception()
+            assert error is not None  # filtered above
+            logger.error(f'{supervision.describe_task(task)} has failed: {describe_error(error)}')
+        core_tasks.reported.update(failed)
         if failed:
             failed[0].result()  # re-raise as the operator's failure.
 
@@ -435,6 +439,7 @@ class CoreTasks:
     watching: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)  # the orchestrator
     observers: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     others: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+    reported: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False)  # failures
 
     def __iter__(self) -> Iterator[asyncio.Task[None]]:
         yield self.authenticator
@@ -455,6 +460,19 @@ class CoreTasks:
         for group in (self.watching, rest, [self.poster], [self.authenticator]):
             await supervision.stop_tasks(group, title=None)
         logger.debug('Core tasks are stopped.')
+
+        # The tasks that have failed meanwhile, not only the one that ended the operator: usually
+        # of the same cause (e.g. a failed re-login fails every API call waiting for it), so only
+        # in the debug logs then; on their own, they are errors. Either way, not left to asyncio.
+        consequential = bool(self.reported)
+        for task in self:
+            if task.done() and not task.cancelled() and task not in self.reported:
+                error = task.exception()
+                if error is not None:
+                    log = logger.debug if consequential else logger.error
+                    log(f'{supervision.describe_task(task)} has failed{" too" if consequential else ""}: '
+                        f'{describe_error(error)}')
+                    self.reported.add(task)
 
 
 def _spawn_core_tasks(

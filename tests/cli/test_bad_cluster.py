@@ -1,0 +1,212 @@
+"""
+A cluster that cannot be used: one line with the cause and the fix, never a traceback or a secret.
+
+A broken or missing kubeconfig, credentials rejected by the API server, a port that nobody listens on.
+The operators run in-process via ``KopfRunner`` (with the default logins: the piggybacked libraries
+are installed here) against the emulator or against nothing at all.
+"""
+import gc
+import json
+import pathlib
+import socket
+from typing import Any
+
+import pytest
+
+from kopf._core.intents.registries import OperatorRegistry
+from kopf.testing import KopfRunner, KubernetesEmulator
+
+SECRET = 'sEcReT-tOkEn-in-the-kubeconfig'
+
+
+def _kubeconfig(**overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'ctx',
+        'clusters': [{'name': 'c', 'cluster': {'server': 'https://127.0.0.1:1'}}],
+        'users': [{'name': 'u', 'user': {'token': SECRET}}],
+        'contexts': [{'name': 'ctx', 'context': {'cluster': 'c', 'user': 'u'}}],
+    }
+    doc.update(overrides)
+    return doc
+
+
+# What is in the kubeconfig (None: no file at all; str: the raw text) -> the message after "{path}".
+BROKEN_KUBECONFIGS: list[tuple[str, str | dict[str, Any] | None, str]] = [
+    ('missing', None,
+     'The kubeconfig file {path} does not exist; create it or fix $KUBECONFIG.'),
+    ('invalid-yaml', f'clusters:\n- name: c\n  cluster: {{server: x\nusers: [{{token: {SECRET}}}\n',
+     "The kubeconfig file {path} is not valid YAML at line 4, column 6: "
+     "expected ',' or '}}', but got ':'; fix its syntax."),
+    ('no-current-context', _kubeconfig(**{'current-context': None}),
+     'No "current-context" field is set in the kubeconfig ({path}); '
+     "set it to one of the contexts ('ctx'), e.g.: kubectl config use-context ctx"),
+    ('unknown-context', _kubeconfig(**{'current-context': 'prod'}),
+     "The context 'prod' is not defined in the kubeconfig ({path}); known contexts: 'ctx'."),
+    ('missing-cluster', _kubeconfig(contexts=[{'name': 'ctx', 'context': {'cluster': 'gone', 'user': 'u'}}]),
+     """The "cluster" field of the context 'ctx' in {path} refers to the cluster 'gone', """
+     "which is not defined in the kubeconfig ({path}); known clusters: 'c'."),
+    ('missing-user', _kubeconfig(contexts=[{'name': 'ctx', 'context': {'cluster': 'c', 'user': 'gone'}}]),
+     """The "user" field of the context 'ctx' in {path} refers to the user 'gone', """
+     "which is not defined in the kubeconfig ({path}); known users: 'u'."),
+    ('missing-ca-file', _kubeconfig(clusters=[{'name': 'c', 'cluster': {
+        'server': 'https://127.0.0.1:1', 'certificate-authority': 'absent-ca.crt'}}]),
+     """Cannot read the file {dir}/absent-ca.crt (field "certificate-authority" of the cluster 'c' """
+     "in {path}): No such file or directory; fix the path or the file permissions."),
+    ('missing-client-certificate', _kubeconfig(users=[{'name': 'u', 'user': {
+        'client-certificate': '/nonexistent/client.crt', 'client-key': '/nonexistent/client.key'}}]),
+     """Cannot read the file /nonexistent/client.crt (field "client-certificate" of the user 'u' """
+     "in {path}): No such file or directory; fix the path or the file permissions."),
+    ('no-server', _kubeconfig(clusters=[{'name': 'c', 'cluster': {}}]),
+     """The cluster 'c' in {path} has no server URL; set its "server" field."""),
+    ('bad-base64', _kubeconfig(users=[{'name': 'u', 'user': {
+        'client-certificate-data': 'not base64!', 'client-key-data': SECRET}}]),
+     """The "client-certificate-data" field of the user 'u' in {path} is not valid base64."""),
+]
+
+
+@pytest.fixture()
+def not_in_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv('KUBERNETES_SERVICE_HOST', raising=False)
+    monkeypatch.delenv('KUBERNETES_SERVICE_PORT', raising=False)
+
+
+@pytest.mark.parametrize('content, message', [(c, m) for _, c, m in BROKEN_KUBECONFIGS],
+                         ids=[case for case, _, _ in BROKEN_KUBECONFIGS])
+def test_broken_kubeconfig_is_one_line_with_the_file_and_the_field(
+        content: str | dict[str, Any] | None, message: str, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch, not_in_cluster: None, registry: OperatorRegistry,
+) -> None:
+    path = tmp_path / 'kubeconfig.yaml'
+    if content is not None:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    monkeypatch.setenv('KUBECONFIG', str(path))
+
+    with KopfRunner(['run', '-A', '--standalone'], registry=registry, reraise=False) as runner:
+        pass
+
+    expected = message.format(path=path, dir=tmp_path)
+    assert runner.exit_code == 1
+    assert runner.stderr.splitlines()[-1] == f'Error: Cannot log in to the Kubernetes cluster: {expected}'
+    # Each default login says it in one line; the framework's tracebacks would only bury it.
+    assert f"Activity 'login_via_pykube' failed permanently: {expected}" in runner.output
+    assert f"Activity 'login_via_client' failed permanently: {expected}" in runner.output
+    assert 'Traceback' not in runner.output
+    assert 'API client library' not in runner.output  # the old misleading hint
+    assert SECRET not in runner.output
+
+
+def test_no_kubeconfig_at_all_says_where_it_was_looked_for(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, not_in_cluster: None,
+        registry: OperatorRegistry,
+) -> None:
+    monkeypatch.delenv('KUBECONFIG', raising=False)
+    monkeypatch.setenv('HOME', str(tmp_path))  # no ~/.kube/config there
+    with KopfRunner(['run', '-A', '--standalone'], registry=registry, reraise=False) as runner:
+        pass
+    assert runner.exit_code == 1
+    assert runner.stderr.splitlines()[-1] == (
+        'Error: Cannot log in to the Kubernetes cluster: Ran out of valid credentials: '
+        'the default logins (login_via_pykube, login_via_client) have found neither a kubeconfig '
+        '($KUBECONFIG or ~/.kube/config) nor a service account (not in a cluster); '
+        'create a kubeconfig or add a login handler (@kopf.on.login). '
+        'See more: https://docs.kopf.dev/en/stable/authentication/'
+    )
+    assert 'Traceback' not in runner.output
+
+
+REJECTION = ('Ran out of valid credentials: the API server rejected the credentials (401 Unauthorized), '
+             'and the login handlers have brought no new ones; fix or renew the token or the client '
+             'certificate (in the kubeconfig or in the login handlers). '
+             'See more: https://docs.kopf.dev/en/stable/authentication/')
+
+
+@pytest.fixture()
+def kubeconfig_with_token(k8s_emulator: KubernetesEmulator, tmp_path: pathlib.Path,
+                          monkeypatch: pytest.MonkeyPatch, not_in_cluster: None) -> None:
+    doc = k8s_emulator.kubeconfig
+    doc['users'][0]['user'] = {'token': SECRET}
+    path = tmp_path / 'kubeconfig-with-token.yaml'
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv('KUBECONFIG', str(path))
+
+
+@pytest.mark.parametrize('verbosity', [[], ['--verbose'], ['--debug']])
+def test_rejected_credentials_are_named_at_every_verbosity(
+        verbosity: list[str], k8s_emulator: KubernetesEmulator, kubeconfig_with_token: None,
+        registry: OperatorRegistry, caplog: pytest.LogCaptureFixture,
+) -> None:
+    k8s_emulator.fail_requests(None, status=401, message='Unauthorized')
+    with KopfRunner(['run', '-A', '--standalone', *verbosity], registry=registry, reraise=False) as runner:
+        pass
+    gc.collect()  # the never-awaited failures of tasks are reported by asyncio when the tasks are collected
+
+    assert runner.exit_code == 1
+    assert type(runner.exception).__name__ == 'LoginError'
+    assert str(runner.exception) == REJECTION
+    assert f'Credentials retriever has failed: {REJECTION}' in runner.output
+    if '--debug' not in verbosity:  # with --debug, the error propagates as is, with its traceback
+        last_line = runner.stderr.splitlines()[-1]
+        assert last_line == f'Error: Cannot log in to the Kubernetes cluster: {REJECTION}'
+    assert 'Task exception was never retrieved' not in runner.output + caplog.text
+    assert SECRET not in runner.output + caplog.text
+
+
+def test_forbidden_access_names_the_rbac(k8s_emulator: KubernetesEmulator, kubeconfig_with_token: None,
+                                         registry: OperatorRegistry) -> None:
+    k8s_emulator.fail_requests(None, status=403, message='no permissions for you')
+    with KopfRunner(['run', '-A', '--standalone'], registry=registry, reraise=False) as runner:
+        pass
+    assert runner.exit_code == 1
+    assert runner.stderr.splitlines()[-1] == (
+        f'Error: The Kubernetes API has denied the access (403 Forbidden) for GET {k8s_emulator.url}/api: '
+        f"no permissions for you; grant the RBAC permissions to the operator's user or service account "
+        f'(see https://docs.kopf.dev/en/stable/deployment/).'
+    )
+    assert SECRET not in runner.output
+
+
+def _messages(output: str, marker: str) -> list[str]:
+    """The log messages (without the time, the logger, the level) that contain the marker."""
+    return [line.split('] ', 2)[-1] for line in output.splitlines() if marker in line]
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize('scheme', ['http', 'https'])
+def test_closed_port_is_named_in_the_retries_and_in_the_error(
+        scheme: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, not_in_cluster: None,
+        registry: OperatorRegistry,
+) -> None:
+    import kopf
+
+    @kopf.on.startup(registry=registry)
+    def few_retries(settings: kopf.OperatorSettings, **_: object) -> None:
+        settings.networking.error_backoffs = [0.01, 0.02]
+
+    port = _closed_port()
+    path = tmp_path / 'kubeconfig.yaml'
+    path.write_text(json.dumps(_kubeconfig(clusters=[{'name': 'c', 'cluster': {
+        'server': f'{scheme}://127.0.0.1:{port}', 'insecure-skip-tls-verify': True}}])))
+    monkeypatch.setenv('KUBECONFIG', str(path))
+
+    with KopfRunner(['run', '-A', '--standalone'], registry=registry, reraise=False) as runner:
+        pass
+
+    address = f'{scheme}://127.0.0.1:{port}'
+    crds = 'GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions'
+    refused = f'connection refused to {address}'
+    assert _messages(runner.output, 'will retry') == [
+        f'Request attempt #1 failed; will retry: {crds} -> {refused}, retrying in 0.01 s',
+        f'Request attempt #2 failed; will retry: {crds} -> {refused}, retrying in 0.02 s',
+    ]
+    assert _messages(runner.output, 'has failed') == [
+        f'Resource observer has failed: connection refused to {address}',
+    ]
+    assert runner.exit_code == 1
+    assert runner.stderr.splitlines()[-1] == f'Error: Cannot reach the Kubernetes API: {refused}'
+    assert 'ConnectionKey' not in runner.output
+    assert SECRET not in runner.output
