@@ -229,7 +229,7 @@ async def execute_handler_once(
     else:
         unstorable = _why_unstorable(handler, result)
         if unstorable is not None:
-            # Retrying would repeat the handler's side effects and fail the same way: a bug to fix, not to retry.
+            # A retry would repeat the handler's side effects and fail the same way: a bug to fix.
             message = (f'The result cannot be stored in the status as JSON: {unstorable}. '
                        f'Return only dicts, lists, strings, numbers, booleans, or None.')
             logger.error(f'{title} failed permanently: {message}')
