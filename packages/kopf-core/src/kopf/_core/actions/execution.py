@@ -393,7 +393,7 @@ class _SubExecution:
         unknown = [handler for handler in handlers if handler.id not in self.states]
         stored = State()
         if storage is not None and body is not None and unknown:
-            stored = State.from_storage(body=body, storage=storage, handlers=unknown)
+            stored = State.from_storage(body=body, storage=storage, handlers=unknown, logger=self.logger)
         known = {handler.id: self.states[handler.id] for handler in handlers if handler.id in self.states}
         state = State({**stored, **known}, purpose=purpose).with_purpose(purpose).with_handlers(handlers)
 
