@@ -32,7 +32,7 @@ from kopf._cogs.structs.bodies import Body, BodyEssence
 from kopf._cogs.structs.patches import Patch
 from kopf._core.intents.handlers import BaseHandler, HandlerId
 from kopf._core.persistence import diffbase, progress
-from kopf._core.persistence.conventions import describe_json, excerpt
+from kopf._core.persistence.conventions import describe_json, excerpt, shorten
 from kopf._core.persistence.diffbase import DiffBaseStorage
 from kopf._core.persistence.progress import ProgressRecord, ProgressStorage
 
@@ -430,7 +430,7 @@ def _record_problem(record: Any) -> str | None:
     for name, (is_valid, expected) in _RECORD_FIELDS.items():
         value = record.get(name)
         if value is not None and not is_valid(value):
-            return f'its field {name!r} is {excerpt(repr(value))} instead of {expected}'
+            return f'its field {name!r} is {shorten(json.dumps(value))} instead of {expected}'
     return None
 
 

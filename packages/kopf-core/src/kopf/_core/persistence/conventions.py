@@ -289,9 +289,14 @@ def remove_along(essence: AnyEssence, path: Iterable[str]) -> None:
             break
 
 
+def shorten(text: str, limit: int = 60) -> str:
+    """The text cut to the limit (marked so), for the messages about the stored values (they can be long)."""
+    return text if len(text) <= limit else text[:limit] + '...'
+
+
 def excerpt(text: str, limit: int = 60) -> str:
-    """A short quotation of a stored text for the messages (the records can be long)."""
-    return repr(text if len(text) <= limit else text[:limit] + '...')
+    """A short quotation of a stored text for the messages."""
+    return repr(shorten(text, limit))
 
 
 def describe_json(value: Any) -> str:
