@@ -275,7 +275,11 @@ async def _call(
     kwargs = handler_kwargs(state)  # a new dict: the cause's kwargs go over it (as in {**a, **b})
     kwargs.update(cause.kwargs_for(handler))
     executor = settings.execution.executor
-    if handler.timeout is None or not invocation.is_async_fn(handler.fn):
+    if not invocation.is_async_fn(handler.fn):
+        # Named, so that the operator's exit can say which handlers it waits for (threads cannot be stopped).
+        description = f'{title} of {_object_name(cause)}' if isinstance(cause, ResourceCause) else title
+        return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, description=description)
+    if handler.timeout is None:
         return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)
 
     # Only the coroutines can be interrupted when the time is over; the threads cannot.
@@ -287,6 +291,11 @@ async def _call(
         if scope.expired():
             raise HandlerTimeoutError(f'{title} has timed out after {state.runtime}.') from None
         raise  # the handler's own timeout, not ours: an ordinary error.
+
+
+def _object_name(cause: ResourceCause) -> str:
+    namespace, name = cause.body.metadata.get('namespace'), cause.body.metadata.get('name')
+    return f'{namespace}/{name}' if namespace else str(name)
 
 
 _ContextTokens = list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]
