@@ -47,10 +47,11 @@ LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<m
 
 
 class Operator:
-    """``python -m kopf run`` in a subprocess; its stderr is read in the background to wait for the messages."""
+    """``python -m kopf run`` in a subprocess; its stderr is read in the background (for the messages)."""
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.popen = subprocess.Popen(args, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.popen = subprocess.Popen(args, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: list[str] = []
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -6,7 +6,9 @@ e.g. ``KOPF_RUN_NAMESPACE=default`` or ``KOPF_RUN_VERBOSE=1`` (click's automatic
 
 Errors are reported as one short message on stderr with a non-zero exit code: 2 for the misuse
 of the command line, 1 for everything else (a source that cannot be loaded, a cluster that
-cannot be reached, an operator that has failed). The command shows no tracebacks of its own
+cannot be reached, an operator that has failed); 130 for a repeated Ctrl+C (SIGINT/SIGTERM), which exits
+at once, without waiting for the sync handlers that still run in their threads (the first signal
+exits gracefully, says what it waits for, and ends with 0). The command shows no tracebacks of its own
 unless ``--debug`` is given (then the errors propagate as they are), except for the user's code
 that fails while being loaded: its traceback (without the import machinery) is the message.
 """
