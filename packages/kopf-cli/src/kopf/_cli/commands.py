@@ -6,7 +6,9 @@ e.g. ``KOPF_RUN_NAMESPACE=default`` or ``KOPF_RUN_VERBOSE=1`` (click's automatic
 
 Errors are reported as one short message on stderr with a non-zero exit code: 2 for the misuse
 of the command line, 1 for everything else (a source that cannot be loaded, a cluster that
-cannot be reached, an operator that has failed). The command shows no tracebacks of its own
+cannot be reached, an operator that has failed); 130 for a repeated Ctrl+C (SIGINT/SIGTERM), which exits
+at once, without waiting for the sync handlers that still run in their threads (the first signal
+exits gracefully, says what it waits for, and ends with 0). The command shows no tracebacks of its own
 unless ``--debug`` is given (then the errors propagate as they are), except for the user's code
 that fails while being loaded: its traceback (without the import machinery) is the message.
 """
@@ -15,7 +17,10 @@ import contextlib
 import importlib
 import importlib.metadata
 import logging
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
@@ -229,6 +234,19 @@ def run(
     own_loop = controls.loop is None  # the command closes only the loop it has made itself
     loop = controls.loop if controls.loop is not None else _make_loop()
     try:
+        with _sync_handlers_awaited():
+            _run_operator(running, loop=loop, own_loop=own_loop, controls=controls, registry=registry,
+                          debug=debug, standalone=standalone, dev=dev, priority=priority, peering=peering,
+                          liveness=liveness, all_namespaces=all_namespaces, namespace=namespace)
+    except KeyboardInterrupt:  # a signal while our handlers are not installed (e.g. right after the operator)
+        _exit_at_once()
+
+
+def _run_operator(running: Any, *, loop: asyncio.AbstractEventLoop, own_loop: bool, controls: RunControls,
+                  registry: OperatorRegistry, debug: bool, standalone: bool, dev: bool, priority: int | None,
+                  peering: str | None, liveness: str | None, all_namespaces: bool,
+                  namespace: tuple[str, ...]) -> None:
+    try:
         running.run(
             loop=loop,
             registry=registry,
@@ -251,6 +269,50 @@ def run(
     finally:
         if own_loop and not loop.is_closed():
             _close_loop(loop)
+
+
+@contextlib.contextmanager
+def _sync_handlers_awaited() -> Iterator[None]:
+    """
+    After the operator: wait for its sync handlers still running in threads (they cannot be interrupted),
+    saying so; or exit at once if asked by a repeated signal (Ctrl+C), abandoning the threads.
+
+    Only in the main thread (where the signals arrive): the in-process runners do not exit the process.
+    """
+    from kopf._core.actions import invocation
+    from kopf._core.reactor import supervision
+    supervision.reset_exit_requests()
+    interrupted = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted = True  # the caller exits at once: no waiting for the threads
+        raise
+    finally:
+        if not interrupted and threading.current_thread() is threading.main_thread():
+            if supervision.forced_exit_requested():
+                _exit_at_once(said=True)
+            calls = invocation.running_sync_calls()
+            if calls:
+                supervision.announce_sync_calls(calls, once=True)
+                while invocation.running_sync_calls():  # a Ctrl+C interrupts the sleep: see the caller
+                    time.sleep(0.1)
+
+
+def _exit_at_once(*, said: bool = False) -> NoReturn:
+    """Exit the process now with the code of an interrupted command, abandoning the sync handlers' threads."""
+    from kopf._core.actions import invocation
+    from kopf._core.reactor import supervision
+    calls = invocation.running_sync_calls()
+    if calls and not said:  # unless said by the signal handler already
+        supervision.logger.warning(f'Exiting now, abandoning the sync handlers: '
+                                   f'{supervision.describe_sync_calls(calls)}.')
+    # The threads cannot be stopped, and the interpreter would wait for them at exit: os._exit() does not.
+    logging.shutdown()  # flushes the logs
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(supervision.FORCED_EXIT_CODE)
 
 
 # The default registry is global: loading in several threads at once (e.g. parallel KopfRunners)

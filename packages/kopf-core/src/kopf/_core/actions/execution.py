@@ -8,7 +8,10 @@ The caller then repeats the cycle (on the next event of the object) until the st
 
 An attempt (:func:`execute_handler_once`) ends in one of these ways:
 
-* success: the result is kept for the status; the handler is finished.
+* success: the result is kept for the status; the handler is finished. A result that cannot be stored
+  in the status as JSON (e.g. a datetime, a set, an arbitrary object) fails the handler permanently
+  instead (a retry would repeat the handler's side effects and fail the same way); the indexers'
+  and the activities' results are not stored, and so can be anything.
 * :class:`kopf.TemporaryError`: retried after its ``delay`` (unless the ``retries=`` limit is reached).
 * :class:`kopf.PermanentError`: the handler is failed for good (for this cycle).
 * any other exception: treated per the handler's ``errors=`` mode: retried after ``backoff=`` seconds
@@ -26,6 +29,7 @@ The sub-handlers' progress and results go directly into the cause's patch.
 """
 import asyncio
 import contextvars
+import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -53,7 +57,9 @@ from kopf._core.intents.handlers import (
     ErrorsMode,
     HandlerId,
     IndexingHandler,
+    SpawningHandler,
     TimerHandler,
+    WatchingHandler,
 )
 from kopf._core.intents.registries import ChangingRegistry, generate_id
 
@@ -221,6 +227,14 @@ async def execute_handler_once(
         return Outcome(final=False, delay=backoff, exception=e, subrefs=subexecution.subrefs)
 
     else:
+        unstorable = _why_unstorable(handler, result)
+        if unstorable is not None:
+            # A retry would repeat the handler's side effects and fail the same way: a bug to fix.
+            message = (f'The result cannot be stored in the status as JSON: {unstorable}. '
+                       f'Return only dicts, lists, strings, numbers, booleans, or None.')
+            logger.error(f'{title} failed permanently: {message}')
+            return Outcome(final=True, exception=PermanentError(message), subrefs=subexecution.subrefs)
+
         # The indexers run on every event of every object (e.g. 10,000 at startup): not worth a line each
         # at the usual level, as in Kopf, where they are seen only with the verbose logs.
         if isinstance(handler, IndexingHandler):
@@ -228,6 +242,25 @@ async def execute_handler_once(
         else:
             logger.info(f'{title} succeeded.')
         return Outcome(final=True, result=result, subrefs=subexecution.subrefs)
+
+
+# The handlers whose results go to the object's status (the indexers' & activities' results stay in memory).
+_STATUS_RESULTS = (ChangingHandler, WatchingHandler, SpawningHandler)
+
+# The results that are always storable: checked without serialising them.
+_SCALARS = (str, int, bool)
+
+
+def _why_unstorable(handler: BaseHandler, result: Any) -> str | None:
+    """Why the result cannot go to the status (as JSON), or None if it can (or does not go there)."""
+    if result is None or isinstance(result, _SCALARS) or not isinstance(handler, _STATUS_RESULTS):
+        return None
+    try:
+        # As strict as the API servers are: NaN & Infinity are not JSON and would fail the whole patch.
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        return str(e) or type(e).__name__
+    return None
 
 
 async def _call(
@@ -242,7 +275,11 @@ async def _call(
     kwargs = handler_kwargs(state)  # a new dict: the cause's kwargs go over it (as in {**a, **b})
     kwargs.update(cause.kwargs_for(handler))
     executor = settings.execution.executor
-    if handler.timeout is None or not invocation.is_async_fn(handler.fn):
+    if not invocation.is_async_fn(handler.fn):
+        # Named, so that the operator's exit can say which handlers it waits for (threads cannot be stopped).
+        description = f'{title} of {_object_name(cause)}' if isinstance(cause, ResourceCause) else title
+        return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, description=description)
+    if handler.timeout is None:
         return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)
 
     # Only the coroutines can be interrupted when the time is over; the threads cannot.
@@ -254,6 +291,11 @@ async def _call(
         if scope.expired():
             raise HandlerTimeoutError(f'{title} has timed out after {state.runtime}.') from None
         raise  # the handler's own timeout, not ours: an ordinary error.
+
+
+def _object_name(cause: ResourceCause) -> str:
+    namespace, name = cause.body.metadata.get('namespace'), cause.body.metadata.get('name')
+    return f'{namespace}/{name}' if namespace else str(name)
 
 
 _ContextTokens = list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]
@@ -360,7 +402,7 @@ class _SubExecution:
         unknown = [handler for handler in handlers if handler.id not in self.states]
         stored = State()
         if storage is not None and body is not None and unknown:
-            stored = State.from_storage(body=body, storage=storage, handlers=unknown)
+            stored = State.from_storage(body=body, storage=storage, handlers=unknown, logger=self.logger)
         known = {handler.id: self.states[handler.id] for handler in handlers if handler.id in self.states}
         state = State({**stored, **known}, purpose=purpose).with_purpose(purpose).with_handlers(handlers)
 

@@ -16,7 +16,8 @@ fails with a ``TypeError`` on an unexpected kwarg, which is then treated like an
 
 Cancellation propagates: an awaited coroutine is cancelled; for a sync function, the waiting is
 cancelled immediately, but the thread cannot be interrupted and runs to its end in the background
-(its result is then discarded).
+(its result is then discarded). The calls running in the threads are known by their descriptions
+(:func:`running_sync_calls`), so that the operator's exit can say what it is waiting for.
 """
 import asyncio
 import collections
@@ -25,11 +26,12 @@ import contextvars
 import functools
 import inspect
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ['invoke', 'is_async_fn']
+__all__ = ['RunningCall', 'invoke', 'is_async_fn', 'running_sync_calls']
 
 
 def is_async_fn(fn: Callable[..., Any]) -> bool:
@@ -49,11 +51,14 @@ async def invoke(
         *,
         kwargs: Mapping[str, Any],
         executor: concurrent.futures.Executor | None = None,
+        description: str | None = None,
 ) -> Any:
     """
     Call a function with the kwargs: await it if async, or run it in the executor if sync.
 
     ``executor`` is usually ``settings.execution.executor``; None means the loop's default executor.
+    ``description`` names the call among :func:`running_sync_calls` while it runs in a thread
+    (e.g. "Handler 'fn' of ns/name"); by default, the function's name.
     If a sync function returns an awaitable (e.g. a lambda around an async call), it is awaited too.
     """
     if is_async_fn(fn):
@@ -65,7 +70,7 @@ async def invoke(
         call = functools.partial(context.run, functools.partial(fn, **kwargs))
         result = await loop.run_in_executor(executor, call)
     else:
-        result = await _run_in_thread(loop, executor, context, fn, kwargs)
+        result = await _run_in_thread(loop, executor, context, fn, kwargs, description)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -77,11 +82,13 @@ async def _run_in_thread(
         context: contextvars.Context,
         fn: Callable[..., Any],
         kwargs: Mapping[str, Any],
+        description: str | None = None,
 ) -> Any:
     """
     The same as ``loop.run_in_executor()``, but much lighter for the bursts of calls (see :class:`_Lane`).
     """
-    call = _Call(waiter=loop.create_future(), inbox=_Inbox.of(loop), context=context, fn=fn, kwargs=kwargs)
+    call = _Call(waiter=loop.create_future(), inbox=_Inbox.of(loop), context=context, fn=fn, kwargs=kwargs,
+                 description=description)
     _Lane.of(executor).put(executor, call)
     try:
         return await call.waiter
@@ -90,12 +97,39 @@ async def _run_in_thread(
         raise
 
 
+class RunningCall:
+    """A sync call that runs in a thread now: what it is, and since when (in ``time.monotonic()``)."""
+
+    __slots__ = ('description', 'started')
+
+    def __init__(self, description: str, started: float) -> None:
+        super().__init__()
+        self.description = description
+        self.started = started
+
+    def __repr__(self) -> str:
+        return f'<{type(self).__name__} {self.description!r}>'
+
+
+# The sync calls being run by the threads now (of all lanes and executors): for the operator's exit.
+_running: set[RunningCall] = set()
+_running_lock = threading.Lock()
+
+
+def running_sync_calls() -> list[RunningCall]:
+    """The sync calls that run in the threads now (and cannot be interrupted), the longest-running first."""
+    with _running_lock:
+        calls = list(_running)
+    return sorted(calls, key=lambda call: call.started)
+
+
 class _Call:
-    __slots__ = ('cancelled', 'context', 'fn', 'inbox', 'kwargs', 'waiter')
+    __slots__ = ('cancelled', 'context', 'description', 'fn', 'inbox', 'kwargs', 'waiter')
 
     def __init__(self, *, waiter: asyncio.Future[Any], inbox: '_Inbox', context: contextvars.Context,
-                 fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> None:
+                 fn: Callable[..., Any], kwargs: Mapping[str, Any], description: str | None = None) -> None:
         super().__init__()
+        self.description = description
         self.waiter = waiter
         self.inbox = inbox
         self.context = context
@@ -158,12 +192,18 @@ class _Lane:
         call = self._take(finished=False)
         while call is not None:
             if not call.cancelled:
+                running = RunningCall(call.description or _name_of(call.fn), time.monotonic())
+                with _running_lock:
+                    _running.add(running)
                 try:
                     result = call.context.run(call.fn, **call.kwargs)
                 except BaseException as e:
                     call.inbox.put(call.waiter, None, e)
                 else:
                     call.inbox.put(call.waiter, result, None)
+                finally:
+                    with _running_lock:
+                        _running.discard(running)
             call = None  # do not keep the call's objects while waiting for the next one
             call = self._take(finished=True)
 
@@ -191,6 +231,12 @@ class _Lane:
             with self._lock:
                 self._runners -= 1
         return call
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return repr(getattr(fn, '__qualname__', None) or type(fn).__qualname__)
 
 
 class _Inbox:

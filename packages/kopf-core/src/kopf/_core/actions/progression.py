@@ -22,12 +22,18 @@ to omit them (annotations) or to send them as deletions (status).
 """
 import dataclasses
 import datetime
-from collections.abc import Collection, Iterable, Iterator, Mapping
+import json
+import logging
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, cast
 
-from kopf._cogs.structs.bodies import Body
+from kopf._cogs.helpers.typedefs import Logger
+from kopf._cogs.structs.bodies import Body, BodyEssence
 from kopf._cogs.structs.patches import Patch
 from kopf._core.intents.handlers import BaseHandler, HandlerId
+from kopf._core.persistence import diffbase, progress
+from kopf._core.persistence.conventions import describe_json, excerpt, shorten
+from kopf._core.persistence.diffbase import DiffBaseStorage
 from kopf._core.persistence.progress import ProgressRecord, ProgressStorage
 
 __all__ = [
@@ -35,7 +41,11 @@ __all__ = [
     'Outcome',
     'State',
     'StateCounts',
+    'fetch_diffbase',
 ]
+
+# For the callers that give no logger (e.g. custom tools): the unreadable records are never silent.
+_fallback_logger = logging.getLogger('kopf.objects')
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -247,9 +257,13 @@ class State(Mapping[HandlerId, HandlerState]):
             body: Body,
             storage: ProgressStorage,
             handlers: Iterable[BaseHandler],
+            logger: Logger | None = None,
     ) -> 'State':
         """
         The stored states of those of the handlers that have any records on the object.
+
+        The unreadable records (e.g. garbage in the annotations) are reported to the logger
+        and ignored: those handlers start from scratch, as if they had no records.
 
         The purpose of the state is the purpose of the stored records (normally, they all have
         the same one), or None if nothing is stored.
@@ -257,7 +271,8 @@ class State(Mapping[HandlerId, HandlerState]):
         states: dict[HandlerId, HandlerState] = {}
         for handler in handlers:
             if handler.id not in states:
-                record = storage.fetch(key=handler.id, body=body)
+                record = _fetch_record(storage=storage, key=handler.id, body=body,
+                                       logger=logger if logger is not None else _fallback_logger)
                 if record is not None:
                     states[handler.id] = HandlerState.from_record(record)
         purposes = [state.purpose for state in states.values() if state.purpose is not None]
@@ -379,3 +394,95 @@ class State(Mapping[HandlerId, HandlerState]):
 def handler_kwargs(state: HandlerState) -> dict[str, Any]:
     """The retrying-related kwargs of a handler from its state: ``retry``, ``started``, ``runtime``."""
     return {'retry': state.retries, 'started': state.started, 'runtime': state.runtime}
+
+
+
+def _is_timestamp(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return value == ''  # "no time", as _parse_time() reads it
+    return True
+
+
+# What every known field of a progress record must be (unless null), and its name in the messages.
+# Unknown fields are allowed (e.g. of other versions).
+_RECORD_FIELDS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
+    'started': (_is_timestamp, 'a timestamp in the ISO 8601 format'),
+    'stopped': (_is_timestamp, 'a timestamp in the ISO 8601 format'),
+    'delayed': (_is_timestamp, 'a timestamp in the ISO 8601 format'),
+    'purpose': (lambda value: isinstance(value, str), 'a string'),
+    'retries': (lambda value: isinstance(value, int) and not isinstance(value, bool), 'an integer'),
+    'success': (lambda value: isinstance(value, bool), 'true or false'),
+    'failure': (lambda value: isinstance(value, bool), 'true or false'),
+    'message': (lambda value: isinstance(value, str), 'a string'),
+    'subrefs': (lambda value: isinstance(value, list) and all(isinstance(ref, str) for ref in value),
+                'a list of strings'),
+}
+
+
+def _record_problem(record: Any) -> str | None:
+    """What makes a fetched progress record unusable, in words; None if it is usable."""
+    if not isinstance(record, Mapping):
+        return f'it holds {describe_json(record)}'
+    for name, (is_valid, expected) in _RECORD_FIELDS.items():
+        value = record.get(name)
+        if value is not None and not is_valid(value):
+            return f'its field {name!r} is {shorten(json.dumps(value))} instead of {expected}'
+    return None
+
+
+def _fetch_record(*, storage: ProgressStorage, key: str, body: Body, logger: Logger) -> ProgressRecord | None:
+    """
+    The handler's record, or None if there is none or it is unreadable (which is then reported).
+
+    The storages return what is stored as it is, as in Kopf: the records edited by hand, or written
+    by other tools under the same names, are checked here. An unreadable record would otherwise fail
+    the object's every handling cycle; ignored, it is overwritten as the handler goes on.
+    """
+    record: Any  # whatever is stored, not necessarily a record
+    try:
+        record = storage.fetch(key=key, body=body)
+    except json.JSONDecodeError as e:
+        problem = f'it is not JSON ({e})'
+    else:
+        if record is None:
+            return None
+        found = _record_problem(record)
+        if found is None:
+            return cast(ProgressRecord, record)
+        problem = found
+    where, stored = progress.locate(storage, key=key, body=body) or ('The stored progress', None)
+    quote = f': {excerpt(stored)}' if isinstance(stored, str) and not problem.startswith('its field') else ''
+    logger.warning(f'{where} must hold the progress of the handler {key!r} as a JSON object, '
+                   f'but {problem}{quote}. It is ignored: the handler starts anew.')
+    return None
+
+
+def fetch_diffbase(*, storage: DiffBaseStorage, body: Body, logger: Logger) -> BodyEssence | None:
+    """
+    The object's essence as last handled; None if it was never handled or if the record is unreadable.
+
+    An unreadable diff-base (e.g. garbage in the annotation) is reported and treated as absent:
+    the object is handled as a new one, and the diff-base is overwritten when that is done.
+    Otherwise, the object would fail in every handling cycle and would never be handled at all.
+    """
+    essence: Any  # whatever is stored, not necessarily an essence
+    try:
+        essence = storage.fetch(body=body)
+    except json.JSONDecodeError as e:
+        problem = f'it is not JSON ({e})'
+    except TypeError as e:  # e.g. not a string in the status, where a serialised essence is expected
+        problem = str(e)
+    else:
+        if essence is None or isinstance(essence, Mapping):
+            return cast(BodyEssence | None, essence)
+        problem = f'it holds {describe_json(essence)}'
+    where, stored = diffbase.locate(storage, body=body) or ('The stored diff-base', None)
+    quote = f': {excerpt(stored)}' if isinstance(stored, str) else ''
+    logger.warning(f"{where} must hold the object's essence as last handled (the diff-base) "
+                   f'as a JSON object, but {problem}{quote}. '
+                   f'It is ignored: the object is handled as a new one (by the creation handlers).')
+    return None

@@ -287,3 +287,29 @@ def remove_along(essence: AnyEssence, path: Iterable[str]) -> None:
             del parent[key]
         else:
             break
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """The text cut to the limit (marked so), for the messages about the stored values (they can be long)."""
+    return text if len(text) <= limit else text[:limit] + '...'
+
+
+def excerpt(text: str, limit: int = 60) -> str:
+    """A short quotation of a stored text for the messages."""
+    return repr(shorten(text, limit))
+
+
+def describe_json(value: Any) -> str:
+    """What the parsed JSON value is, in words: 'a JSON array', 'a JSON string', etc."""
+    if value is None:
+        return 'JSON null'
+    if isinstance(value, bool):
+        return 'a JSON boolean'
+    if isinstance(value, (int, float)):
+        return 'a JSON number'
+    if isinstance(value, str):
+        return 'a JSON string'
+    if isinstance(value, list):
+        return 'a JSON array'
+    return 'a JSON object'
+

@@ -268,3 +268,27 @@ class MultiDiffBaseStorage(DiffBaseStorage):
     def store(self, *, body: bodies.Body, patch: patches.Patch, essence: bodies.BodyEssence) -> None:
         for storage in self.storages:
             storage.store(body=body, patch=patch, essence=essence)
+
+
+def locate(storage: DiffBaseStorage, *, body: bodies.Body) -> tuple[str, Any] | None:
+    """
+    Where the storage keeps the diff-base on this object (in words), and the stored value as is.
+
+    For the messages about the unreadable diff-bases; None if it is not on the object
+    (or the storage is a custom one, which keeps its records unknown where).
+    """
+    if isinstance(storage, MultiDiffBaseStorage):
+        for substorage in storage.storages:
+            found = locate(substorage, body=body)
+            if found is not None:
+                return found
+    elif isinstance(storage, AnnotationsDiffBaseStorage):
+        annotations = conventions.annotations_of(body)
+        for full_key in storage.make_keys(storage.key, body=body):
+            if annotations.get(full_key) is not None:
+                return f'The annotation {full_key!r}', annotations[full_key]
+    elif isinstance(storage, StatusDiffBaseStorage):
+        value = dicts.resolve(body, storage.field, None)
+        if value is not None:
+            return f'The field {".".join(storage.field)!r}', value
+    return None

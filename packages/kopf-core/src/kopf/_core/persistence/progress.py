@@ -306,6 +306,30 @@ class SmartProgressStorage(MultiProgressStorage):
         ])
 
 
+def locate(storage: ProgressStorage, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
+    """
+    Where the storage keeps the handler's record on this object (in words), and the stored value as is.
+
+    For the messages about the unreadable records; None if the record is not on the object
+    (or the storage is a custom one, which keeps its records unknown where).
+    """
+    if isinstance(storage, MultiProgressStorage):
+        for substorage in storage.storages:
+            found = locate(substorage, key=key, body=body)
+            if found is not None:
+                return found
+    elif isinstance(storage, AnnotationsProgressStorage):
+        annotations = conventions.annotations_of(body)
+        for full_key in storage.make_keys(key, body=body):
+            if annotations.get(full_key) is not None:
+                return f'The annotation {full_key!r}', annotations[full_key]
+    elif isinstance(storage, StatusProgressStorage):
+        container = dicts.resolve(body, storage.field, None)
+        if isinstance(container, Mapping) and container.get(key) is not None:
+            return f'The field {".".join((*storage.field, key))!r}', container[key]
+    return None
+
+
 def _copy_for_cleaning(essence: bodies.BodyEssence) -> dict[str, Any]:
     """
     A copy of the essence that can be cleaned without modifying the original.

@@ -400,7 +400,7 @@ def _detect_cause(context: _Context) -> tuple[causes.ResourceChangingCause, Body
 
     # The essences never contain the storages' own data, even if the progress is stored in the spec.
     extra_fields = context.registry.changing.get_extra_fields(context.resource)
-    old: BodyEssence | None = persistence.diffbase_storage.fetch(body=body)
+    old = progression.fetch_diffbase(storage=persistence.diffbase_storage, body=body, logger=context.logger)
     new: BodyEssence = persistence.diffbase_storage.build(body=body, extra_fields=extra_fields)
     old = persistence.progress_storage.clear(essence=old) if old is not None else None
     new = persistence.progress_storage.clear(essence=new)
@@ -448,7 +448,8 @@ async def _process_handlers(
 
     # An unfinished cycle of another reason (e.g. an update when the object is deleted) is abandoned,
     # but the handlers serving both keep their progress (retries, delays, start times).
-    state = progression.State.from_storage(body=body, storage=storage, handlers=resource_handlers)
+    state = progression.State.from_storage(body=body, storage=storage, handlers=resource_handlers,
+                                           logger=logger)
     if state.purpose is not None and state.purpose != cause.reason:
         success, failure, pending = state.counts
         logger.info(f'{_title(state.purpose)} is superseded by {title.lower()}: '

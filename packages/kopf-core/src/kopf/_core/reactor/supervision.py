@@ -2,26 +2,78 @@
 Supervising the operator's tasks: the stop requests (flags, signals), the ultimate exit, stopping tasks.
 
 The signals are handled only when the operator runs in the main thread. The first signal
-starts a graceful exit; the next one is handled by Python's defaults (e.g. ``KeyboardInterrupt``),
-which ends the operator the hard way. If a graceful exit takes longer than
+starts a graceful exit (and says which sync handlers it waits for: their threads cannot be
+interrupted). The next signal while the operator is still exiting makes it exit at once: what can
+be cancelled is cancelled (including the cleanup), the sync handlers' threads are abandoned
+(see :func:`forced_exit_requested`, which the ``kopf run`` command then honours). After the operator
+is over, the signals get Python's default reactions again. If a graceful exit takes longer than
 ``settings.process.ultimate_exiting_timeout``, the operator's remaining activities are cancelled.
 """
 import asyncio
+import dataclasses
 import logging
 import signal
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
+from kopf._core.actions import invocation
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor import flags
 
 __all__ = [
+    'FORCED_EXIT_CODE',
+    'announce_sync_calls',
+    'describe_sync_calls',
     'describe_task',
+    'forced_exit_requested',
     'install_signal_handlers',
+    'reset_exit_requests',
     'stop_flag_checker',
     'stop_tasks',
 ]
+
+# The exit code of a forced exit by a repeated signal: 128 + SIGINT, as shells report interrupted commands.
+FORCED_EXIT_CODE = 130
+
+# Set by a repeated signal: the process should exit without waiting for the sync handlers' threads.
+_forced_exit = threading.Event()
+
+
+def reset_exit_requests() -> None:
+    """Forget the forced exit & the announcements of the previous operators (e.g. of the same process)."""
+    _forced_exit.clear()
+    _announced.clear()
+
+
+def forced_exit_requested() -> bool:
+    """Whether a repeated signal has asked the operator(s) of this process to exit at once."""
+    return _forced_exit.is_set()
+
+
+def describe_sync_calls(calls: Iterable[invocation.RunningCall]) -> str:
+    """The sync calls in threads, in words: "Handler 'fn' of ns/name (running for 2 s)", by commas."""
+    now = time.monotonic()
+    return ', '.join(f'{call.description} (running for {now - call.started:.0f} s)' for call in calls)
+
+
+_announced = threading.Event()
+
+
+def announce_sync_calls(calls: list[invocation.RunningCall], *, once: bool = False) -> None:
+    """
+    Say what the exit waits for (and for how long): the sync handlers, which cannot be interrupted.
+
+    With ``once``, nothing is said if it was said already (e.g. when the first signal has arrived).
+    """
+    if once and _announced.is_set():
+        return
+    _announced.set()
+    noun = 'sync handler' if len(calls) == 1 else 'sync handlers'
+    logger.warning(f'Waiting for {len(calls)} {noun} to return: {describe_sync_calls(calls)}. '
+                   f'Threads cannot be interrupted: the exit waits for them with no time limit. '
+                   f'Press Ctrl+C again to exit now without waiting.')
 
 logger = logging.getLogger('kopf._core.reactor.running')  # as before the split (and as Kopf names it)
 
@@ -37,21 +89,30 @@ async def stop_flag_checker(
         loop: asyncio.AbstractEventLoop | None,
 ) -> None:
     """Exit when a stop is requested (and so make :func:`run_tasks` stop the operator)."""
+    if loop is not None:
+        # Now that the runner is known, the signals after the first one can hurry it up.
+        _install(loop, _on_signal, _Signalling(flag=signal_flag, runner=runner))
     waiters = [asyncio.create_task(signal_flag.wait(), name='signal waiter')]
     if stop_flag is not None:
         waiters.append(asyncio.create_task(flags.wait_flag(stop_flag), name='stop-flag waiter'))
+    stopping = False
     try:
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if waiters[0] not in done:
             value = waiters[-1].result()
             logger.info(f'Stop-flag is set to {value!r}. Operator is stopping.')
         schedule_ultimate_exit(runner, settings.process.ultimate_exiting_timeout)
+        stopping = True
     finally:
         for waiter in waiters:
             waiter.cancel()
         await asyncio.wait(waiters)
         if loop is not None:
-            remove_signal_handlers(loop)
+            if stopping and not runner.done():
+                # The exit is graceful and can take long: the next signal can hurry it up till the end.
+                runner.add_done_callback(lambda _: remove_signal_handlers(loop))
+            else:
+                remove_signal_handlers(loop)
 
 
 def schedule_ultimate_exit(runner: asyncio.Task[None], timeout: float | None) -> None:
@@ -72,9 +133,19 @@ def install_signal_handlers(loop: asyncio.AbstractEventLoop, flag: asyncio.Event
     """Handle the termination signals by raising the flag; only possible in the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return False
+    return _install(loop, _on_signal, _Signalling(flag=flag, runner=None))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Signalling:
+    flag: asyncio.Event  # raised by the first signal
+    runner: asyncio.Task[None] | None  # cancelled by the next signals, once it is known
+
+
+def _install(loop: asyncio.AbstractEventLoop, callback: Any, arg: Any) -> bool:
     try:
         for signum in SIGNALS:
-            loop.add_signal_handler(signum, _on_signal, loop, flag, signum)
+            loop.add_signal_handler(signum, callback, arg, signum)
     except (NotImplementedError, RuntimeError, ValueError):  # e.g. non-Unix loops, or foreign loops.
         remove_signal_handlers(loop)
         return False
@@ -89,11 +160,41 @@ def remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
             pass
 
 
-def _on_signal(loop: asyncio.AbstractEventLoop, flag: asyncio.Event, signum: signal.Signals) -> None:
-    logger.info(f'Signal {signum.name} is received. Operator is stopping.')
-    flag.set()
-    # The next signal gets Python's default reaction (e.g. KeyboardInterrupt): the hard way out.
-    remove_signal_handlers(loop)
+def _on_signal(signalling: _Signalling, signum: signal.Signals) -> None:
+    if not signalling.flag.is_set():
+        logger.info(f'Signal {signum.name} is received. Operator is stopping.')
+        signalling.flag.set()
+        calls = invocation.running_sync_calls()
+        if calls:
+            announce_sync_calls(calls)
+    elif signalling.runner is not None:
+        _on_repeated_signal(signalling.runner, signum)
+
+
+def _on_repeated_signal(runner: asyncio.Task[None], signum: signal.Signals) -> None:
+    calls = invocation.running_sync_calls()
+    abandoned = f'; abandoning the sync handlers: {describe_sync_calls(calls)}' if calls else ''
+    logger.warning(f'Signal {signum.name} is received again. Operator is exiting now: '
+                   f'cancelling what is running{abandoned}.')
+    _forced_exit.set()
+    task = asyncio.create_task(_cancel_until_done(runner), name='forced exit')
+    _forcing.add(task)
+    task.add_done_callback(_forcing.discard)
+
+
+_forcing: set[asyncio.Task[None]] = set()  # the tasks are referenced only weakly by the loop
+
+
+async def _cancel_until_done(runner: asyncio.Task[None]) -> None:
+    """
+    Cancel the runner again and again until it is done, whatever it is doing in its exiting sequence.
+
+    A cancellation requested while an earlier one is not delivered yet (e.g. of the graceful exit
+    that has just begun) merges with it; the exiting sequence itself waits for the workers, the cleanup.
+    """
+    while not runner.done():
+        runner.cancel()
+        await asyncio.wait([runner], timeout=0.1)
 
 
 async def stop_tasks(

@@ -1,0 +1,118 @@
+"""
+Repeated signals in-process: the first one starts a graceful exit, the next one hurries it up.
+
+The operator runs in the test's event loop in the main thread (where the signals are handled).
+The subprocess tests of ``kopf run`` (tests/cli/test_interrupts.py) cover the sync handlers' threads.
+"""
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.handlers import Activity, ActivityHandler, HandlerId
+from kopf._core.intents.registries import OperatorRegistry
+from kopf._core.reactor import supervision
+from kopf._core.reactor.running import operator
+
+
+class MessageWatcher(logging.Handler):
+    """Sets the event when the message is logged (in the loop's thread: the signals are handled there)."""
+
+    def __init__(self, message: str, event: asyncio.Event) -> None:
+        super().__init__()
+        self.message = message
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == self.message:
+            self.event.set()
+
+
+def add_activity(registry: OperatorRegistry, activity: Activity, fn: Callable[..., Any]) -> None:
+    registry.activities.append(ActivityHandler(fn=fn, id=HandlerId(fn.__name__), activity=activity))
+
+
+# Only SIGTERM: asyncio restores SIGINT to Python's default, not to the test runner's handler.
+# SIGINT is the same code path; the subprocess tests of `kopf run` send SIGINT.
+async def test_second_signal_cancels_a_long_cleanup(
+        registry: OperatorRegistry, settings: OperatorSettings, caplog: pytest.LogCaptureFixture,
+) -> None:
+    signum = signal.SIGTERM
+    caplog.set_level(logging.INFO)
+    assert threading.current_thread() is threading.main_thread()
+    handler_before = signal.getsignal(signum)
+    cleanup_started = asyncio.Event()
+
+    async def long_cleanup(**_: Any) -> None:
+        cleanup_started.set()
+        await asyncio.sleep(60)
+
+    add_activity(registry, Activity.CLEANUP, long_cleanup)
+    supervision.reset_exit_requests()
+    ready = asyncio.Event()
+    task = asyncio.create_task(operator(registry=registry, settings=settings, clusterwide=True,
+                                        ready_flag=ready))
+    try:
+        await asyncio.wait_for(ready.wait(), timeout=5)
+        os.kill(os.getpid(), signum)
+        await asyncio.wait_for(cleanup_started.wait(), timeout=5)
+        sent = time.monotonic()
+        os.kill(os.getpid(), signum)
+        await asyncio.wait_for(task, timeout=5)
+    finally:
+        task.cancel()
+    assert time.monotonic() - sent < 2  # not the cleanup's minute, not even the hung tasks' grace
+    assert supervision.forced_exit_requested()
+    supervision.reset_exit_requests()
+    assert [message for message in caplog.messages if 'Signal' in message or 'Cleanup' in message] == [
+        f'Signal {signum.name} is received. Operator is stopping.',
+        f'Signal {signum.name} is received again. Operator is exiting now: cancelling what is running.',
+        'Cleanup activity is only partially executed due to cancellation.',
+    ]
+    assert signal.getsignal(signum) == handler_before  # Python's defaults after the operator
+
+
+async def test_signal_after_a_stop_flag_is_a_first_one(
+        registry: OperatorRegistry, settings: OperatorSettings, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    cleanup_started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slowish_cleanup(**_: Any) -> None:
+        cleanup_started.set()
+        await release.wait()
+
+    add_activity(registry, Activity.CLEANUP, slowish_cleanup)
+    supervision.reset_exit_requests()
+    ready, stop = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(operator(registry=registry, settings=settings, clusterwide=True,
+                                        ready_flag=ready, stop_flag=stop))
+    try:
+        await asyncio.wait_for(ready.wait(), timeout=5)
+        stop.set()
+        await asyncio.wait_for(cleanup_started.wait(), timeout=5)
+        signalled = asyncio.Event()
+        watcher = MessageWatcher('Signal SIGTERM is received. Operator is stopping.', signalled)
+        logging.getLogger('kopf').addHandler(watcher)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(signalled.wait(), timeout=5)  # it comes via the loop's wake-up fd
+        finally:
+            logging.getLogger('kopf').removeHandler(watcher)
+        release.set()
+        await asyncio.wait_for(task, timeout=5)
+    finally:
+        task.cancel()
+    assert not supervision.forced_exit_requested()
+    assert [message for message in caplog.messages if 'Signal' in message or 'Stop-flag' in message] == [
+        'Stop-flag is set to True. Operator is stopping.',
+        'Signal SIGTERM is received. Operator is stopping.',
+    ]
