@@ -271,10 +271,10 @@ class State(Mapping[HandlerId, HandlerState]):
         states: dict[HandlerId, HandlerState] = {}
         for handler in handlers:
             if handler.id not in states:
-                record = _fetch_record(storage=storage, key=handler.id, body=body,
-                                       logger=logger if logger is not None else _fallback_logger)
-                if record is not None:
-                    states[handler.id] = HandlerState.from_record(record)
+                state = _fetch_state(storage=storage, key=handler.id, body=body,
+                                     logger=logger if logger is not None else _fallback_logger)
+                if state is not None:
+                    states[handler.id] = state
         purposes = [state.purpose for state in states.values() if state.purpose is not None]
         return cls(states, purpose=purposes[0] if purposes else None)
 
@@ -423,6 +423,11 @@ _RECORD_FIELDS: Mapping[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+# The fields checked by their types on every fetch; the timestamps are checked by parsing them (once).
+_PLAIN_FIELDS = {name: check for name, check in _RECORD_FIELDS.items()
+                 if name not in {'started', 'stopped', 'delayed'}}
+
+
 def _record_problem(record: Any) -> str | None:
     """What makes a fetched progress record unusable, in words; None if it is usable."""
     if not isinstance(record, Mapping):
@@ -434,13 +439,14 @@ def _record_problem(record: Any) -> str | None:
     return None
 
 
-def _fetch_record(*, storage: ProgressStorage, key: str, body: Body, logger: Logger) -> ProgressRecord | None:
+def _fetch_state(*, storage: ProgressStorage, key: str, body: Body, logger: Logger) -> HandlerState | None:
     """
-    The handler's record, or None if there is none or it is unreadable (which is then reported).
+    The handler's state from its record; None if there is none or it is unreadable (which is then reported).
 
     The storages return what is stored as it is, as in Kopf: the records edited by hand, or written
     by other tools under the same names, are checked here. An unreadable record would otherwise fail
     the object's every handling cycle; ignored, it is overwritten as the handler goes on.
+    The usual (valid) records are parsed once; the fields are examined one by one only to explain a failure.
     """
     record: Any  # whatever is stored, not necessarily a record
     try:
@@ -450,10 +456,14 @@ def _fetch_record(*, storage: ProgressStorage, key: str, body: Body, logger: Log
     else:
         if record is None:
             return None
-        found = _record_problem(record)
-        if found is None:
-            return cast(ProgressRecord, record)
-        problem = found
+        if isinstance(record, Mapping) and all(
+                is_valid(value)
+                for name, (is_valid, _) in _PLAIN_FIELDS.items() if (value := record.get(name)) is not None):
+            try:
+                return HandlerState.from_record(record)
+            except ValueError:  # malformed timestamps: explained below
+                pass
+        problem = _record_problem(record) or 'it cannot be read'
     where, stored = progress.locate(storage, key=key, body=body) or ('The stored progress', None)
     quote = f': {excerpt(stored)}' if isinstance(stored, str) and not problem.startswith('its field') else ''
     logger.warning(f'{where} must hold the progress of the handler {key!r} as a JSON object, '
