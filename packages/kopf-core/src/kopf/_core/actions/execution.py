@@ -29,6 +29,7 @@ The sub-handlers' progress and results go directly into the cause's patch.
 """
 import asyncio
 import contextvars
+import functools
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -277,7 +278,7 @@ async def _call(
     executor = settings.execution.executor
     if not invocation.is_async_fn(handler.fn):
         # Named, so that the operator's exit can say which handlers it waits for (threads cannot be stopped).
-        description = f'{title} of {_object_name(cause)}' if isinstance(cause, ResourceCause) else title
+        description = functools.partial(_describe_call, title, cause)  # only made into text if needed
         return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, description=description)
     if handler.timeout is None:
         return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)
@@ -293,9 +294,11 @@ async def _call(
         raise  # the handler's own timeout, not ours: an ordinary error.
 
 
-def _object_name(cause: ResourceCause) -> str:
+def _describe_call(title: str, cause: Cause) -> str:
+    if not isinstance(cause, ResourceCause):
+        return title
     namespace, name = cause.body.metadata.get('namespace'), cause.body.metadata.get('name')
-    return f'{namespace}/{name}' if namespace else str(name)
+    return f'{title} of {namespace}/{name}' if namespace else f'{title} of {name}'
 
 
 _ContextTokens = list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]

@@ -51,14 +51,15 @@ async def invoke(
         *,
         kwargs: Mapping[str, Any],
         executor: concurrent.futures.Executor | None = None,
-        description: str | None = None,
+        description: Callable[[], str] | None = None,
 ) -> Any:
     """
     Call a function with the kwargs: await it if async, or run it in the executor if sync.
 
     ``executor`` is usually ``settings.execution.executor``; None means the loop's default executor.
     ``description`` names the call among :func:`running_sync_calls` while it runs in a thread
-    (e.g. "Handler 'fn' of ns/name"); by default, the function's name.
+    (e.g. "Handler 'fn' of ns/name"); by default, the function's name. It is a callable,
+    called only if the description is needed (e.g. at the exit), not for every call.
     If a sync function returns an awaitable (e.g. a lambda around an async call), it is awaited too.
     """
     if is_async_fn(fn):
@@ -82,7 +83,7 @@ async def _run_in_thread(
         context: contextvars.Context,
         fn: Callable[..., Any],
         kwargs: Mapping[str, Any],
-        description: str | None = None,
+        description: Callable[[], str] | None = None,
 ) -> Any:
     """
     The same as ``loop.run_in_executor()``, but much lighter for the bursts of calls (see :class:`_Lane`).
@@ -100,12 +101,17 @@ async def _run_in_thread(
 class RunningCall:
     """A sync call that runs in a thread now: what it is, and since when (in ``time.monotonic()``)."""
 
-    __slots__ = ('description', 'started')
+    __slots__ = ('_describe', '_fn', 'started')
 
-    def __init__(self, description: str, started: float) -> None:
+    def __init__(self, describe: Callable[[], str] | None, fn: Callable[..., Any], started: float) -> None:
         super().__init__()
-        self.description = description
+        self._describe = describe
+        self._fn = fn
         self.started = started
+
+    @property
+    def description(self) -> str:
+        return self._describe() if self._describe is not None else _name_of(self._fn)
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} {self.description!r}>'
@@ -127,7 +133,8 @@ class _Call:
     __slots__ = ('cancelled', 'context', 'description', 'fn', 'inbox', 'kwargs', 'waiter')
 
     def __init__(self, *, waiter: asyncio.Future[Any], inbox: '_Inbox', context: contextvars.Context,
-                 fn: Callable[..., Any], kwargs: Mapping[str, Any], description: str | None = None) -> None:
+                 fn: Callable[..., Any], kwargs: Mapping[str, Any],
+                 description: Callable[[], str] | None = None) -> None:
         super().__init__()
         self.description = description
         self.waiter = waiter
@@ -192,7 +199,7 @@ class _Lane:
         call = self._take(finished=False)
         while call is not None:
             if not call.cancelled:
-                running = RunningCall(call.description or _name_of(call.fn), time.monotonic())
+                running = RunningCall(call.description, call.fn, time.monotonic())
                 with _running_lock:
                     _running.add(running)
                 try:
