@@ -10,6 +10,10 @@ The helpers are fixtures, since the test modules cannot import each other (impor
 import json
 import os
 import pathlib
+import re
+import subprocess
+import threading
+from typing import Any
 
 import pytest
 
@@ -49,3 +53,67 @@ def kopf_env(k8s_emulator: KubernetesEmulator) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def _isolated(restore_logging: None, restore_imports: None) -> None:
     """Every test here changes the logging and imports operator sources: both are restored."""
+
+
+# A log line of the "full" format: "[timestamp] logger [LEVEL] message".
+LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<message>.*)$')
+PROCESS_TIMEOUT = 30.0
+
+
+class KopfProcess:
+    """A running ``kopf run`` in a subprocess; its stderr is read in the background, to wait for lines."""
+
+    def __init__(self, args: list[str], env: dict[str, str], timeout: float = PROCESS_TIMEOUT) -> None:
+        self.timeout = timeout
+        self.popen = subprocess.Popen(args, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stderr is not None
+        for line in self.popen.stderr:
+            with self._changed:
+                self.lines.append(line.rstrip('\n'))
+                self._changed.notify_all()
+
+    @property
+    def messages(self) -> list[str]:
+        """The logged messages without the timestamps & the loggers' names (other lines as they are)."""
+        return [match['message'] if (match := LOG_LINE.match(line)) else line for line in self.lines]
+
+    def wait_for_line(self, line: str) -> None:
+        """Wait until this exact line is printed (or the process exits)."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: line in self.lines or self.popen.poll() is not None,
+                                          timeout=self.timeout):
+                pytest.fail(f'No line {line!r} in {self.timeout} seconds: {self.lines}')
+        assert line in self.lines, self.lines
+
+    def wait_for(self, pattern: str) -> str:
+        """Wait until a message matches the regexp fully; return it."""
+        regexp = re.compile(pattern)
+
+        def found() -> str | None:
+            return next((message for message in self.messages if regexp.fullmatch(message)), None)
+
+        with self._changed:
+            if not self._changed.wait_for(lambda: found() is not None or self.popen.poll() is not None,
+                                          timeout=self.timeout):
+                pytest.fail(f'No message {pattern!r} in {self.timeout} seconds: {self.lines}')
+        message = found()
+        assert message is not None, self.lines
+        return message
+
+    def wait(self) -> int:
+        code = self.popen.wait(self.timeout)
+        self._reader.join(self.timeout)
+        return code
+
+
+@pytest.fixture()
+def kopf_process() -> Any:
+    """The class of the ``kopf run`` subprocesses (the test modules cannot import each other)."""
+    return KopfProcess

@@ -7,8 +7,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -48,35 +48,7 @@ def run_kopf(
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=TIMEOUT, env=env)
 
 
-class Process:
-    """A running ``kopf run`` whose stderr is read in the background, to wait for the log lines."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.popen = subprocess.Popen(args, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.popen.stderr is not None
-        for line in self.popen.stderr:
-            with self._changed:
-                self.lines.append(line.rstrip('\n'))
-                self._changed.notify_all()
-
-    def wait_for_line(self, line: str) -> None:
-        with self._changed:
-            if not self._changed.wait_for(lambda: line in self.lines or self.popen.poll() is not None,
-                                          timeout=TIMEOUT):
-                pytest.fail(f'No line {line!r} in {TIMEOUT} seconds: {self.lines}')
-        assert line in self.lines, self.lines
-
-    def wait(self) -> int:
-        code = self.popen.wait(TIMEOUT)
-        self._reader.join(TIMEOUT)
-        return code
+Process = Any  # the conftest's KopfProcess (the kopf_process fixture)
 
 
 @pytest.fixture()
@@ -118,12 +90,12 @@ def test_help_lists_the_commands() -> None:
 
 def test_run_stops_on_signals(
         kopf_command: list[str], kopf_env: dict[str, str], started_processes: list[Process],
-        write_source: Callable[..., pathlib.Path],
+        write_source: Callable[..., pathlib.Path], kopf_process: Any,
 ) -> None:
     path = write_source('signalled_operator.py', STARTUP_OPERATOR)
     for signum in (signal.SIGINT, signal.SIGTERM):
         args = [*kopf_command, 'run', '-A', '--standalone', '--log-format=plain', str(path)]
-        process = Process(args, kopf_env)
+        process = kopf_process(args, kopf_env, timeout=TIMEOUT)
         started_processes.append(process)
         process.wait_for_line('The operator has started.')
         process.popen.send_signal(signum)

@@ -9,12 +9,9 @@ and how to skip the waiting; the second one exits at once with the code 130, aba
 """
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
 import textwrap
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -43,51 +40,7 @@ OPERATOR = '''
         return 'released'
 '''
 
-LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<message>.*)$')
-
-
-class Operator:
-    """``python -m kopf run`` in a subprocess; its stderr is read in the background (for the messages)."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.popen = subprocess.Popen(args, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.lines: list[str] = []
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.popen.stderr is not None
-        for line in self.popen.stderr:
-            with self._changed:
-                self.lines.append(line.rstrip('\n'))
-                self._changed.notify_all()
-
-    @property
-    def messages(self) -> list[str]:
-        """The logged messages without the timestamps & the loggers' names (other lines as they are)."""
-        return [match['message'] if (match := LOG_LINE.match(line)) else line for line in self.lines]
-
-    def wait_for(self, pattern: str) -> str:
-        """Wait until a message matches the regexp fully; return it."""
-        regexp = re.compile(pattern)
-
-        def found() -> str | None:
-            return next((message for message in self.messages if regexp.fullmatch(message)), None)
-
-        with self._changed:
-            if not self._changed.wait_for(lambda: found() is not None or self.popen.poll() is not None,
-                                          timeout=TIMEOUT):
-                pytest.fail(f'No message {pattern!r} in {TIMEOUT} seconds: {self.lines}')
-        message = found()
-        assert message is not None, self.lines
-        return message
-
-    def wait(self) -> int:
-        code = self.popen.wait(TIMEOUT)
-        self._reader.join(TIMEOUT)
-        return code
+Operator = Any  # the conftest's KopfProcess (the kopf_process fixture)
 
 
 @pytest.fixture(params=[0.1])
@@ -97,7 +50,7 @@ def exit_timeout(request: pytest.FixtureRequest) -> float:
 
 
 @pytest.fixture()
-def operator(k8s_emulator: KubernetesEmulator, tmp_path: Any, exit_timeout: float,
+def operator(k8s_emulator: KubernetesEmulator, tmp_path: Any, exit_timeout: float, kopf_process: Any,
              ) -> Iterator[tuple[Operator, str]]:
     source = tmp_path / 'sleepy_operator.py'
     source.write_text(textwrap.dedent(OPERATOR))
@@ -105,7 +58,7 @@ def operator(k8s_emulator: KubernetesEmulator, tmp_path: Any, exit_timeout: floa
     env = {**os.environ, 'KUBECONFIG': str(k8s_emulator.kubeconfig_path), 'RELEASE_FILE': release_file,
            'EXIT_TIMEOUT': str(exit_timeout)}
     args = [sys.executable, '-m', 'kopf', 'run', '--standalone', '--verbose', '-n', 'default', str(source)]
-    process = Operator(args, env)
+    process = kopf_process(args, env, timeout=TIMEOUT)
     try:
         process.wait_for('Initial authentication has finished.')
         create_configmap(k8s_emulator.url, 'cm1')

@@ -205,6 +205,14 @@ def settings() -> kopf.OperatorSettings:
 
 
 @pytest.fixture
+def background_settings(settings: kopf.OperatorSettings) -> kopf.OperatorSettings:
+    """For the daemons & timers: more time to exit (the daemons' stopping), no k8s-events to post."""
+    settings.process.ultimate_exiting_timeout = 20
+    settings.posting.enabled = False
+    return settings
+
+
+@pytest.fixture
 def settings_factory() -> Callable[[], kopf.OperatorSettings]:
     return make_settings
 

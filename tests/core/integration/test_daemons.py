@@ -18,12 +18,7 @@ Messages = Callable[[], list[str]]
 
 FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 
-@pytest.fixture
-def settings(settings: kopf.OperatorSettings) -> kopf.OperatorSettings:
-    """The operators' usual test settings; the daemons get more time to exit; no k8s-events to post."""
-    settings.process.ultimate_exiting_timeout = 20
-    settings.posting.enabled = False
-    return settings
+pytestmark = pytest.mark.usefixtures('background_settings')
 
 
 

@@ -28,12 +28,7 @@ def make_body(index: int, **metadata: Any) -> RawBody:
             'metadata': {'name': f'kex{index}', 'namespace': 'default', 'uid': f'uid-{index}', **metadata}}
     return body  # type: ignore[return-value]
 
-@pytest.fixture
-def settings(settings: kopf.OperatorSettings) -> kopf.OperatorSettings:
-    """The operators' usual test settings; the daemons get more time to exit; no k8s-events to post."""
-    settings.process.ultimate_exiting_timeout = 20
-    settings.posting.enabled = False
-    return settings
+pytestmark = pytest.mark.usefixtures('background_settings')
 
 
 
