@@ -8,7 +8,7 @@ machine each gets a core). The same operator file runs under this project and un
 (``operators/runner.py``, i.e. ``kopf.run()``); the floor is ``floor_client.py``: a minimal
 hand-written aiohttp client that makes the same requests per object with no framework at all.
 
-Every scenario (operator × object count × API latency) runs each implementation once per repeat,
+Every scenario (an operator, an object count, an API latency) runs each implementation once per repeat,
 interleaved, and the medians are shown. Per run, all timed by the emulator (not polled):
 
 * the time from spawning the operator's process to its first API request (imports, login),
@@ -152,7 +152,8 @@ class RequestLog:
                 self.listed_at = time.monotonic()
             if self.lines is not None:
                 body = (await request.read()).decode(errors='replace') if request.can_read_body else ''
-                self.lines.append(f'{time.monotonic():.6f} {request.method} {request.path_qs} {body}'.rstrip())
+                line = f'{time.monotonic():.6f} {request.method} {request.path_qs} {body}'
+                self.lines.append(line.rstrip())
             return await handler(request)
         return logged
 
@@ -210,7 +211,7 @@ def measure(implementation: Implementation, scenario: Scenario, *, timeout: floa
     count = scenario.objects
     log = RequestLog(trace=trace_path is not None)
     emulator = KubernetesEmulator(history_limit=max(10_000, count * 20))
-    emulator._handler = log.wrap(emulator._handler)  # type: ignore[method-assign,assignment]
+    emulator._handler = log.wrap(emulator._handler)  # type: ignore[assignment]
     name = implementation.name
     with emulator:
         asyncio.run(populate(emulator.url, count, status_subresource=status_subresource))
@@ -279,8 +280,9 @@ def print_table(scenarios: Sequence[Scenario], names: Sequence[str],
                 results: dict[tuple[Scenario, str], Result]) -> None:
     """One table: a row per scenario and implementation, with the ratios to Kopf and to the floor."""
     header = ('| operator | latency | N | implementation | create obj/s | delete obj/s | CPU ms/obj '
-              '| peak RSS MB | requests/obj by verb | start → 1st request / LIST, ms '
-              '| create ×Kopf / ×floor | delete ×Kopf / ×floor | CPU ×Kopf / ×floor | RSS ×Kopf / ×floor |')
+              '| peak RSS MB | requests/obj by verb '
+              '| start → 1st request / LIST, ms | create vs Kopf / floor '
+              '| delete vs Kopf / floor | CPU vs Kopf / floor | RSS vs Kopf / floor |')
     print(header)
     print('|' + '|'.join('---' for _ in range(header.count('|') - 1)) + '|')
     for scenario in scenarios:
@@ -321,8 +323,11 @@ def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence
         return
     operators = sorted({s.operator for s in scenarios})
     latencies = sorted({s.latency_ms for s in scenarios})
-    panels = [('create objects/s', lambda r: r.create_rate), ('delete objects/s', lambda r: r.delete_rate),
-              ('peak RSS, MB', lambda r: r.peak_rss_mb)]
+    panels: list[tuple[str, Callable[[Result], float | None]]] = [
+        ('create objects/s', lambda r: r.create_rate),
+        ('delete objects/s', lambda r: r.delete_rate),
+        ('peak RSS, MB', lambda r: r.peak_rss_mb),
+    ]
     figure, axes = plt.subplots(len(operators), len(panels), figsize=(5 * len(panels), 4 * len(operators)),
                                 squeeze=False)
     styles = ['-', '--', ':', '-.']
@@ -331,15 +336,18 @@ def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence
             ax = axes[row][column]
             for index, name in enumerate(names):
                 for latency_index, latency in enumerate(latencies):
-                    points = sorted((s.objects, measure_of(results[(s, name)])) for s in scenarios
-                                    if s.operator == operator and s.latency_ms == latency
-                                    and (s, name) in results)
-                    points = [(n, v) for n, v in points if v is not None]
+                    measured = sorted(((s.objects, measure_of(results[(s, name)])) for s in scenarios
+                                       if s.operator == operator and s.latency_ms == latency
+                                       and (s, name) in results), key=lambda point: point[0])
+                    points = [(n, v) for n, v in measured if v is not None]
                     if points:
                         ax.plot([n for n, _ in points], [v for _, v in points], marker='o',
                                 color=f'C{index}', linestyle=styles[latency_index % len(styles)],
                                 label=f'{name}, {latency:g} ms latency')
             ax.set_xscale('log')
+            counts = sorted({s.objects for s in scenarios})
+            ax.set_xticks(counts, [f'{n:,}' for n in counts])
+            ax.minorticks_off()
             ax.set_xlabel('objects (N)')
             ax.set_title(f'{operator}: {title}')
             ax.set_ylim(bottom=0)
@@ -418,14 +426,14 @@ def main() -> None:
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
     parser.add_argument('--no-floor', action='store_true', help='do not run the floor client')
     parser.add_argument('--floor-python', default=None,
-                        help='the Python for the floor client (it needs only aiohttp; default: --ours-python)')
+                        help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
     parser.add_argument('--floor-concurrency', type=int, default=100,
                         help="the floor's objects processed at once (default: 100)")
     parser.add_argument('--plot', type=pathlib.Path, default=DEFAULT_PLOT,
                         help=f'where to save the plot (default: {DEFAULT_PLOT.relative_to(HERE.parent)})')
     parser.add_argument('--no-plot', action='store_true', help='do not make the plot')
     parser.add_argument('--trace', type=pathlib.Path, default=None, metavar='DIR',
-                        help='write every request of the first run of each implementation and scenario into DIR')
+                        help='write every request of the first run of each implementation & scenario to DIR')
     parser.add_argument('--idle', default='1000,10000', help='object counts for idle memory; empty: skip')
     parser.add_argument('--timeout', type=float, default=300.0, help='seconds for any one phase (300)')
     parser.add_argument('--repeat', type=int, default=1, help='runs per implementation (medians are shown)')
@@ -480,7 +488,8 @@ def main() -> None:
                     failures.append(f'{scenario.describe()}, {implementation.name}: {e}')
                     continue
                 delete = f', delete {result.delete_rate:,.0f}/s' if result.delete_rate is not None else ''
-                print(f'create {result.create_rate:,.0f}/s{delete}, CPU {result.cpu_ms_per_object:.2f} ms/obj, '
+                print(f'create {result.create_rate:,.0f}/s{delete}, '
+                      f'CPU {result.cpu_ms_per_object:.2f} ms/obj, '
                       f'peak RSS {result.peak_rss_mb:.1f} MB', flush=True)
                 measured.setdefault((scenario, implementation.name), []).append(result)
     results = {key: median_result(runs) for key, runs in measured.items()}

@@ -32,7 +32,6 @@ interrupted (SIGINT or SIGTERM). Only aiohttp is needed; it never imports the fr
 """
 import argparse
 import asyncio
-import collections
 import json
 import signal
 from typing import Any
