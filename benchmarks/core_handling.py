@@ -33,7 +33,7 @@ that has Kopf 1.45.2 installed instead; without either, Kopf is not run.
 
 Options: --objects 1000[,5000,...], --operator create_delete[,create_only], --latency 0[,5]
 (milliseconds added to every API request by the emulator's fault injection),
---repeat N (interleaved runs, medians shown), --no-floor, --floor-python, --floor-concurrency,
+--repeat N (interleaved runs, medians shown), --no-floor, --no-ours, --floor-python, --floor-concurrency,
 --plot PATH / --no-plot (matplotlib: objects/s and RSS against N), --trace DIR (every request's
 method, path and body, per run: to see the requests per object), --no-status-subresource,
 --callgrind (instructions per object under valgrind: slow, but free of the machine's noise),
@@ -331,6 +331,7 @@ def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence
     figure, axes = plt.subplots(len(operators), len(panels), figsize=(5 * len(panels), 4 * len(operators)),
                                 squeeze=False)
     styles = ['-', '--', ':', '-.']
+    markers = ['o', 's', '^', 'D']
     for row, operator in enumerate(operators):
         for column, (title, measure_of) in enumerate(panels):
             ax = axes[row][column]
@@ -341,7 +342,8 @@ def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence
                                        and (s, name) in results), key=lambda point: point[0])
                     points = [(n, v) for n, v in measured if v is not None]
                     if points:
-                        ax.plot([n for n, _ in points], [v for _, v in points], marker='o',
+                        ax.plot([n for n, _ in points], [v for _, v in points],
+                                marker=markers[latency_index % len(markers)],
                                 color=f'C{index}', linestyle=styles[latency_index % len(styles)],
                                 label=f'{name}, {latency:g} ms latency')
             ax.set_xscale('log')
@@ -425,6 +427,7 @@ def main() -> None:
     parser.add_argument('--install-kopf', default=None, metavar='DIR',
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
     parser.add_argument('--no-floor', action='store_true', help='do not run the floor client')
+    parser.add_argument('--no-ours', action='store_true', help='do not run this project')
     parser.add_argument('--floor-python', default=None,
                         help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
     parser.add_argument('--floor-concurrency', type=int, default=100,
@@ -457,10 +460,13 @@ def main() -> None:
     implementations: list[Implementation] = []
     if kopf_python:
         implementations.append(Implementation(KOPF_NAME, kopf_python))
-    implementations.append(Implementation(OURS_NAME, args.ours_python))
+    if not args.no_ours:
+        implementations.append(Implementation(OURS_NAME, args.ours_python))
     if not args.no_floor:
         implementations.append(Implementation(FLOOR_NAME, args.floor_python or args.ours_python, floor=True,
                                               floor_concurrency=args.floor_concurrency))
+    if not implementations:
+        parser.error('Nothing to run: --no-ours and --no-floor, and no --kopf-python or --install-kopf.')
     names = [i.name for i in implementations]
     status_subresource = not args.no_status_subresource
     scenarios = [Scenario(operator, objects, latency)
