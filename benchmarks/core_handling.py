@@ -178,19 +178,20 @@ def all_handled(emulator: KubernetesEmulator, count: int) -> bool:
 
 
 def wait_for_phase(operator: Operator, emulator: KubernetesEmulator, done: Callable[[], bool],
-                   timeout: float, what: str) -> float:
+                   started_at: float, timeout: float, what: str) -> float:
     """
     Wait until the phase is done; return when its last PATCH arrived (timed by the emulator).
 
     Checking ``done()`` costs a decoding of all objects in this process, which would compete with
-    the emulator for the GIL; so it is checked only once no PATCH has come for a while.
+    the emulator for the GIL; so it is checked only once a PATCH of this phase (after ``started_at``)
+    has come and no other PATCH has come for a while since.
     """
     deadline = time.monotonic() + timeout
     checked_at: float | None = None  # the last PATCH's time when done() was last checked (false)
     while True:
         operator.check_alive(what)
         last_patch = emulator.requests.last_at('patch')
-        if last_patch is not None and last_patch != checked_at \
+        if last_patch is not None and last_patch > started_at and last_patch != checked_at \
                 and time.monotonic() - last_patch > QUIET_SECONDS:
             if done():
                 return last_patch
@@ -227,16 +228,16 @@ def measure(implementation: Implementation, scenario: Scenario, *, timeout: floa
             cpu_started = operator.cpu_seconds()
             assert log.listed_at is not None
             listed_at = log.listed_at
-            created_at = wait_for_phase(operator, emulator, lambda: all_handled(emulator, count),
+            created_at = wait_for_phase(operator, emulator, lambda: all_handled(emulator, count), listed_at,
                                         timeout, f'{name}: handling the creation of {count} objects')
             delete_seconds: float | None = None
             if scenario.deletes:
                 asyncio.run(delete_all(emulator.url))
-                deleting_at = emulator.requests.first_at('deletecollection')
+                deleting_at = emulator.requests.first_at('deletecollection') or created_at
                 deleted_at = wait_for_phase(
                     operator, emulator, lambda: not emulator.list_objects('kopfexamples.kopf.dev'),
-                    timeout, f'{name}: handling the deletion of {count} objects')
-                delete_seconds = deleted_at - (deleting_at or deleted_at)
+                    deleting_at, timeout, f'{name}: handling the deletion of {count} objects')
+                delete_seconds = deleted_at - deleting_at
             cpu_seconds = operator.cpu_seconds() - cpu_started
             peak_rss = operator.peak_rss_mb()
             first_request_at = emulator.requests.first_at() or listed_at
@@ -478,7 +479,9 @@ def main() -> None:
     failures: list[str] = []
     for repeat in range(args.repeat):
         for scenario in scenarios:
-            for implementation in implementations:
+            # A different implementation goes first in each repeat: no one is always after the same one.
+            shift = repeat % len(implementations)
+            for implementation in implementations[shift:] + implementations[:shift]:
                 trace_path = None
                 if args.trace is not None and repeat == 0:
                     slug = implementation.name.replace(' ', '-').replace('.', '')
