@@ -34,6 +34,7 @@ import argparse
 import asyncio
 import json
 import signal
+import sys
 from typing import Any
 
 import aiohttp
@@ -90,6 +91,8 @@ class Floor:
             try:
                 if body is not None:
                     await self.react(body)
+            except Exception as e:  # no retries: the benchmark fails and shows this in the log's tail
+                print(f'The floor failed to process {name}: {e!r}', file=sys.stderr, flush=True)
             finally:
                 if name in self.latest:  # a newer event came while it was processed
                     self.queue.put_nowait(name)
