@@ -311,6 +311,26 @@ def print_table(scenarios: Sequence[Scenario], names: Sequence[str],
             print('| ' + ' | '.join(cells) + ' |')
 
 
+def print_scaling(scenarios: Sequence[Scenario], names: Sequence[str],
+                  results: dict[tuple[Scenario, str], Result]) -> None:
+    """The objects/s at the largest N relative to the smallest N: a cost that grows with N shows here."""
+    counts = sorted({s.objects for s in scenarios})
+    if len(counts) < 2:
+        return
+    lo, hi = counts[0], counts[-1]
+    print(f'\nScaling: objects/s at N = {hi:,} relative to N = {lo:,} (create; delete):')
+    for operator, latency in dict.fromkeys((s.operator, s.latency_ms) for s in scenarios):
+        for name in names:
+            small = results.get((Scenario(operator, lo, latency), name))
+            large = results.get((Scenario(operator, hi, latency), name))
+            if small is None or large is None:
+                continue
+            cells = [ratio(large.create_rate, small, lambda r: r.create_rate)]
+            if large.delete_rate is not None:
+                cells.append(ratio(large.delete_rate, small, lambda r: r.delete_rate))
+            print(f'  {operator}, {latency:g} ms latency, {name}: {"; ".join(cells)}')
+
+
 def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence[str],
               results: dict[tuple[Scenario, str], Result]) -> None:
     """Objects/s per phase and the peak RSS against N: a row per operator, a line per implementation."""
@@ -507,6 +527,7 @@ def main() -> None:
     repeats = f'; medians of {args.repeat} interleaved runs' if args.repeat > 1 else ''
     print(f'\nHandling N pre-existing objects, a CRD {crd_kind} the status subresource{repeats}:\n')
     print_table(scenarios, names, results)
+    print_scaling(scenarios, names, results)
     if args.repeat > 1:
         print('\nObjects/s of all runs (create; delete):')
         for (scenario, name), runs in measured.items():
