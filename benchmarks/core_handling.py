@@ -75,6 +75,7 @@ OPERATORS_CHOICES = ('create_delete', 'create_only')
 COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
 QUIET_SECONDS = 0.5  # no PATCH for this long: the phase may be over (then it is checked exactly)
 DEFAULT_PLOT = HERE / 'core_handling.png'
+COLORS = {KOPF_NAME: 'C0', OURS_NAME: 'C1', FLOOR_NAME: 'C2'}  # the same in every plot, whoever runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,7 +366,8 @@ def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence
                     if points:
                         ax.plot([n for n, _ in points], [v for _, v in points],
                                 marker=markers[latency_index % len(markers)],
-                                color=f'C{index}', linestyle=styles[latency_index % len(styles)],
+                                color=COLORS.get(name, f'C{index}'),
+                                linestyle=styles[latency_index % len(styles)],
                                 label=f'{name}, {latency:g} ms latency')
             ax.set_xscale('log')
             counts = sorted({s.objects for s in scenarios})
