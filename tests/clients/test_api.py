@@ -45,7 +45,7 @@ async def test_custom_content_type_and_scheme(
                           content_type='application/merge-patch+json', settings=settings, vault=vault)
     assert kmock[0].headers['Content-Type'] == 'application/merge-patch+json'
     assert kmock[0].headers['Authorization'] == 'Digest abc'
-    assert kmock[0].body == b'{"a": null}'
+    assert kmock[0].body == b'{"a":null}'  # compact: nothing in the API's JSON needs the spaces
 
 
 async def test_empty_response_is_none(kmock: kmock.RawHandler, settings: StandaloneClientSettings,

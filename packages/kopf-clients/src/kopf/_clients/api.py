@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import functools
 import itertools
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
@@ -32,6 +31,7 @@ import aiohttp
 from kopf._clients import auth, errors
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
+from kopf._cogs.helpers import jsons
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
 
 _T = TypeVar('_T')
@@ -276,15 +276,14 @@ def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, Ma
     if payload is None:
         return None, _ACCEPT_JSON
     headers = {'Accept': 'application/json', 'Content-Type': content_type or 'application/json'}
-    return json.dumps(payload).encode('utf-8'), headers
+    return jsons.dumps(payload), headers
 
 
 def _decode(body: bytes) -> Any:
     if not body:
         return None
     try:
-        # The API speaks UTF-8 only: decoding it here skips json's detection of the encoding.
-        return json.loads(body.decode('utf-8'))
+        return jsons.loads(body)
     except ValueError:  # incl. UnicodeDecodeError
         return body.decode('utf-8', errors='replace')
 

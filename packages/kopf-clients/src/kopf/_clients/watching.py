@@ -28,7 +28,6 @@ If the server does not support it, the watcher falls back to the list-then-watch
 import asyncio
 import contextlib
 import enum
-import json
 import logging
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, cast
@@ -38,6 +37,7 @@ import aiohttp
 from kopf._clients import api, errors, fetching
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import ClientSettings
+from kopf._cogs.helpers import jsons
 from kopf._cogs.structs.bodies import RawBody, RawEvent, RawInput
 from kopf._cogs.structs.references import Resource
 
@@ -135,8 +135,7 @@ async def _read_lines(
             if not line.strip():
                 continue
             try:
-                # The API speaks UTF-8 only: decoding it here skips json's detection of the encoding.
-                data = json.loads(line.decode('utf-8'))
+                data = jsons.loads(line)
             except ValueError:  # incl. UnicodeDecodeError
                 logger.warning(f'Skipping an unparseable line in the watch-stream: {bytes(line[:200])!r}')
                 continue

@@ -1,0 +1,46 @@
+"""
+JSON for the API traffic: every watch-event, every request and every response goes through it.
+
+``orjson`` is used when installed (a dependency of kopf-clients): it parses the objects ~3x faster
+than the standard library, encodes the patches ~20x faster, and the objects it parses share their keys
+(the same dozens of field names in every object), so the objects kept in memory cost a third less.
+What it cannot do is left to the standard library, so the results are the same either way:
+integers beyond 64 bits, non-string keys, and the types the standard library refuses to encode
+(datetimes, dataclasses: orjson would encode them, but then the same patch would fail elsewhere).
+"""
+import json
+from types import ModuleType
+from typing import Any
+
+_orjson: ModuleType | None
+try:
+    import orjson as _orjson
+except ImportError:  # e.g. installed with --no-deps, or on a platform with no wheels of it
+    _orjson = None
+
+__all__ = ['dumps', 'loads']
+
+if _orjson is not None:
+    _OPTIONS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def loads(data: bytes | bytearray) -> Any:
+    """Parse a UTF-8 JSON document; a ``ValueError`` if it is not one (incl. ``UnicodeDecodeError``)."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass  # e.g. an integer beyond 64 bits: the standard library reads it, or explains the error.
+    # The API speaks UTF-8 only: decoding it here skips json's detection of the encoding.
+    return json.loads(data.decode('utf-8'))
+
+
+def dumps(obj: Any) -> bytes:
+    """Encode as compact UTF-8 JSON; a ``TypeError`` or ``ValueError`` if it cannot be (as ``json.dumps``)."""
+    if _orjson is not None:
+        try:
+            encoded: bytes = _orjson.dumps(obj, option=_OPTIONS)
+            return encoded
+        except TypeError:
+            pass  # e.g. non-string keys, which the standard library converts, or an unknown type.
+    return json.dumps(obj, separators=(',', ':'), ensure_ascii=False).encode('utf-8')
