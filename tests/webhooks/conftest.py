@@ -71,7 +71,8 @@ class Cluster:
         headers = {'Content-Type': content_type} if data is not None else {}
         async with self.session.request(method, path, data=data, headers=headers) as response:
             text = await response.text()
-            warnings = [value.split(' ', 2)[-1].strip('"') for value in response.headers.getall('Warning', [])]
+            headers = response.headers.getall('Warning', [])
+            warnings = [value.split(' ', 2)[-1].strip('"') for value in headers]
             return Answer(response.status, json.loads(text) if text else None, warnings)
 
     @staticmethod

@@ -27,7 +27,9 @@ async def test_validation_denies_with_the_message_and_code(registry, settings, o
     assert cluster.get('kex2') is not None
 
 
-async def test_other_errors_deny_with_500_unless_ignored(registry, settings, operator, cluster, caplog) -> None:
+async def test_other_errors_deny_with_500_unless_ignored(
+        registry, settings, operator, cluster, caplog,
+) -> None:
     @kopf.on.validate('kopfexamples', registry=registry)
     def broken(spec: Any, **_: Any) -> None:
         if spec.get('break'):
@@ -104,7 +106,8 @@ async def test_kwargs_of_the_admission(registry, settings, operator, cluster) ->
         await cluster.delete('kex1')
 
     assert [(kw['operation'], kw['dryrun'], kw['name']) for kw in seen] == [
-        ('CREATE', False, 'kex1'), ('CREATE', True, 'kex2'), ('UPDATE', False, 'kex1'), ('DELETE', False, 'kex1'),
+        ('CREATE', False, 'kex1'), ('CREATE', True, 'kex2'),
+        ('UPDATE', False, 'kex1'), ('DELETE', False, 'kex1'),
     ]
     first = seen[0]
     assert first['spec'] == {'x': 1}
@@ -197,9 +200,9 @@ async def test_indices_and_memos_are_passed(registry, settings, operator, cluste
         await cluster.patch('kex1', {'spec': {'x': 1}})
 
     assert len(seen) >= 1
-    index, mark = seen[0]
+    index, remembered = seen[0]
     assert set(index) == {'kex1'}
-    assert mark == 'remembered'
+    assert remembered == 'remembered'
 
 
 @pytest.mark.parametrize('subresource, expected', [
@@ -207,7 +210,9 @@ async def test_indices_and_memos_are_passed(registry, settings, operator, cluste
     ('status', ['kopfexamples/status']),
     ('*', ['kopfexamples', 'kopfexamples/*']),
 ])
-async def test_subresources_in_the_rules(registry, settings, operator, cluster, subresource, expected) -> None:
+async def test_subresources_in_the_rules(
+        registry, settings, operator, cluster, subresource, expected,
+) -> None:
     @kopf.on.validate('kopfexamples', registry=registry, subresource=subresource)
     def fn(**_: Any) -> None:
         pass

@@ -69,7 +69,9 @@ def build_certificate(
         ) from None
 
 
-def _build_with_cryptography(names: list[str], addresses: list[str], password: str | None) -> tuple[bytes, bytes]:
+def _build_with_cryptography(
+        names: list[str], addresses: list[str], password: str | None,
+) -> tuple[bytes, bytes]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -80,7 +82,7 @@ def _build_with_cryptography(names: list[str], addresses: list[str], password: s
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
     sans: list[x509.GeneralName] = [x509.DNSName(name) for name in names]
     sans += [x509.IPAddress(ipaddress.ip_address(address)) for address in addresses]
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     public_key = key.public_key()
     certificate = (
         x509.CertificateBuilder()
@@ -113,8 +115,8 @@ def _build_with_cryptography(names: list[str], addresses: list[str], password: s
 def _build_with_certbuilder(  # pragma: no cover  # only where cryptography is absent
         names: list[str], addresses: list[str], password: str | None,
 ) -> tuple[bytes, bytes]:
-    import certbuilder
-    import oscrypto.asymmetric
+    import certbuilder  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    import oscrypto.asymmetric  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
     public_key, private_key = oscrypto.asymmetric.generate_pair('ec', curve='secp256r1')
     builder = certbuilder.CertificateBuilder({'common_name': (names or addresses)[0]}, public_key)

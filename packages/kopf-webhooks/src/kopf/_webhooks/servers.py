@@ -137,14 +137,16 @@ class WebhookServer(WebhookContextManager):
     ) -> None:
         super().__init__()
         if (certfile is None) != (pkeyfile is None):
-            raise ValueError('The certificate and its private key go together: give both certfile= and pkeyfile=, '
-                             'or neither (for a self-signed certificate).')
+            raise ValueError('The certificate and its private key go together: '
+                             'give both certfile= and pkeyfile=, or neither (for a self-signed certificate).')
         if insecure and (certfile is not None or context is not None):
-            raise ValueError('insecure=True serves plain HTTP: certfile=/pkeyfile=/context= cannot be used with it.')
+            raise ValueError('insecure=True serves plain HTTP: '
+                             'certfile=/pkeyfile=/context= cannot be used with it.')
         if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
             raise ValueError(f'port= must be an integer in 0..65535 (0 for any free port), got {port!r}.')
         if isinstance(extra_sans, str):
-            raise TypeError(f'extra_sans= must be a collection of host names/addresses, not a string: {extra_sans!r}.')
+            raise TypeError(f'extra_sans= must be a collection of host names/addresses, '
+                            f'not a string: {extra_sans!r}.')
         self.addr = addr
         self.port = port
         self.path = path
@@ -164,7 +166,8 @@ class WebhookServer(WebhookContextManager):
         self.verify_cadata = verify_cadata
 
     def __repr__(self) -> str:
-        return f'{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r}, host={self.host!r})'
+        return (f'{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, '
+                f'path={self.path!r}, host={self.host!r})')
 
     def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
         return self._remember(self._serve(fn))
@@ -175,7 +178,7 @@ class WebhookServer(WebhookContextManager):
         return certificates.build_certificate(hostnames, password=password)
 
     def _guess_host(self) -> str | None:
-        """The host name for the URLs if neither ``host`` nor ``addr`` is given (the cluster-specific servers)."""
+        """The host name for the URLs if ``host`` is not given (the cluster-specific servers know it)."""
         return self.DEFAULT_HOST
 
     async def _serve(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
@@ -185,18 +188,7 @@ class WebhookServer(WebhookContextManager):
         host = self.host if self.host is not None else self._guess_host()
         url_host = host if host is not None else addr
 
-        cadata: bytes | None = self.cadata
-        if cadata is None and self.cafile is not None:
-            cadata = pathlib.Path(self.cafile).read_bytes()
-        context: ssl.SSLContext | None = None
-        if not self.insecure:
-            context = self.context
-            if context is None:
-                context, selfsigned = self._build_context(hostnames=[url_host, addr, *self.extra_sans])
-                cadata = cadata if cadata is not None else selfsigned
-            self._load_verification(context)
-        if self.cadump is not None and cadata is not None:
-            pathlib.Path(self.cadump).write_bytes(cadata)
+        context, cadata = self._prepare_ssl(hostnames=[url_host, addr, *self.extra_sans])
 
         app = web.Application(client_max_size=MAX_REVIEW_SIZE)
         app.router.add_route('*', '/{tail:.*}', _RequestHandler(fn, root=root).handle)
@@ -218,6 +210,22 @@ class WebhookServer(WebhookContextManager):
         finally:
             await runner.cleanup()
 
+    def _prepare_ssl(self, *, hostnames: Collection[str]) -> tuple[ssl.SSLContext | None, bytes | None]:
+        """The server's SSL context (None if insecure) and the CA bundle for the clients (None if default)."""
+        cadata: bytes | None = self.cadata
+        if cadata is None and self.cafile is not None:
+            cadata = pathlib.Path(self.cafile).read_bytes()
+        context: ssl.SSLContext | None = None
+        if not self.insecure:
+            context = self.context
+            if context is None:
+                context, selfsigned = self._build_context(hostnames=hostnames)
+                cadata = cadata if cadata is not None else selfsigned
+            self._load_verification(context)
+        if self.cadump is not None and cadata is not None:
+            pathlib.Path(self.cadump).write_bytes(cadata)
+        return context, cadata
+
     def _build_context(self, *, hostnames: Collection[str]) -> tuple[ssl.SSLContext, bytes | None]:
         """The server's SSL context: with the given certificate, or a new self-signed one (also returned)."""
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -235,9 +243,11 @@ class WebhookServer(WebhookContextManager):
         return context, cert_pem
 
     def _load_verification(self, context: ssl.SSLContext) -> None:
-        verifying = any(value is not None for value in (self.verify_cafile, self.verify_capath, self.verify_cadata))
+        sources = (self.verify_cafile, self.verify_capath, self.verify_cadata)
+        verifying = any(source is not None for source in sources)
         if verifying:
-            cadata = self.verify_cadata.decode() if isinstance(self.verify_cadata, bytes) else self.verify_cadata
+            cadata = self.verify_cadata
+            cadata = cadata.decode() if isinstance(cadata, bytes) else cadata
             context.load_verify_locations(cafile=self.verify_cafile, capath=self.verify_capath, cadata=cadata)
         if self.verify_mode is not None:
             context.verify_mode = self.verify_mode
@@ -256,7 +266,8 @@ class _RequestHandler:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path
         if path != self._root and not path.startswith(self._root + '/') and self._root:
-            return web.Response(status=404, text=f'Not found: {path}. The webhooks are served under {self._root}.\n')
+            return web.Response(status=404,
+                                text=f'Not found: {path}. The webhooks are served under {self._root}.\n')
         if request.method != 'POST':
             return web.Response(status=405, text='Only POST requests with admission reviews are served.\n',
                                 headers={'Allow': 'POST'})

@@ -87,7 +87,8 @@ class WebhookNgrokTunnel(WebhookContextManager):
                 local_url = str(local_config.get('url') or '')
                 local_addr = local_url.split('://', 1)[-1].split('/', 1)[0]  # host:port of the local server
                 if public_url is not None:
-                    await loop.run_in_executor(None, functools.partial(ngrok.disconnect, public_url, pyngrok_config))
+                    await loop.run_in_executor(
+                        None, functools.partial(ngrok.disconnect, public_url, pyngrok_config))
                 tunnel = await loop.run_in_executor(None, functools.partial(
                     ngrok.connect, local_addr, 'http', pyngrok_config=pyngrok_config))
                 public_url = str(tunnel.public_url)
@@ -108,9 +109,9 @@ class WebhookNgrokTunnel(WebhookContextManager):
 
 class WebhookAutoTunnel(ClusterDetector, WebhookContextManager):
     """
-    A local server for the recognised local clusters (K3d, Minikube, Docker Desktop), an ngrok tunnel otherwise.
+    A local server for the recognised local clusters (K3d, Minikube, Docker Desktop), else an ngrok tunnel.
 
-    Only the options common to all of them are accepted: where to listen locally (``addr``, ``port``, ``path``).
+    Only the options common to all of them are accepted: where to listen (``addr``, ``port``, ``path``).
     """
 
     addr: str | None

@@ -170,7 +170,8 @@ async def serve_admission_request(
     Raises :class:`AdmissionReviewError` if the review is malformed or is not for this operator.
     """
     review = _parse_review(request, insights=insights, registry=registry)
-    handler_ids = {handler.id: handler for handler in registry.webhooks.get_resource_handlers(review.resource)}
+    resource_handlers = registry.webhooks.get_resource_handlers(review.resource)
+    handler_ids = {handler.id: handler for handler in resource_handlers}
     reason: WebhookType | None = None
     if webhook is not None:
         addressed = handler_ids.get(HandlerId(webhook))
@@ -219,7 +220,12 @@ async def serve_admission_request(
     return {'apiVersion': review.api_version, 'kind': 'AdmissionReview', 'response': response}
 
 
-async def _call_handler(handler: WebhookHandler, cause: ResourceWebhookCause, *, settings: OperatorSettings) -> None:
+async def _call_handler(
+        handler: WebhookHandler,
+        cause: ResourceWebhookCause,
+        *,
+        settings: OperatorSettings,
+) -> None:
     tokens = (owner_var.set(cause.body), handler_var.set(handler), cause_var.set(cause))
     try:
         await invocation.invoke(handler.fn, kwargs=cause.kwargs_for(handler),
@@ -262,10 +268,12 @@ def _parse_review(
         registry: OperatorRegistry,
 ) -> _Review:
     if not isinstance(request, Mapping):
-        raise AdmissionReviewError(f'An admission review must be a JSON object, got {type(request).__name__}.')
+        raise AdmissionReviewError(f'An admission review must be a JSON object, '
+                                   f'got {type(request).__name__}.')
     kind, api_version = request.get('kind'), request.get('apiVersion')
     if kind != 'AdmissionReview' or api_version not in REVIEW_VERSIONS:
-        raise AdmissionReviewError(f'Expected kind: AdmissionReview of apiVersion {" or ".join(REVIEW_VERSIONS)}; '
+        versions = ' or '.join(REVIEW_VERSIONS)
+        raise AdmissionReviewError(f'Expected kind: AdmissionReview of apiVersion {versions}; '
                                    f'got kind={kind!r}, apiVersion={api_version!r}.')
     payload = request.get('request')
     if not isinstance(payload, Mapping):
@@ -287,10 +295,12 @@ def _parse_review(
     body, old_body = payload.get('object'), payload.get('oldObject')
     for name, obj in [('object', body), ('oldObject', old_body)]:
         if obj is not None and not isinstance(obj, Mapping):
-            raise AdmissionReviewError(f'"request.{name}" must be an object or null, got {type(obj).__name__}.')
+            raise AdmissionReviewError(f'"request.{name}" must be an object or null, '
+                                       f'got {type(obj).__name__}.')
     subject: Mapping[str, Any] | None = body if body is not None else old_body  # deletions: as it was
     if subject is None:
-        raise AdmissionReviewError('The admission review has neither "request.object" nor "request.oldObject".')
+        raise AdmissionReviewError('The admission review has neither "request.object" '
+                                   'nor "request.oldObject".')
     subresource = payload.get('subResource') or None
     userinfo = payload.get('userInfo')
     return _Review(
@@ -376,9 +386,9 @@ async def admission_webhook_server(
             server = await stack.enter_async_context(server)
         source: AsyncIterator[WebhookClientConfig] = server(fn)
         if not hasattr(source, '__anext__'):
-            raise TypeError(f'The webhook server/tunnel {server!r} must return an async iterator of client configs '
-                            f'when called with the webhook function, but returned {source!r}. '
-                            f'See the docs on custom servers and tunnels.')
+            raise TypeError(f'The webhook server/tunnel {server!r} must return an async iterator '
+                            f'of client configs when called with the webhook function, '
+                            f'but returned {source!r}. See the docs on custom servers and tunnels.')
         aclose = getattr(source, 'aclose', None)
         if aclose is not None:
             stack.push_async_callback(aclose)
@@ -393,7 +403,8 @@ def _describe_config(config: WebhookClientConfig) -> str:
     if config.get('url'):
         return str(config.get('url'))
     service = config.get('service') or {}
-    return f'service {service.get("namespace")}/{service.get("name")}:{service.get("port")}{service.get("path") or ""}'
+    namespace, name, port = service.get('namespace'), service.get('name'), service.get('port')
+    return f'service {namespace}/{name}:{port}{service.get("path") or ""}'
 
 
 #
@@ -426,8 +437,9 @@ async def configuration_manager(
             changed.clear()
             if client_config is not None:
                 for reason, resource in CONFIGURATIONS.items():
-                    webhooks = build_webhooks(registry.webhooks.get_all_handlers(), reason=reason, name=name,
-                                              resources=insights.webhook_resources, client_config=client_config)
+                    webhooks = build_webhooks(registry.webhooks.get_all_handlers(), reason=reason,
+                                              name=name, resources=insights.webhook_resources,
+                                              client_config=client_config)
                     if webhooks != written.get(reason):
                         await _upsert(resource, name=name, webhooks=webhooks, settings=settings, vault=vault)
                         written[reason] = webhooks
