@@ -7,8 +7,9 @@ The server listens, yields its config once it is listening, and serves until the
 A request to ``{path}/{handler_id}`` is a review addressed to that handler; ``{path}`` alone
 is a review for all the handlers of the resource.
 
-The answers: 200 with the review's response; 400 for what cannot be a review for this operator
-(not JSON, not an ``AdmissionReview``, no ``request.uid``, an unknown resource or webhook id);
+The HTTP layer is a lean HTTP/1.1 server of its own (see :mod:`kopf._webhooks.http`): the reviews are
+on the path of every API request of the cluster. The answers: 200 with the review's response; 400 for
+what cannot be a review for this operator (not JSON, not an ``AdmissionReview``, no ``request.uid``, an unknown resource or webhook id);
 404 for the paths outside of the server's root path. The handlers' failures are not HTTP errors:
 they are denials in the response (see the admission engine).
 """
@@ -27,11 +28,10 @@ from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, ClassVar
 
 import yaml
-from aiohttp import web
 
 from kopf._cogs.structs.reviews import WebhookClientConfig, WebhookFn
 from kopf._core.engines.admission import AdmissionReviewError
-from kopf._webhooks import certificates
+from kopf._webhooks import certificates, http
 
 __all__ = [
     'ClusterDetector',
@@ -190,15 +190,10 @@ class WebhookServer(WebhookContextManager):
 
         context, cadata = self._prepare_ssl(hostnames=[url_host, addr, *self.extra_sans])
 
-        app = web.Application(client_max_size=MAX_REVIEW_SIZE)
-        app.router.add_route('*', '/{tail:.*}', _RequestHandler(fn, root=root).handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
+        handler = _RequestHandler(fn, root=root)
+        server, connections, port = await http.start_server(
+            handler.handle, host=addr, port=port, ssl_context=context, max_body_size=MAX_REVIEW_SIZE)
         try:
-            site = web.TCPSite(runner, host=addr, port=port, ssl_context=context, reuse_address=True)
-            await site.start()
-            if port == 0:  # the actual port of the first listening socket
-                port = int(runner.addresses[0][1])
             scheme = 'http' if context is None else 'https'
             url = f'{scheme}://{_url_host(url_host)}:{port}{root if root != "/" else ""}'
             logger.debug(f'Listening for webhooks at {url}')
@@ -208,7 +203,7 @@ class WebhookServer(WebhookContextManager):
             yield config
             await asyncio.Event().wait()
         finally:
-            await runner.cleanup()
+            await http.stop_server(server, connections)
 
     def _prepare_ssl(self, *, hostnames: Collection[str]) -> tuple[ssl.SSLContext | None, bytes | None]:
         """The server's SSL context (None if insecure) and the CA bundle for the clients (None if default)."""
@@ -263,27 +258,29 @@ class _RequestHandler:
         self._fn = fn
         self._root = root.rstrip('/')
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: http.Request) -> http.HTTPResponse:
         path = request.path
         if path != self._root and not path.startswith(self._root + '/') and self._root:
-            return web.Response(status=404,
-                                text=f'Not found: {path}. The webhooks are served under {self._root}.\n')
+            return _text(404, f'Not found: {path}. The webhooks are served under {self._root}.')
         if request.method != 'POST':
-            return web.Response(status=405, text='Only POST requests with admission reviews are served.\n',
-                                headers={'Allow': 'POST'})
+            return _text(405, 'Only POST requests with admission reviews are served.',
+                         extra='Allow: POST\r\n')
         webhook = urllib.parse.unquote(path[len(self._root):].strip('/')) or None
         try:
-            payload = json.loads(await request.read())
-        except ValueError as e:
-            return web.Response(status=400, text=f'The request is not a JSON admission review: {e}\n')
-        transport = request.transport
-        sslpeer = transport.get_extra_info('peercert') if transport is not None else None
+            payload = json.loads(request.body.decode('utf-8'))
+        except ValueError as e:  # incl. UnicodeDecodeError
+            return _text(400, f'The request is not a JSON admission review: {e}')
         try:
-            response = await self._fn(payload, webhook=webhook, headers=request.headers, sslpeer=sslpeer)
+            response = await self._fn(payload, webhook=webhook, headers=request.headers,
+                                      sslpeer=request.peercert)
         except AdmissionReviewError as e:
             logger.debug(f'Rejected a malformed admission review: {e}')
-            return web.Response(status=400, text=f'{e}\n')
-        return web.Response(body=json.dumps(response).encode(), content_type='application/json')
+            return _text(400, str(e))
+        return 200, 'application/json', json.dumps(response, separators=(',', ':')).encode(), ''
+
+
+def _text(status: int, message: str, *, extra: str = '') -> http.HTTPResponse:
+    return status, 'text/plain; charset=utf-8', f'{message}\n'.encode(), extra
 
 
 def _url_host(host: str) -> str:

@@ -38,8 +38,8 @@ import json
 import logging
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Collection, Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Collection, Mapping, MutableMapping
+from typing import Any, Protocol, TypeGuard
 
 from kopf._clients import creating, errors
 from kopf._clients.vault import Vault
@@ -170,13 +170,12 @@ async def serve_admission_request(
     Raises :class:`AdmissionReviewError` if the review is malformed or is not for this operator.
     """
     review = _parse_review(request, insights=insights, registry=registry)
-    resource_handlers = registry.webhooks.get_resource_handlers(review.resource)
-    handler_ids = {handler.id: handler for handler in resource_handlers}
     reason: WebhookType | None = None
     if webhook is not None:
-        addressed = handler_ids.get(HandlerId(webhook))
+        resource_handlers = registry.webhooks.get_resource_handlers(review.resource)
+        addressed = next((handler for handler in resource_handlers if handler.id == webhook), None)
         if addressed is None:
-            known = ', '.join(sorted(handler_ids)) or 'none'
+            known = ', '.join(sorted(handler.id for handler in resource_handlers)) or 'none'
             raise AdmissionReviewError(f'Unknown webhook {webhook!r} for {review.resource.name}; '
                                        f'the webhooks of this resource are: {known}.')
         reason = addressed.reason
@@ -186,7 +185,7 @@ async def serve_admission_request(
     body = Body(raw_body)
     warnings: list[str] = []
     cause = ResourceWebhookCause(
-        logger=loggers.LocalObjectLogger(body=raw_body, settings=settings),
+        logger=_LazyObjectLogger(body=raw_body, settings=settings),
         memo=memo, indices=indices if indices is not None else {},
         resource=review.resource, body=body, patch=Patch(body=raw_body),
         reason=reason,  # None selects both types (an unaddressed request)
@@ -211,7 +210,7 @@ async def serve_admission_request(
     if failures:
         response['status'] = _describe_denial(failures)
     elif cause.patch:
-        operations = cause.patch.as_json_patch(raw_body)
+        operations = _as_json_patch(cause.patch, raw_body)
         if operations:
             response['patchType'] = 'JSONPatch'
             response['patch'] = base64.b64encode(json.dumps(operations).encode()).decode()
@@ -228,12 +227,90 @@ async def _call_handler(
 ) -> None:
     tokens = (owner_var.set(cause.body), handler_var.set(handler), cause_var.set(cause))
     try:
-        await invocation.invoke(handler.fn, kwargs=cause.kwargs_for(handler),
-                                executor=settings.execution.executor)
+        fn = handler.fn
+        if _is_async_fn(fn):  # directly: the reviews are on the path of every API request
+            await fn(**cause.kwargs_for(handler))
+        else:
+            await invocation.invoke(fn, kwargs=cause.kwargs_for(handler),
+                                    executor=settings.execution.executor)
     finally:
         cause_var.reset(tokens[2])
         handler_var.reset(tokens[1])
         owner_var.reset(tokens[0])
+
+
+_ASYNC_FNS: dict[Any, bool] = {}
+
+
+def _is_async_fn(fn: Any) -> bool:
+    try:
+        return _ASYNC_FNS[fn]
+    except KeyError:
+        result = _ASYNC_FNS[fn] = invocation.is_async_fn(fn)
+        if len(_ASYNC_FNS) > 10_000:  # e.g. new lambdas on every call: never a leak
+            _ASYNC_FNS.clear()
+        return result
+    except TypeError:  # unhashable callables
+        return invocation.is_async_fn(fn)
+
+
+class _LazyObjectLogger(loggers.LocalObjectLogger):
+    """
+    The object's logger that reads the object's identity only when something is logged.
+
+    Most reviews log nothing, while reading the identity costs as much as a handler call.
+    """
+
+    def __init__(self, *, body: Mapping[str, Any], settings: OperatorSettings) -> None:
+        logging.LoggerAdapter.__init__(self, loggers.object_logger, {})  # no parsing yet
+        self._body: Mapping[str, Any] | None = body
+        self._settings = settings
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        if self._body is not None:
+            loggers.LocalObjectLogger.__init__(self, body=self._body, settings=self._settings)
+            self._body = None
+        return super().process(msg, kwargs)
+
+
+def _as_json_patch(patch: Patch, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """
+    The JSON-patch of the mutations against the reviewed object.
+
+    The merge-patch alone is converted directly (it is cheap, and it is on every review's path);
+    with the transformation functions, the generic (and costlier) diffing of the results is used.
+    """
+    if patch.fns:
+        return [dict(operation) for operation in patch.as_json_patch(body)]
+    operations: list[dict[str, Any]] = []
+    _merge_to_json_patch(patch, body, '', operations)
+    return operations
+
+
+def _merge_to_json_patch(
+        merge: Mapping[str, Any],
+        target: Mapping[str, Any],
+        prefix: str,
+        operations: list[dict[str, Any]],
+) -> None:
+    for key, value in merge.items():
+        path = f'{prefix}/{key.replace("~", "~0").replace("/", "~1")}'
+        exists = key in target
+        if value is None:
+            if exists:
+                operations.append({'op': 'remove', 'path': path})
+        elif isinstance(value, Mapping) and exists and isinstance(target[key], Mapping):
+            _merge_to_json_patch(value, target[key], path, operations)
+        else:
+            # The nested None values of a merge-patch mean "absent": the new values have none of them.
+            new = _without_nones(value) if isinstance(value, Mapping) else value
+            if not exists or target[key] != new:
+                operations.append({'op': 'replace' if exists else 'add', 'path': path, 'value': new})
+
+
+def _without_nones(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _without_nones(item) if isinstance(item, Mapping) else item
+            for key, item in value.items() if item is not None}
 
 
 def _log_failure(handler: WebhookHandler, error: BaseException, cause: ResourceWebhookCause) -> None:
@@ -261,13 +338,18 @@ def _describe_denial(failures: Collection[tuple[WebhookHandler, BaseException]])
     return {'message': str(error) or type(error).__name__, 'code': 500}
 
 
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    # JSON-parsed reviews are dicts: the ABC's costlier check is only for the custom servers' mappings.
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _parse_review(
         request: Mapping[str, Any],
         *,
         insights: WebhookInsights,
         registry: OperatorRegistry,
 ) -> _Review:
-    if not isinstance(request, Mapping):
+    if not _is_mapping(request):
         raise AdmissionReviewError(f'An admission review must be a JSON object, '
                                    f'got {type(request).__name__}.')
     kind, api_version = request.get('kind'), request.get('apiVersion')
@@ -276,25 +358,26 @@ def _parse_review(
         raise AdmissionReviewError(f'Expected kind: AdmissionReview of apiVersion {versions}; '
                                    f'got kind={kind!r}, apiVersion={api_version!r}.')
     payload = request.get('request')
-    if not isinstance(payload, Mapping):
+    if not _is_mapping(payload):
         raise AdmissionReviewError('The admission review has no "request" object.')
     uid = payload.get('uid')
-    if not isinstance(uid, str) or not uid:
+    if type(uid) is not str or not uid:
         raise AdmissionReviewError('The admission review has no "request.uid" (a non-empty string).')
     operation = payload.get('operation')
     if operation not in ADMISSION_OPERATIONS:
         raise AdmissionReviewError(f'Unknown "request.operation": {operation!r}; '
                                    f'expected one of: {", ".join(sorted(ADMISSION_OPERATIONS))}.')
     gvr = payload.get('resource')
-    if not isinstance(gvr, Mapping) or not isinstance(gvr.get('version'), str) \
-            or not isinstance(gvr.get('resource'), str) or not isinstance(gvr.get('group', ''), str):
+    group, version, plural = (gvr.get('group', ''), gvr.get('version'), gvr.get('resource')) \
+        if _is_mapping(gvr) else (None, None, None)
+    if type(group) is not str or type(version) is not str or type(plural) is not str:
         raise AdmissionReviewError('The admission review has no valid "request.resource" '
                                    '(group, version, resource).')
-    resource = _find_resource(str(gvr.get('group', '')), gvr['version'], gvr['resource'],
-                              kind=payload.get('kind'), insights=insights, registry=registry)
+    resource = _find_resource(group, version, plural, kind=payload.get('kind'),
+                              insights=insights, registry=registry)
     body, old_body = payload.get('object'), payload.get('oldObject')
     for name, obj in [('object', body), ('oldObject', old_body)]:
-        if obj is not None and not isinstance(obj, Mapping):
+        if obj is not None and not _is_mapping(obj):
             raise AdmissionReviewError(f'"request.{name}" must be an object or null, '
                                        f'got {type(obj).__name__}.')
     subject: Mapping[str, Any] | None = body if body is not None else old_body  # deletions: as it was
@@ -308,8 +391,13 @@ def _parse_review(
         subresource=str(subresource) if subresource is not None else None,
         body=subject,
         old_body=old_body, dryrun=bool(payload.get('dryRun')),
-        userinfo=userinfo if isinstance(userinfo, Mapping) else {},
+        userinfo=userinfo if _is_mapping(userinfo) else {},
     )
+
+
+# The served resources by their names, for the set of them that the insights had at the last review
+# (the set itself is kept: compared by identity, it is never confused with another one).
+_resource_index: tuple[Collection[Resource], dict[tuple[str, str, str], Resource]] = (frozenset(), {})
 
 
 def _find_resource(
@@ -320,12 +408,17 @@ def _find_resource(
         registry: OperatorRegistry,
 ) -> Resource:
     """The served resource of the review: as discovered in the cluster, or as the review describes it."""
-    wanted = Resource(group, version, plural)
-    for resource in insights.webhook_resources:
-        if resource == wanted:
-            return resource
+    global _resource_index
+    resources = insights.webhook_resources
+    indexed, index = _resource_index
+    if indexed is not resources or len(index) != len(resources):  # the observer replaces the set on changes
+        index = {(resource.group, resource.version, resource.plural): resource for resource in resources}
+        _resource_index = (resources, index)
+    found = index.get((group, version, plural))
+    if found is not None:
+        return found
     # Not discovered (yet): the selectors that need only these names can still match it.
-    kind_name = kind.get('kind') if isinstance(kind, Mapping) else None
+    kind_name = kind.get('kind') if _is_mapping(kind) else None
     described = Resource(group, version, plural, kind=kind_name if isinstance(kind_name, str) else None)
     if registry.webhooks.has_handlers(described):
         return described
