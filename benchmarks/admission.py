@@ -6,8 +6,9 @@ pinned to one CPU core (``taskset -c 0``), with ``kopf.WebhookServer`` on a loca
 made here (Kopf's self-signed certificates cannot be made on OpenSSL 3.0.10+). The emulator (the API
 server the operators log in to and observe; a process of its own) and the load generator (this
 process) are pinned to the other core. The load generator speaks bare HTTP/1.1 over TLS keep-alive
-connections, so that it costs much less per review than the servers; the reviews alternate between the two handlers
-(``/validate_fn`` and ``/mutate_fn``), the mutation returns a JSON-patch, the validation allows.
+connections, so that it costs much less per review than the servers; the reviews alternate between
+the two handlers (``/validate_fn`` and ``/mutate_fn``), the mutation returns a JSON-patch,
+the validation allows.
 
 Measured per implementation:
 

@@ -9,9 +9,9 @@ is a review for all the handlers of the resource.
 
 The HTTP layer is a lean HTTP/1.1 server of its own (see :mod:`kopf._webhooks.http`): the reviews are
 on the path of every API request of the cluster. The answers: 200 with the review's response; 400 for
-what cannot be a review for this operator (not JSON, not an ``AdmissionReview``, no ``request.uid``, an unknown resource or webhook id);
-404 for the paths outside of the server's root path. The handlers' failures are not HTTP errors:
-they are denials in the response (see the admission engine).
+what cannot be a review for this operator (not JSON, not an ``AdmissionReview``, no ``request.uid``,
+an unknown resource or webhook id); 404 for the paths outside of the server's root path.
+The handlers' failures are not HTTP errors: they are denials in the response (see the admission engine).
 """
 import asyncio
 import base64
