@@ -191,8 +191,9 @@ class WebhookServer(WebhookContextManager):
         context, cadata = self._prepare_ssl(hostnames=[url_host, addr, *self.extra_sans])
 
         handler = _RequestHandler(fn, root=root)
-        server, connections, port = await http.start_server(
+        listener = await http.start_server(
             handler.handle, host=addr, port=port, ssl_context=context, max_body_size=MAX_REVIEW_SIZE)
+        port = listener.port
         try:
             scheme = 'http' if context is None else 'https'
             url = f'{scheme}://{_url_host(url_host)}:{port}{root if root != "/" else ""}'
@@ -203,7 +204,7 @@ class WebhookServer(WebhookContextManager):
             yield config
             await asyncio.Event().wait()
         finally:
-            await http.stop_server(server, connections)
+            await http.stop_server(listener)
 
     def _prepare_ssl(self, *, hostnames: Collection[str]) -> tuple[ssl.SSLContext | None, bytes | None]:
         """The server's SSL context (None if insecure) and the CA bundle for the clients (None if default)."""
