@@ -16,6 +16,7 @@ bodies above the limit (413), oversized headers (431).
 """
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 import ssl
@@ -384,24 +385,36 @@ def _bind(host: str, port: int) -> list[socket.socket]:
     """Listening sockets for all the addresses of the host, all on the same port (0: a free one)."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
+    errors: list[OSError] = []
     try:
         for family, kind, proto, _, address in infos:
             if any(sock.family == family and sock.getsockname()[0] == address[0] for sock in sockets):
                 continue  # the same address twice (e.g. from /etc/hosts)
             sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            if port == 0 and len(sockets) > 1:  # the same port as the first one
-                address = (address[0], sockets[0].getsockname()[1], *address[2:])
-            sock.bind(address)
-            sock.listen(128)
-            sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port == 0 and sockets:  # the same port as the first one
+                    address = (address[0], sockets[0].getsockname()[1], *address[2:])
+                sock.bind(address)
+                sock.listen(128)
+                sock.setblocking(False)
+            except OSError as e:
+                sock.close()
+                # E.g. ::1 of "localhost" where IPv6 is disabled: the other addresses will do.
+                # But a busy port is an error: another process would get a part of the requests.
+                if e.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    raise
+                errors.append(e)
+            else:
+                sockets.append(sock)
     except BaseException:
         for sock in sockets:
             sock.close()
         raise
+    if not sockets:
+        raise errors[0] if errors else OSError(f'Cannot listen on {host!r}: no addresses found.')
     return sockets
 
 
