@@ -314,7 +314,7 @@ def main() -> None:
     add_implementation_options(parser)
     parser.add_argument('--repeat', type=int, default=1)
     parser.add_argument('--seconds', type=float, default=5.0, help='the throughput window')
-    parser.add_argument('--connections', type=int, default=8, help='for the throughput')
+    parser.add_argument('--connections', type=int, default=16, help='for the throughput')
     parser.add_argument('--latency-reviews', type=int, default=3000)
     parser.add_argument('--sync', action='store_true', help='sync handlers instead of async ones')
     args = parser.parse_args()

@@ -358,3 +358,40 @@ async def test_managed_configurations_without_a_server_fail_the_start(registry, 
     with pytest.raises(RuntimeError, match='needs a webhook server'):
         await asyncio.wait_for(kopf.operator(registry=registry, settings=settings, namespaces=['default']),
                                timeout=10)
+
+
+async def test_one_failure_is_reported_by_priority(registry, settings, operator, cluster) -> None:
+    calls: list[str] = []
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def arbitrary(**_: Any) -> None:
+        calls.append('arbitrary')
+        raise ValueError('arbitrary')
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def temporary(**_: Any) -> None:
+        calls.append('temporary')
+        raise kopf.TemporaryError('temporary')
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def admission(spec: Any, **_: Any) -> None:
+        calls.append('admission')
+        if spec.get('x') == 1:
+            raise kopf.AdmissionError('admission', code=403)
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def permanent(**_: Any) -> None:
+        calls.append('permanent')
+        raise kopf.PermanentError('permanent')
+
+    other = json.loads(json.dumps(REVIEW))
+    other['request']['object']['spec']['x'] = 2
+    async with operator(registry, settings):
+        url, context = webhook_url(cluster)
+        root = url.rsplit('/', 1)[0]  # not addressed: all the handlers of the resource
+        _, with_admission_error = await post(root, REVIEW, ssl_context=context)
+        _, without_admission_error = await post(root, other, ssl_context=context)
+
+    assert calls == ['arbitrary', 'temporary', 'admission', 'permanent'] * 2  # all validators run
+    assert with_admission_error['response']['status'] == {'message': 'admission', 'code': 403}
+    assert without_admission_error['response']['status'] == {'message': 'permanent', 'code': 500}
