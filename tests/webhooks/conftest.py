@@ -185,11 +185,11 @@ def operator(cluster: Cluster, eventually: Eventually) -> OperatorFactory:
 
     @contextlib.asynccontextmanager
     async def run(registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, *,
-                  configured: int | None = None) -> AsyncIterator[asyncio.Task[None]]:
+                  configured: int | None = None, **kwargs: Any) -> AsyncIterator[asyncio.Task[None]]:
         stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
         task = asyncio.create_task(kopf.operator(
             registry=registry, settings=settings, standalone=True, namespaces=[NAMESPACE],
-            stop_flag=stop_flag, ready_flag=ready_flag))
+            stop_flag=stop_flag, ready_flag=ready_flag, **kwargs))
         try:
             await asyncio.wait_for(ready_flag.wait(), timeout=5)
             expected = configured if configured is not None else len(registry.webhooks)

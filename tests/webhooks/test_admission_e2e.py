@@ -221,3 +221,22 @@ async def test_subresources_in_the_rules(
         webhooks = (cluster.configuration('validating') or {}).get('webhooks', [])
 
     assert webhooks[0]['rules'][0]['resources'] == expected
+
+
+async def test_admission_alone_never_makes_the_operator_remember_objects(registry, settings, operator,
+                                                                         cluster) -> None:
+    memos: list[Any] = []
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def fn(memo: kopf.Memo, **_: Any) -> None:
+        memo['seen'] = True  # a throwaway memo: the objects are not watched by this operator
+        memos.append(memo)
+
+    memories = kopf.ResourceMemories()
+    async with operator(registry, settings, memories=memories):
+        await cluster.create('kex1')
+        await cluster.patch('kex1', {'spec': {'x': 1}})
+        await cluster.delete('kex1')
+
+    assert len(memos) == 3
+    assert len(memories) == 0

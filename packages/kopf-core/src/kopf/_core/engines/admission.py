@@ -102,9 +102,13 @@ class WebhookInsights(Protocol):
 
 
 class ResourceMemoRecall(Protocol):
-    """How the memo of an object is recalled: a real one for existing objects, a throwaway for new."""
+    """
+    How the memo of an object is recalled: the object's own if the operator knows the object
+    (e.g. it watches its resource), a throwaway one otherwise (e.g. the creations): the admission
+    alone never makes the operator remember an object, which it would never forget then.
+    """
 
-    def __call__(self, raw_body: Mapping[str, Any], *, ephemeral: bool) -> Any: ...
+    def __call__(self, raw_body: Mapping[str, Any]) -> Any: ...
 
 
 #
@@ -181,7 +185,7 @@ async def serve_admission_request(
         reason = addressed.reason
 
     raw_body = review.body
-    memo = recall_memo(raw_body, ephemeral=review.operation == 'CREATE') if recall_memo is not None else None
+    memo = recall_memo(raw_body) if recall_memo is not None else None
     body = Body(raw_body)
     warnings: list[str] = []
     cause = ResourceWebhookCause(

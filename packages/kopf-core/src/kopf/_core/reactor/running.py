@@ -537,8 +537,8 @@ def _spawn_core_tasks(
     if settings.admission.server is not None:
         client_configs = admission.ClientConfigs()
 
-        def recall_memo(raw_body: Mapping[str, Any], *, ephemeral: bool) -> Any:
-            return memories.recall(raw_body, memo=memo, ephemeral=ephemeral).memo
+        def recall_memo(raw_body: Mapping[str, Any]) -> Any:
+            return memories.recall(raw_body, memo=memo, ephemeral=True).memo  # see the engine
 
         tasks.others.append(asyncio.create_task(admission.admission_webhook_server(
             registry=registry, settings=settings, insights=insights, configs=client_configs,
