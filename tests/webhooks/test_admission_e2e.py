@@ -163,19 +163,32 @@ async def test_filters_and_operations(registry, settings, operator, cluster) -> 
     def on_deletion(name: str, **_: Any) -> None:
         calls.append(f'delete:{name}')
 
+    @kopf.on.validate('kopfexamples', registry=registry, field='spec.x', value=2)
+    def by_field(name: str, **_: Any) -> None:
+        calls.append(f'field:{name}')
+
+    @kopf.on.validate('kopfexamples', registry=registry, annotations={'note': kopf.PRESENT},
+                      labels={'skipped': kopf.ABSENT})
+    def by_annotations(name: str, **_: Any) -> None:
+        calls.append(f'annotations:{name}')
+
     async with operator(registry, settings):
         await cluster.create('kex1', {'x': 1}, labels={'checked': 'yes'})
         await cluster.create('kex2', {'x': 2})
+        await cluster.patch('kex2', {'metadata': {'annotations': {'note': 'hi'}}})
         await cluster.delete('kex2')
         webhooks = (cluster.configuration('validating') or {}).get('webhooks', [])
 
-    assert calls == ['labels:kex1', 'when:kex1', 'delete:kex2']
+    assert calls == ['labels:kex1', 'when:kex1', 'field:kex2',
+                     'field:kex2', 'annotations:kex2', 'delete:kex2', 'field:kex2', 'annotations:kex2']
     by_name = {webhook['name']: webhook for webhook in webhooks}
     assert by_name[f'by-labels.{MANAGED}']['objectSelector'] == {
         'matchExpressions': [{'key': 'checked', 'operator': 'In', 'values': ['yes']}]}
     assert by_name[f'by-callback.{MANAGED}']['objectSelector'] == {}
     assert by_name[f'on-deletion.{MANAGED}']['rules'][0]['operations'] == ['DELETE']
     assert by_name[f'by-callback.{MANAGED}']['rules'][0]['operations'] == ['*']
+    assert by_name[f'by-annotations.{MANAGED}']['objectSelector'] == {
+        'matchExpressions': [{'key': 'skipped', 'operator': 'DoesNotExist'}]}
 
 
 async def test_indices_and_memos_are_passed(registry, settings, operator, cluster, eventually) -> None:
