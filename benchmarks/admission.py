@@ -16,9 +16,10 @@ Measured per implementation:
   the median and the 99th percentile of the round-trip time of ``--latency-reviews`` reviews;
 * throughput: ``--connections`` connections busy all the time for ``--seconds`` seconds:
   reviews/second on the operator's one core, and the operator's CPU time per review, hence
-  the reviews per CPU-second: what one core can serve when it does nothing else. (On a 2-core VM,
-  the Python load generator on the other core cannot always saturate the faster server: the measured
-  reviews/second is then the load generator's limit, while the reviews per CPU-second is not.)
+  the reviews per CPU-second: what one core can serve when it does nothing else; and the CPU shares
+  of the operator and of the load generator in the window. (On a small VM shared with other jobs,
+  they may add up to one core: they take turns, and the measured reviews/second depends on the load
+  generator's cost too, while the reviews per CPU-second does not.)
 
 Usage (from the repository root)::
 
@@ -183,8 +184,8 @@ def measure_latency(port: int, context: ssl.SSLContext, count: int) -> list[floa
 
 
 def measure_throughput(port: int, context: ssl.SSLContext, connections: int, seconds: float,
-                       operator: Operator) -> tuple[int, float, float]:
-    """The reviews done in the window, the window's duration, the operator's CPU seconds in it."""
+                       operator: Operator) -> tuple[int, float, float, float]:
+    """The reviews done in the window, its duration, the operator's and the load generator's CPU seconds."""
     requests = make_requests(port)
     pool = [Connection(port, context) for _ in range(connections)]
     selector = selectors.DefaultSelector()
@@ -198,11 +199,12 @@ def measure_throughput(port: int, context: ssl.SSLContext, connections: int, sec
         done, measuring = 0, False
         warmup_end = time.monotonic() + 1.0  # 1s of warm-up under the load, then the window
         deadline = warmup_end + seconds
-        cpu_before, started = 0.0, 0.0
+        cpu_before, own_before, started = 0.0, 0.0, 0.0
         while True:
             now = time.monotonic()
             if not measuring and now >= warmup_end:
-                measuring, done, cpu_before, started = True, 0, operator.cpu_seconds(), now
+                measuring, done, started = True, 0, now
+                cpu_before, own_before = operator.cpu_seconds(), time.process_time()
             if now >= deadline:
                 break
             for key, _ in selector.select(timeout=1.0):
@@ -213,7 +215,7 @@ def measure_throughput(port: int, context: ssl.SSLContext, connections: int, sec
                     sent[id(connection)] += 1
                     connection.send(requests[sent[id(connection)] % 2])
         duration, cpu = time.monotonic() - started, operator.cpu_seconds() - cpu_before
-        return done, duration, cpu
+        return done, duration, cpu, time.process_time() - own_before
     finally:
         selector.close()
         for connection in pool:
@@ -266,13 +268,16 @@ def run_once(impl: Implementation, args: argparse.Namespace, kubeconfig: pathlib
     with Operator(impl.python, 'admission', kubeconfig, env=env, wrapper=wrapper) as operator:
         wait_for_port(port, operator)
         latencies = measure_latency(port, context, args.latency_reviews)
-        done, duration, cpu = measure_throughput(port, context, args.connections, args.seconds, operator)
+        done, duration, cpu, own_cpu = measure_throughput(port, context, args.connections, args.seconds,
+                                                          operator)
     latencies.sort()
     return {
         'median_ms': statistics.median(latencies) * 1000,
         'p99_ms': latencies[int(len(latencies) * 0.99) - 1] * 1000,
         'reviews_per_s': done / duration,
         'cpu_us_per_review': cpu / done * 1e6 if done else float('nan'),
+        'operator_cpu_pct': cpu / duration * 100,
+        'loader_cpu_pct': own_cpu / duration * 100,
     }
 
 
@@ -314,7 +319,7 @@ def main() -> None:
     add_implementation_options(parser)
     parser.add_argument('--repeat', type=int, default=1)
     parser.add_argument('--seconds', type=float, default=5.0, help='the throughput window')
-    parser.add_argument('--connections', type=int, default=16, help='for the throughput')
+    parser.add_argument('--connections', type=int, default=48, help='for the throughput')
     parser.add_argument('--latency-reviews', type=int, default=3000)
     parser.add_argument('--sync', action='store_true', help='sync handlers instead of async ones')
     args = parser.parse_args()

@@ -70,6 +70,8 @@ async def test_reviews_posted_directly(check_registry, settings, operator, clust
     async with operator(check_registry, settings):
         url, context = webhook_url(cluster)
         status, answer = await post(url, REVIEW, ssl_context=context)
+        minimal = {**REVIEW, 'request': {**REVIEW['request'], 'object': {}, 'userInfo': None}}
+        minimal_status, minimal_answer = await post(url, minimal, ssl_context=context)
         bad = json.loads(json.dumps(REVIEW))
         bad['request']['object']['spec']['x'] = 'bad'
         bad_status, bad_answer = await post(url, bad, ssl_context=context)
@@ -78,6 +80,8 @@ async def test_reviews_posted_directly(check_registry, settings, operator, clust
     assert status == 200
     assert answer == {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview', 'response': {
         'uid': REVIEW['request']['uid'], 'allowed': True, 'warnings': ['x=1']}}
+    assert minimal_status == 200  # no metadata, no spec, no user: still a review
+    assert minimal_answer['response']['allowed'] is True
     assert bad_status == 200
     assert bad_answer['response']['allowed'] is False
     assert bad_answer['response']['status'] == {'message': 'x is bad', 'code': 422}
@@ -108,6 +112,8 @@ def _without(path: tuple[str, ...]) -> dict[str, Any]:
                  'neither "request.object" nor "request.oldObject"', id='no-object'),
     pytest.param({**REVIEW, 'request': {**REVIEW['request'], 'object': 'str'}}, False,
                  '"request.object" must be an object', id='bad-object'),
+    pytest.param({**REVIEW, 'request': {**REVIEW['request'], 'object': {'metadata': []}}}, False,
+                 '"request.object.metadata" must be an object', id='bad-metadata'),
     pytest.param({**REVIEW, 'request': {**REVIEW['request'],
                                         'resource': {'group': 'x', 'version': 'v1', 'resource': 'pods'}}},
                  False, "The resource 'pods.x' (version 'v1') has no admission handlers",

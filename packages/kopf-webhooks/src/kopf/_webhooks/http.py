@@ -27,7 +27,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 __all__ = ['HTTPResponse', 'Handler', 'Listener', 'Request', 'start_server', 'stop_server']
 
-logger = logging.getLogger('kopf.webhooks')
+logger = logging.getLogger(__name__)
 
 MAX_HEAD_SIZE = 64 * 1024
 CLOSING = 'Connection: close\r\n'

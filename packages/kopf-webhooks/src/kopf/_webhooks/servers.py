@@ -43,7 +43,7 @@ __all__ = [
     'WebhookServer',
 ]
 
-logger = logging.getLogger('kopf.webhooks')
+logger = logging.getLogger(__name__)
 
 MAX_REVIEW_SIZE = 16 * 1024 * 1024  # far more than any object of the Kubernetes API (etcd's limit: 1.5 MiB)
 

@@ -17,7 +17,7 @@ from kopf._webhooks.servers import ClusterDetector, WebhookContextManager, Webho
 
 __all__ = ['WebhookAutoTunnel', 'WebhookNgrokTunnel']
 
-logger = logging.getLogger('kopf.webhooks')
+logger = logging.getLogger(__name__)
 
 
 class WebhookNgrokTunnel(WebhookContextManager):

@@ -67,7 +67,7 @@ __all__ = [
     'serve_admission_request',
 ]
 
-logger = logging.getLogger('kopf.admission')
+logger = logging.getLogger(__name__)
 
 REVIEW_VERSIONS = ('admission.k8s.io/v1', 'admission.k8s.io/v1beta1')
 
@@ -384,6 +384,10 @@ def _parse_review(
         if obj is not None and not _is_mapping(obj):
             raise AdmissionReviewError(f'"request.{name}" must be an object or null, '
                                        f'got {type(obj).__name__}.')
+        metadata = obj.get('metadata') if obj is not None else None
+        if metadata is not None and not _is_mapping(metadata):
+            raise AdmissionReviewError(f'"request.{name}.metadata" must be an object, '
+                                       f'got {type(metadata).__name__}.')
     subject: Mapping[str, Any] | None = body if body is not None else old_body  # deletions: as it was
     if subject is None:
         raise AdmissionReviewError('The admission review has neither "request.object" '
