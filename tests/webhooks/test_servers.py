@@ -5,6 +5,8 @@ import datetime
 import json
 import pathlib
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -401,3 +403,13 @@ async def test_one_failure_is_reported_by_priority(registry, settings, operator,
     assert calls == ['arbitrary', 'temporary', 'admission', 'permanent'] * 2  # all validators run
     assert with_admission_error['response']['status'] == {'message': 'admission', 'code': 403}
     assert without_admission_error['response']['status'] == {'message': 'permanent', 'code': 500}
+
+
+def test_the_framework_does_not_import_the_webhook_servers() -> None:
+    # The admission engine is in kopf-core: without kopf-webhooks, the operators still run.
+    code = ('import sys, kopf; import kopf._core.engines.admission; '
+            'print(sorted(name for name in sys.modules '
+            'if name.startswith(("kopf._webhooks", "aiohttp.web"))))')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert result.stdout.strip() == '[]'
