@@ -57,11 +57,15 @@ async def test_warnings_reach_the_user(registry, settings, operator, cluster) ->
     def say_hello(warnings: list[str], **_: Any) -> None:
         warnings.append("Verified with the operator's hook.")
 
+    @kopf.on.validate('kopfexamples', registry=registry)
+    async def say_hello_async(warnings: list[str], **_: Any) -> None:
+        warnings.append('And with an async one.')
+
     async with operator(registry, settings):
         answer = await cluster.create('kex1')
 
     assert answer.status == 201
-    assert answer.warnings == ["Verified with the operator's hook."]
+    assert sorted(answer.warnings) == sorted(["Verified with the operator's hook.", 'And with an async one.'])
 
 
 async def test_mutations_are_applied_and_combined(registry, settings, operator, cluster) -> None:

@@ -91,6 +91,16 @@ async def test_reviews_posted_directly(check_registry, settings, operator, clust
     assert unaddressed['response']['allowed'] is True
 
 
+async def test_v1beta1_reviews_are_answered_as_v1beta1(check_registry, settings, operator, cluster) -> None:
+    async with operator(check_registry, settings):
+        url, context = webhook_url(cluster)
+        status, answer = await post(url, {**REVIEW, 'apiVersion': 'admission.k8s.io/v1beta1'},
+                                    ssl_context=context)
+    assert status == 200
+    assert answer['apiVersion'] == 'admission.k8s.io/v1beta1'
+    assert answer['response']['allowed'] is True
+
+
 def _without(path: tuple[str, ...]) -> dict[str, Any]:
     review = json.loads(json.dumps(REVIEW))
     target = review
