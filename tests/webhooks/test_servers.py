@@ -256,6 +256,27 @@ async def test_client_certificates_are_passed_as_sslpeer(tmp_path: pathlib.Path)
     assert answer['auth'] == 'Basic ' + base64.b64encode(b'user:pass').decode()
 
 
+async def test_docs_example_of_authentication_with_a_client_certificate_as_ca(
+        tmp_path: pathlib.Path,
+) -> None:
+    client_cert, client_key = make_client_certificate('Example Common Name')
+    (tmp_path / 'client-cert.pem').write_bytes(client_cert)
+    (tmp_path / 'client-key.pem').write_bytes(client_key)
+    server = kopf.WebhookServer(addr='127.0.0.1', port=0, cafile=tmp_path / 'client-cert.pem')
+    async with server:
+        config, _ = await serve(server, echo)
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # as "curl --insecure" in the docs
+        context.load_cert_chain(tmp_path / 'client-cert.pem', tmp_path / 'client-key.pem')
+        with_cert_status, with_cert = await post(config['url'], {}, ssl_context=context)
+        without_cert_status, without_cert = await post(config['url'], {}, ssl_context=False)
+    assert with_cert_status == 200
+    assert with_cert['sslpeer']['subject'] == [[['commonName', 'Example Common Name']]]
+    assert without_cert_status == 200
+    assert without_cert['sslpeer'] is None
+
+
 async def test_insecure_server_serves_http_without_ca() -> None:
     server = kopf.WebhookServer(addr='127.0.0.1', port=0, insecure=True)
     async with server:

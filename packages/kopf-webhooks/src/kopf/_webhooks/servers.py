@@ -239,12 +239,23 @@ class WebhookServer(WebhookContextManager):
         return context, cert_pem
 
     def _load_verification(self, context: ssl.SSLContext) -> None:
+        """
+        The CAs to verify the client certificates with (for ``sslpeer``), if any are given.
+
+        ``verify_cafile``/``verify_capath``/``verify_cadata`` are for that. Without them, the clients'
+        CA bundle (``cafile``/``cadata``) is used, as in the docs' example of the authentication
+        (a self-signed client certificate as the CA). The clients without certificates are served too.
+        """
         sources = (self.verify_cafile, self.verify_capath, self.verify_cadata)
         verifying = any(source is not None for source in sources)
         if verifying:
             cadata = self.verify_cadata
             cadata = cadata.decode() if isinstance(cadata, bytes) else cadata
             context.load_verify_locations(cafile=self.verify_cafile, capath=self.verify_capath, cadata=cadata)
+        elif self.cafile is not None or self.cadata is not None:
+            cadata = self.cadata.decode() if isinstance(self.cadata, bytes) else self.cadata
+            context.load_verify_locations(cafile=self.cafile, cadata=cadata)
+            verifying = True
         if self.verify_mode is not None:
             context.verify_mode = self.verify_mode
         elif verifying:
