@@ -81,6 +81,8 @@ def main() -> None:
         try:
             if not ready_flag.wait(30):
                 raise TimeoutError('The operator did not get ready in 30 seconds.')
+            if kopf.get_default_registry().webhooks:  # the admission webhooks must be in place first
+                wait_for('the webhook configurations', lambda: _has_webhooks(emulator))
 
             say('Creating the object kopf-example-1 (examples/obj.yaml)')
             call(emulator, 'POST', OBJECTS, yaml.safe_load((EXAMPLES / 'obj.yaml').read_text()))
@@ -103,6 +105,13 @@ def main() -> None:
 
 def _get(emulator: KubernetesEmulator) -> dict[str, Any] | None:
     return emulator.get_object('kopfexamples.kopf.dev', 'kopf-example-1', namespace='default')
+
+
+def _has_webhooks(emulator: KubernetesEmulator) -> bool:
+    kinds = ['validatingwebhookconfigurations', 'mutatingwebhookconfigurations']
+    return any(configuration.get('webhooks')
+               for kind in kinds
+               for configuration in emulator.list_objects(f'{kind}.admissionregistration.k8s.io'))
 
 
 def _is_handled(emulator: KubernetesEmulator, field_value: str) -> bool:

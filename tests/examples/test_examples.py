@@ -16,6 +16,7 @@ import logging
 import pathlib
 import runpy
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar, TypeVar
@@ -147,6 +148,9 @@ class Example:
 
     def get(self, cluster: Cluster) -> dict[str, Any] | None:
         return cluster.get('kopfexamples.kopf.dev')
+
+    def before_creation(self, cluster: Cluster) -> None:
+        pass
 
     def after_creation(self, cluster: Cluster) -> None:
         assert handled(self.get(cluster), 'spec', 'field') == 'value'
@@ -472,9 +476,45 @@ class DaemonsTimers(Example):
         assert cluster.status().get('tick') == {'field': 'changed'}
 
 
+class Admission(Example):
+    name = '14-admission'
+    logs = (
+        "[default/kopf-example-1] The admitted numbers are: [1, 2, 3]",
+        "[default/kopf-example-1] Handler 'report_fn' succeeded.",
+        "[default/kopf-example-1] The admitted numbers are: [1.0, 2.5]",
+        "[default/kopf-example-1] Handler 'report_fn/spec' succeeded.",
+    )
+    change = {'spec': {'field': 'changed', 'numbers': ['1', '2.5']}}
+
+    def before_creation(self, cluster: Cluster) -> None:
+        # The webhooks are configured by the operator shortly after its start.
+        validating = cluster.emulator.get_object(
+            'validatingwebhookconfigurations.admissionregistration.k8s.io', 'auto.kopf.dev')
+        mutating = cluster.emulator.get_object(
+            'mutatingwebhookconfigurations.admissionregistration.k8s.io', 'auto.kopf.dev')
+        assert validating is not None and len(validating['webhooks']) == 3
+        assert mutating is not None and len(mutating['webhooks']) == 2
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        assert cluster.kopfexample()['spec']['numbers'] == [1, 2, 3]  # mutated: the default
+        bad = yaml.safe_load(self.sample.read_text())
+        bad['metadata']['name'] = 'kopf-example-bad'
+        bad['spec']['numbers'] = [1, 200]
+        with pytest.raises(urllib.error.HTTPError) as error:
+            cluster.call('POST', KOPFEXAMPLES, bad)
+        assert error.value.code == 422
+        assert 'denied the request: Numbers must be within 0..100.' in error.value.read().decode()
+        assert cluster.get('kopfexamples.kopf.dev', 'kopf-example-bad') is None
+
+    def after_update(self, cluster: Cluster) -> None:
+        super().after_update(cluster)
+        assert cluster.kopfexample()['spec']['numbers'] == [1.0, 2.5]  # mutated: converted
+
+
 EXAMPLES_RUN_BY_KOPF = [
     Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
-    Activities(), KubernetesClient(), Indexing(), DaemonsTimers(),
+    Activities(), KubernetesClient(), Indexing(), DaemonsTimers(), Admission(),
 ]
 EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
 
@@ -508,6 +548,7 @@ def test_example(
     outputs: list[str] = []
     with contextlib.ExitStack() as operator:
         operator.enter_context(running(example, k8s_emulator, outputs))
+        eventually(lambda: example.before_creation(cluster))
         cluster.call('POST', example.url, yaml.safe_load(example.sample.read_text()))
         eventually(lambda: example.after_creation(cluster))
 

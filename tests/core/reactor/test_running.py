@@ -452,22 +452,16 @@ async def test_peering_options_go_to_the_settings_and_warn(
     assert 'Peering is not implemented yet: running in the standalone mode.' in caplog.messages
 
 
-async def test_admission_handlers_warn_that_they_are_never_called(
-        registry: OperatorRegistry, settings: OperatorSettings, caplog: pytest.LogCaptureFixture,
+async def test_admission_handlers_without_a_webhook_server_fail_the_start(
+        registry: OperatorRegistry, settings: OperatorSettings,
 ) -> None:
     @kopf.on.validate('kopfexamples', id='check', registry=registry)
     def check(**_: Any) -> None:
         pass
 
-    ready, stop = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(operator(registry=registry, settings=settings, namespaces=['ns1'],
-                                        ready_flag=ready, stop_flag=stop))
-    await asyncio.wait_for(ready.wait(), timeout=5)
-    stop.set()
-    await asyncio.wait_for(task, timeout=5)
-    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
-    assert "Admission webhooks are not implemented yet: the validating/mutating handlers are never " \
-           "called: 'check'." in warnings
+    expected = r"Admission handlers exist \('check'\), but no webhook server/tunnel"
+    with pytest.raises(RuntimeError, match=expected):
+        await asyncio.wait_for(operator(registry=registry, settings=settings, namespaces=['ns1']), timeout=5)
 
 
 @pytest.fixture

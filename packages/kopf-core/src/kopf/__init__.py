@@ -192,8 +192,8 @@ _LAZY_NAMES: dict[str, tuple[str, str]] = {
     'WebhookMinikubeServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
     'WebhookDockerDesktopServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
     'WebhookAutoServer': ('kopf._webhooks.servers', 'kopf-webhooks'),
-    'WebhookNgrokTunnel': ('kopf._webhooks.servers', 'kopf-webhooks'),
-    'WebhookAutoTunnel': ('kopf._webhooks.servers', 'kopf-webhooks'),
+    'WebhookNgrokTunnel': ('kopf._webhooks.tunnels', 'kopf-webhooks'),
+    'WebhookAutoTunnel': ('kopf._webhooks.tunnels', 'kopf-webhooks'),
 }
 
 

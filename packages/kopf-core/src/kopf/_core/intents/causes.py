@@ -171,10 +171,11 @@ class ResourceWebhookCause(ResourceCause):
     An admission request for an object.
 
     ``webhook`` is the id of the handler the request is addressed to (from the webhook's URL),
-    or None if the request is for all the handlers of that type.
+    or None if the request is for all the handlers of that type; ``reason`` (the webhook type)
+    is None if the request is not addressed: then, the handlers of both types are selected.
     """
 
-    reason: WebhookType
+    reason: WebhookType | None
     webhook: HandlerId | None = None
     operation: str | None = None
     subresource: str | None = None

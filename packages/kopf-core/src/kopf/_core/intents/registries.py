@@ -232,7 +232,7 @@ class WebhooksRegistry(ResourceRegistry[WebhookHandler]):
             return ()
         return (
             handler for handler in self.get_resource_handlers(cause.resource)
-            if handler.reason == cause.reason
+            if (cause.reason is None or handler.reason == cause.reason)
             and (cause.webhook is None or handler.id == cause.webhook)
             and (handler.operations is None or cause.operation in handler.operations)
             and (handler.subresource == '*' or handler.subresource == cause.subresource)

@@ -57,9 +57,13 @@ class Insights:
     ``namespaces`` contains ``None`` in the cluster-wide mode. The ``ready_*`` flags are set once
     the initial state is known; ``changed`` is set on every change (and cleared by its consumer);
     ``watching`` is set once the watch-streams for the initial state are started.
+    ``webhook_resources`` are the cluster's resources of the admission handlers (not watched);
+    ``webhooks_changed`` is set on their every change (for the managed webhook configurations).
     """
 
     resources: set[Resource] = dataclasses.field(default_factory=set)
+    webhook_resources: set[Resource] = dataclasses.field(default_factory=set)
+    webhooks_changed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     namespaces: set[str | None] = dataclasses.field(default_factory=set)
     ready_resources: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     ready_namespaces: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -107,6 +111,10 @@ class _ResourcesPublisher:
         if watchable != self._insights.resources:
             self._insights.resources = set(watchable)
             self._insights.changed.set()
+        webhooked = self._registry.webhooks.select_resources(resources)
+        if webhooked != self._insights.webhook_resources:
+            self._insights.webhook_resources = set(webhooked)
+            self._insights.webhooks_changed.set()
         self._insights.ready_resources.set()
 
     def _warn_on_empty_indices(self, unresolved: frozenset[Selector]) -> None:

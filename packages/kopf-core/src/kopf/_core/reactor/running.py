@@ -29,7 +29,7 @@ import functools
 import importlib.metadata
 import logging
 import warnings
-from collections.abc import Collection, Coroutine, Iterator
+from collections.abc import Collection, Coroutine, Iterator, Mapping
 from typing import Any
 
 from kopf._clients.errors import describe_error
@@ -37,7 +37,7 @@ from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
-from kopf._core.engines import activities, indexing, posting, probing, spawning
+from kopf._core.engines import activities, admission, indexing, posting, probing, spawning
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
@@ -361,11 +361,7 @@ async def _run_operator(
 
         if (peering_requested or settings.peering.mandatory) and not settings.peering.standalone:
             logger.warning('Peering is not implemented yet: running in the standalone mode.')
-        if registry.webhooks:
-            # Accepted for compatibility, but never called: say so rather than pretend (until kopf-webhooks).
-            ids = ', '.join(repr(handler.id) for handler in registry.webhooks.get_all_handlers())
-            logger.warning(f'Admission webhooks are not implemented yet: the validating/mutating '
-                           f'handlers are never called: {ids}.')
+        admission.ensure_server_is_configured(registry, settings)
 
         gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
@@ -536,6 +532,23 @@ def _spawn_core_tasks(
             insights=insights, watcher_factory=watcher_factory,
         ), name='multidimensional multitasker'),
     ]
+
+    # The admission: the webhook server/tunnel and the managed configurations (see the admission engine).
+    if settings.admission.server is not None:
+        client_configs = admission.ClientConfigs()
+
+        def recall_memo(raw_body: Mapping[str, Any]) -> Any:
+            return memories.recall(raw_body, memo=memo, ephemeral=True).memo  # see the engine
+
+        tasks.others.append(asyncio.create_task(admission.admission_webhook_server(
+            registry=registry, settings=settings, insights=insights, configs=client_configs,
+            recall_memo=recall_memo, indices=indices,
+        ), name='admission webhook server'))
+        if settings.admission.managed:
+            tasks.others.append(asyncio.create_task(admission.configuration_manager(
+                registry=registry, settings=settings, insights=insights, configs=client_configs,
+                vault=vault, changed=insights.webhooks_changed,
+            ), name='admission webhook manager'))
     return tasks
 
 

@@ -1,0 +1,437 @@
+"""
+A lean HTTP/1.1 server for the admission reviews: a request with a body in, one response out.
+
+The admission reviews sit in the path of every API request of the cluster, so the server's own cost
+per request matters: here, a protocol parses only what the webhooks need (the request line, the headers,
+a ``Content-Length`` body), and answers with ``Content-Length`` over keep-alive connections; the sockets
+(plain or TLS) are served directly by the event loop's readiness callbacks, so that the encryption
+happens in the SSL module's C code. A general-purpose web framework on asyncio's TLS transport costs
+several times more per request.
+
+What it supports: HTTP/1.1 and HTTP/1.0, keep-alive and ``Connection: close``, pipelined requests
+(answered one by one, in order), ``Expect: 100-continue`` (e.g. curl's for bigger bodies), TLS via
+the server's SSL context with the client certificates available to the handler. What it refuses,
+with a clear answer and the connection closed: malformed requests (400), chunked bodies (411),
+bodies above the limit (413), oversized headers (431).
+"""
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+__all__ = ['HTTPResponse', 'Handler', 'Listener', 'Request', 'start_server', 'stop_server']
+
+logger = logging.getLogger(__name__)
+
+MAX_HEAD_SIZE = 64 * 1024
+CLOSING = 'Connection: close\r\n'
+REASONS = {
+    100: 'Continue', 200: 'OK', 400: 'Bad Request', 404: 'Not Found', 405: 'Method Not Allowed',
+    411: 'Length Required', 413: 'Content Too Large', 431: 'Request Header Fields Too Large',
+    500: 'Internal Server Error',
+}
+
+# status, content type, body, extra headers (already formatted lines, each ending with CRLF).
+HTTPResponse = tuple[int, str, bytes, str]
+
+
+class Request:
+    """What a handler gets: the method, the target (path & query), the headers, the body, the connection."""
+
+    __slots__ = ('body', 'headers', 'method', 'target', 'transport')
+
+    def __init__(self, method: str, target: str, headers: CIMultiDictProxy[str], body: bytes,
+                 transport: asyncio.Transport) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.transport = transport
+
+    @property
+    def path(self) -> str:
+        return self.target.split('?', 1)[0]
+
+    @property
+    def peercert(self) -> Any:
+        """The client's certificate as the SSL layer parsed it (None if none or not verified)."""
+        return self.transport.get_extra_info('peercert')
+
+
+Handler = Callable[[Request], Awaitable[HTTPResponse]]
+
+
+class _Connections:
+    """The open connections of a server: closed all at once when the server stops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.protocols: set[_HTTPProtocol] = set()
+
+
+class _HTTPProtocol(asyncio.Protocol):
+    def __init__(self, handler: Handler, max_body_size: int) -> None:
+        super().__init__()
+        self._handler = handler
+        self._max_body_size = max_body_size
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._continued = False
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self._task is not None:
+            self._task.cancel()  # nobody will read the answer
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if self._task is None:
+            self._next()
+        elif len(self._buffer) > self._max_body_size + MAX_HEAD_SIZE and self._transport is not None:
+            self._transport.pause_reading()  # pipelined far ahead: wait until the current one is answered
+            self._paused = True
+
+    def _next(self) -> None:
+        """Start serving the next complete request in the buffer, if there is one."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self._paused:
+            transport.resume_reading()
+            self._paused = False
+        buffer = self._buffer
+        end = buffer.find(b'\r\n\r\n')
+        if end < 0:
+            if len(buffer) > MAX_HEAD_SIZE:
+                self._refuse(431, 'The request headers are too large.')
+            return
+        lines = buffer[:end].decode('latin-1').split('\r\n')
+        try:
+            method, target, version = lines[0].split(' ')
+        except ValueError:
+            self._refuse(400, 'Malformed HTTP request line.')
+            return
+        headers: CIMultiDict[str] = CIMultiDict()
+        for line in lines[1:]:
+            name, colon, value = line.partition(':')
+            if not colon:
+                self._refuse(400, 'Malformed HTTP header line.')
+                return
+            headers.add(name.strip(), value.strip())
+        if 'chunked' in headers.get('Transfer-Encoding', '').lower():
+            self._refuse(411, 'Chunked request bodies are not supported: send the Content-Length.')
+            return
+        try:
+            length = int(headers.get('Content-Length', '0'))
+        except ValueError:
+            self._refuse(400, 'Malformed Content-Length.')
+            return
+        if length < 0 or length > self._max_body_size:
+            self._refuse(413, f'The request body is above the limit of {self._max_body_size} bytes.')
+            return
+        total = end + 4 + length
+        if len(buffer) < total:
+            if not self._continued and headers.get('Expect', '').lower() == '100-continue':
+                transport.write(b'HTTP/1.1 100 Continue\r\n\r\n')
+                self._continued = True
+            return
+        body = bytes(buffer[end + 4:total])
+        del buffer[:total]
+        self._continued = False
+        connection = headers.get('Connection', '').lower()
+        keep_alive = connection != 'close' if version == 'HTTP/1.1' else connection == 'keep-alive'
+        request = Request(method, target, CIMultiDictProxy(headers), body, transport)
+        self._task = asyncio.get_running_loop().create_task(self._serve(request, keep_alive))
+
+    async def _serve(self, request: Request, keep_alive: bool) -> None:
+        try:
+            status, content_type, payload, extra = await self._handler(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception('The webhook server has failed to serve a request.')
+            status, content_type, payload, extra = 500, 'text/plain', b'The webhook has failed.\n', ''
+        self._task = None
+        transport = self._transport
+        if transport is None:
+            return
+        head = (f'HTTP/1.1 {status} {REASONS.get(status, "Unknown")}\r\n'
+                f'Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n{extra}'
+                f'{"" if keep_alive else CLOSING}\r\n')
+        transport.write(head.encode('latin-1') + payload)
+        if not keep_alive:
+            transport.close()
+        elif self._buffer:
+            self._next()
+
+    def _refuse(self, status: int, message: str) -> None:
+        if self._transport is not None:
+            payload = f'{message}\n'.encode()
+            self._transport.write(
+                f'HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: text/plain\r\n'
+                f'Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n'.encode() + payload)
+            self._transport.close()
+        self._buffer.clear()
+
+
+class _SocketTransport(asyncio.Transport):
+    """
+    A connection's transport over a non-blocking socket (plain or TLS), driven by the loop's readiness.
+
+    For TLS, the socket is an :class:`ssl.SSLSocket`: the encryption is done by the SSL module in C
+    on every ``recv``/``send``. (asyncio's own TLS transport passes every byte through Python code
+    of its memory buffers, which costs more than the rest of a small request's serving.)
+    """
+
+    def __init__(self, sock: socket.socket, protocol: asyncio.Protocol, *, handshaking: bool) -> None:
+        super().__init__()
+        self._loop = asyncio.get_running_loop()
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        self._handshaking = handshaking
+        self._outgoing = bytearray()
+        self._reading = True
+        self._closed = False
+        self._loop.add_reader(self._fd, self._on_readable)
+        if not handshaking:
+            protocol.connection_made(self)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == 'peercert':
+            return self._sock.getpeercert() if isinstance(self._sock, ssl.SSLSocket) else default
+        if name == 'socket':
+            return self._sock
+        if name == 'peername':
+            try:
+                return self._sock.getpeername()
+            except OSError:
+                return default
+        return default
+
+    def is_closing(self) -> bool:
+        return self._closed
+
+    def pause_reading(self) -> None:
+        if self._reading and not self._closed:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self._closed:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        if self._handshaking:
+            self._handshake()
+            return
+        sock = self._sock
+        try:
+            while True:
+                data = sock.recv(65536)
+                if not data:  # EOF
+                    self._close(None)
+                    return
+                self._protocol.data_received(data)
+                if self._closed or not self._reading:
+                    return
+                if not (isinstance(sock, ssl.SSLSocket) and sock.pending()) and len(data) < 65536:
+                    return
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except (OSError, ssl.SSLError) as e:
+            self._close(e)
+
+    def _handshake(self) -> None:
+        sock = self._sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            return
+        except ssl.SSLWantWriteError:
+            self._loop.add_writer(self._fd, self._on_writable)
+            return
+        except (OSError, ssl.SSLError) as e:
+            logger.debug(f'A TLS handshake has failed: {e}')
+            self._close(e, notify=False)
+            return
+        self._handshaking = False
+        self._loop.remove_writer(self._fd)
+        self._protocol.connection_made(self)
+        self._on_readable()  # the data that came with the handshake's end (e.g. the request itself)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            return
+        if self._outgoing:
+            self._outgoing += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            sent = 0
+        except (OSError, ssl.SSLError) as e:
+            self._close(e)
+            return
+        if sent < len(data):
+            self._outgoing += memoryview(data)[sent:]
+            self._loop.add_writer(self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        if self._handshaking:
+            self._handshake()
+            return
+        try:
+            while self._outgoing:
+                sent = self._sock.send(self._outgoing)
+                del self._outgoing[:sent]
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except (OSError, ssl.SSLError) as e:
+            self._close(e)
+            return
+        self._loop.remove_writer(self._fd)
+        if self._closing_after_write:
+            self._close(None)
+
+    _closing_after_write = False
+
+    def close(self) -> None:
+        if self._outgoing and not self._closed:
+            self._closing_after_write = True  # the last answer goes out first
+            self.pause_reading()
+        else:
+            self._close(None)
+
+    def abort(self) -> None:
+        self._close(None)
+
+    def _close(self, exc: BaseException | None, *, notify: bool = True) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        if notify and not self._handshaking:
+            self._protocol.connection_lost(exc if isinstance(exc, Exception) else None)
+
+
+class Listener:
+    """The listening sockets of a server: accepts the connections and gives them to new protocols."""
+
+    def __init__(self, sockets: list[socket.socket], factory: Callable[[], asyncio.Protocol],
+                 ssl_context: ssl.SSLContext | None) -> None:
+        super().__init__()
+        self._loop = asyncio.get_running_loop()
+        self.sockets = sockets
+        self._factory = factory
+        self._ssl_context = ssl_context
+        self.transports: set[_SocketTransport] = set()
+        for sock in sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    @property
+    def port(self) -> int:
+        return int(self.sockets[0].getsockname()[1])
+
+    def _accept(self, listening: socket.socket) -> None:
+        for _ in range(100):  # a backlog of connections, but not forever
+            try:
+                conn, _ = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # e.g. out of file descriptors: the others are served meanwhile
+                logger.warning(f'Failed to accept a connection: {e}')
+                return
+            conn.setblocking(False)
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock: socket.socket = conn
+            if self._ssl_context is not None:
+                sock = self._ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+            transport = _SocketTransport(sock, self._factory(), handshaking=self._ssl_context is not None)
+            self.transports.add(transport)
+            if len(self.transports) > 256:  # forget the closed ones now and then
+                self.transports = {known for known in self.transports if not known.is_closing()}
+            if transport._handshaking:
+                transport._handshake()
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            self._loop.remove_reader(sock.fileno())
+            sock.close()
+        for transport in list(self.transports):
+            transport.abort()
+        self.transports.clear()
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for all the addresses of the host, all on the same port (0: a free one)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    errors: list[OSError] = []
+    try:
+        for family, kind, proto, _, address in infos:
+            if any(sock.family == family and sock.getsockname()[0] == address[0] for sock in sockets):
+                continue  # the same address twice (e.g. from /etc/hosts)
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port == 0 and sockets:  # the same port as the first one
+                    address = (address[0], sockets[0].getsockname()[1], *address[2:])
+                sock.bind(address)
+                sock.listen(128)
+                sock.setblocking(False)
+            except OSError as e:
+                sock.close()
+                # E.g. ::1 of "localhost" where IPv6 is disabled: the other addresses will do.
+                # But a busy port is an error: another process would get a part of the requests.
+                if e.errno not in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    raise
+                errors.append(e)
+            else:
+                sockets.append(sock)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    if not sockets:
+        raise errors[0] if errors else OSError(f'Cannot listen on {host!r}: no addresses found.')
+    return sockets
+
+
+async def start_server(
+        handler: Handler,
+        *,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        max_body_size: int,
+) -> Listener:
+    """Listen on the host (all its addresses) and the port (0: a free one, the same for all addresses)."""
+    def factory() -> _HTTPProtocol:
+        return _HTTPProtocol(handler, max_body_size)
+
+    return Listener(_bind(host, port), factory, ssl_context)
+
+
+async def stop_server(listener: Listener) -> None:
+    listener.close()
