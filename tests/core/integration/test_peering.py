@@ -316,3 +316,55 @@ async def test_a_killed_higher_one_is_replaced_after_its_lifetime(
             process.wait(5)
     assert handled == {('low', 'kex2'): 1}  # kex1 was handled by the killed one: not again
     assert output.read_text().count('HANDLED') == 1
+
+
+def kopf_command(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path))
+    return subprocess.run([sys.executable, '-m', 'kopf', *args], env=env, capture_output=True, text=True,
+                          timeout=30)
+
+
+async def test_freeze_and_resume_commands_pause_and_resume_the_operators(
+        cluster: Any, default_peering: None, make_operator: Any, handled: Handled, eventually: Any,
+        quiet: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with make_operator('op', priority=10, lifetime=60):
+        await eventually(lambda: len(peers(cluster)) == 1)
+        result = await asyncio.to_thread(kopf_command, cluster, 'freeze', '-n', 'default', '-P', 'default',
+                                         '-p', '100', '-t', '60', '-i', 'admin@console', '-m', 'maintenance')
+        assert result.returncode == 0, result.stderr
+        assert peers(cluster)['admin@console']['priority'] == 100
+        assert peers(cluster)['admin@console']['lifetime'] == 60
+        await eventually(lambda: any('Pausing operations in favour of [<Peer admin@console: priority=100, '
+                                     'lifetime=60' in m for m in caplog.messages))
+        await cluster.create('kex1')
+        await quiet()
+        assert not handled
+
+        result = await asyncio.to_thread(kopf_command, cluster, 'resume', '-n', 'default', '-P', 'default',
+                                         '-i', 'admin@console')
+        assert result.returncode == 0, result.stderr
+        assert 'admin@console' not in peers(cluster)
+        await eventually(lambda: handled[('op', 'kex1')] == 1)
+        await quiet()
+    assert handled == {('op', 'kex1'): 1}
+
+
+async def test_freeze_of_a_peering_that_does_not_exist_fails_clearly(cluster: Any, peering_crds: None) -> None:
+    result = await asyncio.to_thread(kopf_command, cluster, 'freeze', '-A', '-P', 'nope', '-p', '1', '-t', '9')
+    assert result.returncode == 1
+    assert "The mandatory peering ClusterKopfPeering 'nope' does not exist; create it" in result.stderr
+    assert 'kind: ClusterKopfPeering' in result.stderr
+
+
+async def test_freeze_by_default_uses_the_user_and_host_as_the_identity(
+        cluster: Any, peering_crds: None,
+) -> None:
+    await cluster.request('POST', CLUSTER_PEERING, {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterKopfPeering',
+                                                    'metadata': {'name': 'default'}})
+    result = await asyncio.to_thread(kopf_command, cluster, 'freeze', '-A', '-P', 'default', '--dev', '-p', '1',
+                                     '-t', '9')
+    assert result.returncode == 0, result.stderr
+    [(identity, record)] = peers(cluster, namespace=None).items()
+    assert '@' in identity and '/' not in identity
+    assert record['priority'] == 666 and record['lifetime'] == 9
