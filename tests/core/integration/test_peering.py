@@ -52,6 +52,28 @@ def peers(cluster: Any, name: str = 'default', namespace: str | None = 'default'
 
 
 @pytest.fixture
+def quiet(cluster: Any) -> Callable[..., Any]:
+    """Wait until the objects are left alone for a while (the coordination's own requests do not count)."""
+
+    def activity() -> dict[Any, int]:
+        return {key: count for key, count in cluster.emulator.requests.snapshot().items()
+                if key.verb != 'watch' and key.resource not in {'kopfpeerings', 'clusterkopfpeerings'}}
+
+    async def quiet(period: float = 0.5, within: float = 10.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        last, stable_since = activity(), loop.time()
+        while loop.time() - stable_since < period:
+            if loop.time() > deadline:
+                raise AssertionError('The operators do not settle.')
+            await asyncio.sleep(0.02)
+            if activity() != last:
+                last, stable_since = activity(), loop.time()
+
+    return quiet
+
+
+@pytest.fixture
 def handled() -> Handled:
     return collections.Counter()
 
