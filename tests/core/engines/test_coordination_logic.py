@@ -16,7 +16,7 @@ from kopf._core.engines.leadership import LeaseElection, parse_lease_reference
 from kopf._core.engines.peering import Identity, Peer, detect_own_id, judge, keepalive_interval, parse_peers
 from kopf._core.intents.configuration import OperatorSettings
 
-NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+NOW = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 LEASE = '/apis/coordination.k8s.io/v1/namespaces/default/leases/op'
 
 

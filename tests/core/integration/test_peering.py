@@ -222,7 +222,7 @@ async def test_the_lower_one_resumes_when_the_higher_ones_lifetime_expires(
         quiet: Any,
 ) -> None:
     # As if the higher peer has been killed: its record stays, but is not renewed anymore.
-    lastseen = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    lastseen = datetime.datetime.now(datetime.UTC).isoformat()
     higher = {'priority': 100, 'lifetime': 2, 'lastseen': lastseen}
     await cluster.request('PATCH', f'{PEERING}/default', {'status': {'killed@host/1': higher}},
                           content_type='application/merge-patch+json')

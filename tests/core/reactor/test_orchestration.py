@@ -177,9 +177,14 @@ async def test_the_ungated_coordinators_run_first_and_regardless_of_the_gate(loo
 
     task = asyncio.create_task(orchestrator(insights=insights, watcher_factory=factory, gate=gate,
                                             ungated=[PEERING]))
-    await asyncio.wait_for(insights.watching.wait(), timeout=1)
     await asyncio.sleep(1)
     assert watchers.started == [(PEERING, 'ns1')]  # no object watcher has ever started
+    assert not insights.watching.is_set()  # not ready until the coordinators decide
+
+    [blocker] = gate._blockers
+    blocker.block()  # decided: a follower; the operator is ready, though it watches nothing
+    await asyncio.wait_for(insights.watching.wait(), timeout=1)
+    assert watchers.started == [(PEERING, 'ns1')]
 
     insights.namespaces = {'ns1', 'ns2'}
     insights.changed.set()

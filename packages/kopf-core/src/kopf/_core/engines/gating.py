@@ -24,6 +24,7 @@ class GateBlocker:
         self._gate = gate
         self.name = name
         self._blocking = blocking
+        self._decided = False  # until its coordinator says anything: e.g. the peers are not seen yet
 
     def __repr__(self) -> str:
         return f'<GateBlocker {self.name!r}: {"blocking" if self._blocking else "not blocking"}>'
@@ -31,6 +32,11 @@ class GateBlocker:
     @property
     def blocking(self) -> bool:
         return self._blocking
+
+    @property
+    def decided(self) -> bool:
+        """Whether the coordinator has decided at least once (to block or not); the initial state is a guess."""
+        return self._decided
 
     def block(self) -> None:
         self._set(True)
@@ -44,8 +50,9 @@ class GateBlocker:
         self._gate._blockers.discard(self)
 
     def _set(self, value: bool) -> None:
-        if self._blocking != value:
+        if self._blocking != value or not self._decided:
             self._blocking = value
+            self._decided = True
             self._gate._notify()
 
 
@@ -63,6 +70,11 @@ class HandlingGate:
     @property
     def is_open(self) -> bool:
         return not any(blocker.blocking for blocker in self._blockers)
+
+    @property
+    def decided(self) -> bool:
+        """Whether all the coordinators have decided at least once (e.g. for the operator's readiness)."""
+        return all(blocker.decided for blocker in self._blockers)
 
     @property
     def blocked_by(self) -> list[str]:

@@ -138,6 +138,8 @@ class LeaseElection:
         elif self.leading and self._renewed_at is not None and \
                 loop.time() >= self._renewed_at + self._election.renew_deadline:
             self._stop_leading(f'the lease could not be renewed for {self._election.renew_deadline}s')
+        elif not self.leading:
+            self.blocker.block()  # a follower: decided (for the operator's readiness), nothing changes
 
     def _stop_leading(self, reason: str) -> None:
         self.leading = False

@@ -55,7 +55,8 @@ async def orchestrator(
     """
     Start & stop the watchers as the insights change (runs forever; stops all the watchers on exit).
 
-    ``insights.watching`` is set once the watchers of the initial insights are started.
+    ``insights.watching`` is set once the watchers of the initial insights are started
+    (or, if the gate is closed, once all its coordinators have decided so).
 
     While the ``gate`` is closed (e.g. another operator with a higher priority handles the objects),
     no watchers run: they are stopped when it closes (their workers finish what they do), and started
@@ -110,7 +111,9 @@ async def orchestrator(
                 watchers[key] = asyncio.create_task(watcher_factory(resource, namespace),
                                                     name=f'watcher for {resource!r}@{namespace}')
 
-            insights.watching.set()
+            # Ready when the watchers are started, or when it is decided that none should run (a follower).
+            if gate is None or gate.decided:
+                insights.watching.set()
             await _wait_for_changes(insights, gate, [task for task in coordinators.values() if not task.done()])
             for task in coordinators.values():
                 if task.done() and not task.cancelled() and task.exception() is not None:
