@@ -151,7 +151,8 @@ def test_freeze_and_resume_of_a_peering_without_its_crds_say_to_install_them(
         args: list[str], k8s_emulator: KubernetesEmulator) -> None:
     result = invoke(*args, env={'KUBECONFIG': str(k8s_emulator.kubeconfig_path)})
     assert result.exit_code == 1
-    assert "Error: The mandatory peering 'example' cannot be used: the cluster does not serve " in result.stderr
+    assert "Error: The mandatory peering 'example' cannot be used: the cluster does not serve " \
+        in result.stderr
     assert 'install the peering CRDs' in result.stderr
     assert 'Traceback' not in result.output
 

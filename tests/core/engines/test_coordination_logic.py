@@ -139,7 +139,8 @@ def held_by(holder: str) -> dict[str, object]:
     return {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
             'metadata': {'name': 'op', 'namespace': 'default', 'resourceVersion': '7'},
             'spec': {'holderIdentity': holder, 'leaseDurationSeconds': 15, 'leaseTransitions': 3,
-                     'acquireTime': '2000-01-01T00:00:00.000000Z', 'renewTime': '2000-01-01T00:00:00.000000Z'}}
+                     'acquireTime': '2000-01-01T00:00:00.000000Z',
+                     'renewTime': '2000-01-01T00:00:00.000000Z'}}
 
 
 @pytest.mark.looptime

@@ -249,7 +249,8 @@ async def test_mandatory_peering_without_the_crds_says_to_install_them(
     async with make_operator('op', peering_name='example') as operator:
         await operator.wait(within=5)
     assert len(operator.errors) == 1 and isinstance(operator.errors[0], PeeringError)
-    assert 'does not serve KopfPeering (kopfpeerings.kopf.dev); install the peering CRDs' in str(operator.errors[0])
+    message = str(operator.errors[0])
+    assert 'does not serve KopfPeering (kopfpeerings.kopf.dev); install the peering CRDs' in message
 
 
 async def test_absent_default_peering_means_the_standalone_mode(
@@ -286,7 +287,8 @@ async def test_server_errors_and_conflicts_on_keepalives_are_retried(
 ) -> None:
     cluster.emulator.fail_requests(2, status=503, verb='patch', path='kopfpeerings')
     cluster.emulator.fail_requests(1, status=409, verb='patch', path='kopfpeerings')
-    async with make_operator('low', priority=10, lifetime=1.5), make_operator('high', priority=20, lifetime=1.5):
+    async with (make_operator('low', priority=10, lifetime=1.5),
+                make_operator('high', priority=20, lifetime=1.5)):
         await eventually(lambda: len(peers(cluster)) == 2, within=8)
         for index in range(3):
             await cluster.create(f'kex{index}')
@@ -294,6 +296,13 @@ async def test_server_errors_and_conflicts_on_keepalives_are_retried(
         await quiet()
     assert by_operator(handled) == {'high': {'kex0', 'kex1', 'kex2'}}
     assert set(handled.values()) == {1}
+
+
+def start_process(args: list[str], env: dict[str, str], output: pathlib.Path) -> subprocess.Popen[bytes]:
+    """``kopf run`` as a subprocess (to be killed with SIGKILL), its output going to a file."""
+    with open(output, 'w') as stdout:
+        return subprocess.Popen([sys.executable, '-m', 'kopf', 'run', *args],
+                                env=env, stdout=stdout, stderr=subprocess.STDOUT)
 
 
 OPERATOR_SOURCE = '''
@@ -319,9 +328,7 @@ async def test_a_killed_higher_one_is_replaced_after_its_lifetime(
     source.write_text(textwrap.dedent(OPERATOR_SOURCE))
     output = tmp_path / 'output.txt'
     env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path), PEERING_LIFETIME='2')
-    with open(output, 'w') as stdout:
-        process = subprocess.Popen([sys.executable, '-m', 'kopf', 'run', '-n', 'default', '--priority', '100',
-                                    str(source)], env=env, stdout=stdout, stderr=subprocess.STDOUT)
+    process = start_process(['-n', 'default', '--priority', '100', str(source)], env, output)
     try:
         async with make_operator('low', priority=0):
             await eventually(lambda: len(peers(cluster)) == 2, within=15)
@@ -372,8 +379,11 @@ async def test_freeze_and_resume_commands_pause_and_resume_the_operators(
     assert handled == {('op', 'kex1'): 1}
 
 
-async def test_freeze_of_a_peering_that_does_not_exist_fails_clearly(cluster: Any, peering_crds: None) -> None:
-    result = await asyncio.to_thread(kopf_command, cluster, 'freeze', '-A', '-P', 'nope', '-p', '1', '-t', '9')
+async def test_freeze_of_a_peering_that_does_not_exist_fails_clearly(
+        cluster: Any, peering_crds: None,
+) -> None:
+    args = ['freeze', '-A', '-P', 'nope', '-p', '1', '-t', '9']
+    result = await asyncio.to_thread(kopf_command, cluster, *args)
     assert result.returncode == 1
     assert "The mandatory peering ClusterKopfPeering 'nope' does not exist; create it" in result.stderr
     assert 'kind: ClusterKopfPeering' in result.stderr
@@ -384,8 +394,8 @@ async def test_freeze_by_default_uses_the_user_and_host_as_the_identity(
 ) -> None:
     await cluster.request('POST', CLUSTER_PEERING, {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterKopfPeering',
                                                     'metadata': {'name': 'default'}})
-    result = await asyncio.to_thread(kopf_command, cluster, 'freeze', '-A', '-P', 'default', '--dev', '-p', '1',
-                                     '-t', '9')
+    args = ['freeze', '-A', '-P', 'default', '--dev', '-p', '1', '-t', '9']
+    result = await asyncio.to_thread(kopf_command, cluster, *args)
     assert result.returncode == 0, result.stderr
     [(identity, record)] = peers(cluster, namespace=None).items()
     assert '@' in identity and '/' not in identity

@@ -138,7 +138,8 @@ def _parse_lease(value: str | None) -> tuple[str | None, str] | None:
         return None
     namespace, _, name = value.rpartition('/')
     if not name or '/' in namespace:
-        raise click.BadParameter(f'{value!r}: expected NAME or NAMESPACE/NAME of a Lease.', param_hint="'--lease'")
+        raise click.BadParameter(f'{value!r}: expected NAME or NAMESPACE/NAME of a Lease.',
+                                 param_hint="'--lease'")
     return namespace or None, name
 
 
@@ -481,7 +482,8 @@ def _run_peering_command(ctx: click.Context, options: dict[str, Any], *, priorit
             if priority is not None and lifetime is not None:
                 record = peering_engine.Peer(id=peering_engine.Identity(identity), priority=priority,
                                              lifetime=lifetime, lastseen=datetime.datetime.now(datetime.UTC))
-            await peering_engine.touch(settings=settings, vault=vault, target=target, id=identity, peer=record)
+            await peering_engine.touch(settings=settings, vault=vault, target=target, id=identity,
+                                       peer=record)
             if record is not None:
                 suffix = f': {message}' if message else '.'
                 logger.info(f'Frozen the operators of the peering {target} with the priority {priority} '

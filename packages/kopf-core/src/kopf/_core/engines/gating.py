@@ -35,7 +35,7 @@ class GateBlocker:
 
     @property
     def decided(self) -> bool:
-        """Whether the coordinator has decided at least once (to block or not); the initial state is a guess."""
+        """Whether the coordinator has decided (to block or not): the initial state is a guess."""
         return self._decided
 
     def block(self) -> None:

@@ -70,7 +70,8 @@ class _Observation:
 class LeaseElection:
     """One operator's participation in one lease's election (see the module's description)."""
 
-    def __init__(self, *, settings: OperatorSettings, vault: Vault, identity: str, blocker: GateBlocker) -> None:
+    def __init__(self, *, settings: OperatorSettings, vault: Vault, identity: str,
+                 blocker: GateBlocker) -> None:
         super().__init__()
         self.settings = settings
         self.vault = vault
@@ -116,7 +117,8 @@ class LeaseElection:
         loop = asyncio.get_running_loop()
         started = loop.time()
         # A leader's attempt never lasts beyond its deadline: it must stop handling before the others start.
-        deadline = (self._renewed_at + self._election.renew_deadline) if self.leading and self._renewed_at else None
+        leading_since = self._renewed_at if self.leading else None
+        deadline = leading_since + self._election.renew_deadline if leading_since is not None else None
         try:
             async with asyncio.timeout_at(deadline):
                 acquired = await self._try_acquire_or_renew(started)
@@ -151,7 +153,8 @@ class LeaseElection:
         """True if we hold the lease now; False if another holder does; errors escalate."""
         try:
             lease = await coordination.read(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
-                                            namespace=self.namespace, name=self.name, backoffs=(), logger=logger)
+                                            namespace=self.namespace, name=self.name, backoffs=(),
+                                            logger=logger)
         except errors.APINotFoundError:
             now = datetime.datetime.now(datetime.UTC)
             body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',

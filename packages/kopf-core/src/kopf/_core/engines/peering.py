@@ -7,7 +7,7 @@ the operators restricted to namespaces: one object per served namespace) and ``C
 Every operator keeps its own record in the object's ``status``, keyed by its identity::
 
     status:
-      root@host/20260101120000/x7k: {priority: 100, lifetime: 60, lastseen: '2026-01-01T12:00:00.123456+00:00'}
+      root@host/20260101120000/x7k: {priority: 100, lifetime: 60, lastseen: '2026-01-01T12:00:00.1+00:00'}
 
 and renews its ``lastseen`` before the ``lifetime`` expires (keep-alives). Every operator watches
 the object and decides (see :func:`judge`):
@@ -123,10 +123,13 @@ class Peer:
         """Parse a record of the peering object; None if it is not a valid one (then it is ignored)."""
         if not isinstance(record, Mapping):
             return None
-        priority, lifetime, lastseen = record.get('priority', 0), record.get('lifetime'), record.get('lastseen')
+        priority = record.get('priority', 0)
+        lifetime, lastseen = record.get('lifetime'), record.get('lastseen')
         if isinstance(priority, bool) or not isinstance(priority, int):
             return None
-        if isinstance(lifetime, bool) or not isinstance(lifetime, (int, float)) or not isinstance(lastseen, str):
+        if isinstance(lifetime, bool) or not isinstance(lifetime, (int, float)):
+            return None
+        if not isinstance(lastseen, str):
             return None
         try:
             parsed = datetime.datetime.fromisoformat(lastseen.replace('Z', '+00:00'))
@@ -235,8 +238,8 @@ async def detect_peering(
     if mandatory:
         raise PeeringError(f'The mandatory peering {preferred.kind} {name!r} does not exist{scope}; '
                            f'{_creation_hint(preferred, namespace, name)}.')
-    logger.info(f'The default peering is not found{scope}; running in the standalone mode.' if name == 'default'
-                else f'The peering {name!r} is not found{scope}; running in the standalone mode.')
+    what = 'The default peering' if name == 'default' else f'The peering {name!r}'
+    logger.info(f'{what} is not found{scope}; running in the standalone mode.')
     return None
 
 
@@ -283,11 +286,10 @@ class _PeeringState:
     def evaluate(self, now: datetime.datetime) -> Verdict:
         verdict = judge(self.peers, own_id=self.own_id, own_priority=self.settings.peering.priority, now=now)
         previous, self.verdict = self.verdict, verdict
-        if verdict.same and (previous is None or {p.id for p in previous.same} != {p.id for p in verdict.same}):
+        if verdict.same and (previous is None or _ids(previous.same) != _ids(verdict.same)):
             logger.warning(f'Possibly conflicting operators with the same priority: {list(verdict.same)}.')
         if verdict.paused and (previous is None or not previous.paused or
-                               {p.id for p in previous.higher + previous.same} !=
-                               {p.id for p in verdict.higher + verdict.same}):
+                               _ids(previous.higher + previous.same) != _ids(verdict.higher + verdict.same)):
             if verdict.same:
                 everyone = sorted((peer for peer in self.peers if not peer.is_dead(now)), key=lambda p: p.id)
                 logger.warning(f'Pausing all operators, including self: {everyone}')
@@ -301,6 +303,10 @@ class _PeeringState:
         else:
             self.blocker.unblock()
         return verdict
+
+
+def _ids(peers: Iterable[Peer]) -> set[str]:
+    return {peer.id for peer in peers}
 
 
 async def keep_peering(

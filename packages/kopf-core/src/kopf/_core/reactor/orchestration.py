@@ -114,7 +114,8 @@ async def orchestrator(
             # Ready when the watchers are started, or when it is decided that none should run (a follower).
             if gate is None or gate.decided:
                 insights.watching.set()
-            await _wait_for_changes(insights, gate, [task for task in coordinators.values() if not task.done()])
+            running = [task for task in coordinators.values() if not task.done()]
+            await _wait_for_changes(insights, gate, running)
             for task in coordinators.values():
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     task.result()  # re-raise: e.g. a mandatory peering that does not exist

@@ -179,7 +179,8 @@ async def spawn_tasks(
     to some namespaces (names, globs, negations, regexps); ``clusterwide=True`` serves the whole cluster.
     ``standalone``, ``priority``, ``peering_name`` go to ``settings.peering`` (see
     :mod:`kopf._core.engines.peering`); ``identity`` is the operator's identity in the peerings
-    and the Lease election (``user@host/<time>/<random>`` by default). ``_command``, if given, runs instead of the watching (after the startup & login),
+    and the Lease election (``user@host/<time>/<random>`` by default).
+    ``_command``, if given, runs instead of the watching (after the startup & login),
     and the operator exits when it is done.
     """
     logger.debug(f'Starting Kopf {_get_version()}.')
