@@ -229,6 +229,9 @@ async def test_a_killed_leader_is_replaced_after_the_lease_duration(
         async with make_operator('follower'):
             await cluster.create('kex1')
             await eventually(lambda: 'HANDLED kex1' in output.read_text(), within=10)
+            # Killed only once the outcome is stored: otherwise, handling it again would be right.
+            await eventually(lambda: cluster.diffbase('kex1') is not None
+                             and not cluster.progress_annotations('kex1'))
             process.send_signal(signal.SIGKILL)
             await asyncio.to_thread(process.wait, 5)
             await cluster.create('kex2')

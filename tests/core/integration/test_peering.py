@@ -334,6 +334,9 @@ async def test_a_killed_higher_one_is_replaced_after_its_lifetime(
             await eventually(lambda: len(peers(cluster)) == 2, within=15)
             await cluster.create('kex1')
             await eventually(lambda: 'HANDLED kex1' in output.read_text(), within=10)
+            # Killed only once the outcome is stored: otherwise, handling it again would be right.
+            await eventually(lambda: cluster.diffbase('kex1') is not None
+                             and not cluster.progress_annotations('kex1'))
             process.send_signal(signal.SIGKILL)
             process.wait(5)
             await cluster.create('kex2')
