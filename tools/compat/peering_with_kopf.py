@@ -180,7 +180,8 @@ def main() -> int:
                   'Kopf (the higher priority) handles; ours pauses')
 
             print("4. Kopf's kopf freeze pauses both; our kopf resume resumes them.")
-            freeze = ['freeze', '-n', NAMESPACE, '-P', 'default', '-p', '100', '-t', '60', '-i', 'admin@console']
+            freeze = ['freeze', '-n', NAMESPACE, '-P', 'default', '-p', '100', '-t', '60',
+                      '-i', 'admin@console']
             result = subprocess.run([*theirs, *freeze], env=env, capture_output=True, text=True)
             check(result.returncode == 0, "Kopf's freeze has succeeded")
             wait_for(lambda: our_replica.log().count('Pausing operations in favour of') >= 2
