@@ -21,7 +21,8 @@ def name_the_replica(memo: kopf.Memo, settings: kopf.OperatorSettings, logger: k
         logger.info(f'Replica {memo.replica} elects the leader with the Lease '
                     f'{settings.election.lease_namespace or "default"}/{settings.election.lease_name}.')
     elif settings.peering.standalone:
-        logger.info(f'Replica {memo.replica} runs standalone: it handles everything regardless of the others.')
+        logger.info(f'Replica {memo.replica} runs standalone: '
+                    f'it handles everything regardless of the others.')
     else:
         logger.info(f'Replica {memo.replica} peers via {settings.peering.name!r} '
                     f'with the priority {settings.peering.priority}.')
