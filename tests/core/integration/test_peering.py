@@ -403,3 +403,15 @@ async def test_freeze_by_default_uses_the_user_and_host_as_the_identity(
     [(identity, record)] = peers(cluster, namespace=None).items()
     assert '@' in identity and '/' not in identity
     assert record['priority'] == 666 and record['lifetime'] == 9
+
+
+async def test_forbidden_peering_means_the_standalone_mode_with_a_warning(
+        cluster: Any, default_peering: None, make_operator: Any, handled: Handled, eventually: Any,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster.emulator.fail_requests(None, status=403, path='kopfpeerings')  # e.g. no RBAC for the peering
+    async with make_operator('op'):
+        await cluster.create('kex1')
+        await eventually(lambda: handled[('op', 'kex1')] == 1)
+    assert any(message.startswith('The peering cannot be detected (running in the standalone mode): HTTP 403')
+               for message in caplog.messages)

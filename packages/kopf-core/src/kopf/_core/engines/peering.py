@@ -218,15 +218,22 @@ async def detect_peering(
     namespace = None if settings.peering.clusterwide else namespace
     served = False
     for resource in candidates:
-        if not await coordination.is_served(settings=settings, vault=vault, resource=resource,
-                                            namespace=namespace, logger=logger):
-            continue
-        served = True
         try:
+            if not await coordination.is_served(settings=settings, vault=vault, resource=resource,
+                                                namespace=namespace, logger=logger):
+                continue
+            served = True
             await coordination.read(settings=settings, vault=vault, resource=resource,
                                     namespace=namespace, name=name, logger=logger)
         except errors.APINotFoundError:
             continue
+        except errors.APIForbiddenError as e:
+            # E.g. an operator without the RBAC permissions for the peering: not an error unless required.
+            if mandatory:
+                raise PeeringError(f'The mandatory peering {name!r} cannot be used: {e}; grant the operator '
+                                   f'"get, list, watch, patch" on {resource.name} in its RBAC.') from e
+            logger.warning(f'The peering cannot be detected (running in the standalone mode): {e}')
+            return None
         return PeeringTarget(resource=resource, namespace=namespace, name=name)
 
     preferred = candidates[0]
