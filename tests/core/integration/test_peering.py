@@ -415,3 +415,48 @@ async def test_forbidden_peering_means_the_standalone_mode_with_a_warning(
         await eventually(lambda: handled[('op', 'kex1')] == 1)
     assert any(message.startswith('The peering cannot be detected (running in the standalone mode): HTTP 403')
                for message in caplog.messages)
+
+
+async def test_pausing_stops_the_daemons_and_resuming_starts_them_as_for_new_objects(
+        cluster: Any, default_peering: None, make_registry: Any, settings_factory: Any, eventually: Any,
+) -> None:
+    from kopf._core.engines.daemons import DaemonStoppingReason
+    registry = make_registry()
+    settings = settings_factory()
+    settings.posting.enabled = False
+    settings.process.ultimate_exiting_timeout = 20
+    events: list[tuple[str, str, Any]] = []
+    lock = threading.Lock()
+
+    @kopf.daemon('kopfexamples', registry=registry)
+    def monitor(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        with lock:
+            events.append(('started', name, None))
+        stopped.wait()
+        with lock:
+            events.append(('stopped', name, stopped.reason))
+
+    await cluster.create('kex1')
+    await cluster.create('kex2')
+    operator = ThreadedOperator(registry=registry, settings=settings, priority=0, namespaces=['default'],
+                                identity='me')
+    operator.thread.start()
+    try:
+        await eventually(lambda: len(events) == 2)
+        now = datetime.datetime.now(datetime.UTC).isoformat()
+        freeze = {'status': {'admin': {'priority': 100, 'lifetime': 60, 'lastseen': now}}}  # as kopf freeze does
+        await cluster.request('PATCH', f'{PEERING}/default', freeze, content_type='application/merge-patch+json')
+        await eventually(lambda: len(events) == 4)
+        assert {(event, name) for event, name, _ in events[2:]} == {('stopped', 'kex1'), ('stopped', 'kex2')}
+        assert all(reason is not None and reason & DaemonStoppingReason.OPERATOR_PAUSING
+                   for _, _, reason in events[2:])
+
+        await cluster.delete('kex2')  # while paused: it must not be revived
+        await cluster.request('PATCH', f'{PEERING}/default', {'status': {'admin': None}},
+                              content_type='application/merge-patch+json')
+        await eventually(lambda: len(events) == 5)
+        assert events[4][:2] == ('started', 'kex1')
+    finally:
+        await operator.stop()
+    started = [name for event, name, _ in events if event == 'started']
+    assert sorted(started[:2]) == ['kex1', 'kex2'] and started[2:] == ['kex1']  # kex2 is not revived
