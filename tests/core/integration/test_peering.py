@@ -444,8 +444,9 @@ async def test_pausing_stops_the_daemons_and_resuming_starts_them_as_for_new_obj
     try:
         await eventually(lambda: len(events) == 2)
         now = datetime.datetime.now(datetime.UTC).isoformat()
-        freeze = {'status': {'admin': {'priority': 100, 'lifetime': 60, 'lastseen': now}}}  # as kopf freeze does
-        await cluster.request('PATCH', f'{PEERING}/default', freeze, content_type='application/merge-patch+json')
+        freeze = {'status': {'admin': {'priority': 100, 'lifetime': 60, 'lastseen': now}}}
+        await cluster.request('PATCH', f'{PEERING}/default', freeze,
+                              content_type='application/merge-patch+json')  # as kopf freeze does
         await eventually(lambda: len(events) == 4)
         assert {(event, name) for event, name, _ in events[2:]} == {('stopped', 'kex1'), ('stopped', 'kex2')}
         assert all(reason is not None and reason & DaemonStoppingReason.OPERATOR_PAUSING
