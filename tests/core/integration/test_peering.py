@@ -461,3 +461,67 @@ async def test_pausing_stops_the_daemons_and_resuming_starts_them_as_for_new_obj
         await operator.stop()
     started = [name for event, name, _ in events if event == 'started']
     assert sorted(started[:2]) == ['kex1', 'kex2'] and started[2:] == ['kex1']  # kex2 is not revived
+
+
+async def test_keepalives_are_logged_unless_stealth(
+        cluster: Any, default_peering: None, make_operator: Any, eventually: Any,
+        caplog: pytest.LogCaptureFixture, settings_factory: Any, make_registry: Any,
+) -> None:
+    async with make_operator('loud'):
+        await eventually(lambda: "Keep-alive in 'default' in 'default': ok." in caplog.messages)
+    caplog.clear()
+
+    settings = settings_factory()
+    settings.peering.stealth = True
+    operator = ThreadedOperator(registry=make_registry(), settings=settings, namespaces=['default'],
+                                identity='quiet')
+    operator.thread.start()
+    try:
+        await eventually(lambda: 'quiet' in peers(cluster))  # the keep-alives are sent anyway
+    finally:
+        await operator.stop()
+    assert not any(message.startswith('Keep-alive in') for message in caplog.messages)
+
+
+async def test_the_former_api_group_is_used_if_only_it_is_served(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any,
+) -> None:
+    for doc in yaml.safe_load_all((REPO / 'peering.yaml').read_text()):
+        if doc:
+            doc['metadata']['name'] = doc['metadata']['name'].replace('kopf.dev', 'kopf.zalando.org')
+            doc['spec']['group'] = 'kopf.zalando.org'
+            await cluster.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', doc)
+    await cluster.request('POST', '/apis/kopf.zalando.org/v1/namespaces/default/kopfpeerings',
+                          {'apiVersion': 'kopf.zalando.org/v1', 'kind': 'KopfPeering',
+                           'metadata': {'name': 'legacy', 'namespace': 'default'}})
+    async with make_operator('op', peering_name='legacy'):
+        await eventually(lambda: len((cluster.emulator.get_object('kopfpeerings.kopf.zalando.org', 'legacy',
+                                                                  namespace='default') or {})
+                                     .get('status') or {}) == 1)
+        await cluster.create('kex1')
+        await eventually(lambda: handled[('op', 'kex1')] == 1)
+
+
+async def test_namespaced_operators_peer_in_every_served_namespace(
+        cluster: Any, default_peering: None, make_operator: Any, handled: Handled, eventually: Any,
+        quiet: Any,
+) -> None:
+    await cluster.create_namespace('other')
+    await cluster.request('POST', '/apis/kopf.dev/v1/namespaces/other/kopfpeerings',
+                          {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfPeering',
+                           'metadata': {'name': 'default', 'namespace': 'other'}})
+    async with make_operator('op', namespaces=['default', 'other']):
+        await eventually(lambda: len(peers(cluster)) == 1 and len(peers(cluster, namespace='other')) == 1)
+        # A higher priority in one of the namespaces pauses the whole operator (as in Kopf).
+        now = datetime.datetime.now(datetime.UTC).isoformat()
+        freeze = {'status': {'admin': {'priority': 100, 'lifetime': 60, 'lastseen': now}}}
+        await cluster.request('PATCH', '/apis/kopf.dev/v1/namespaces/other/kopfpeerings/default', freeze,
+                              content_type='application/merge-patch+json')
+        await quiet()
+        await cluster.create('kex1')
+        await cluster.create('kex2', namespace='other')
+        await quiet()
+        assert not handled
+        await cluster.request('PATCH', '/apis/kopf.dev/v1/namespaces/other/kopfpeerings/default',
+                              {'status': {'admin': None}}, content_type='application/merge-patch+json')
+        await eventually(lambda: handled == {('op', 'kex1'): 1, ('op', 'kex2'): 1})
