@@ -67,7 +67,7 @@ NAMESPACED_PEERING_RESOURCES = (
     Resource('kopf.zalando.org', 'v1', 'kopfpeerings', kind='KopfPeering', namespaced=True),
 )
 
-PEERING_CRDS_HINT = 'the peering CRDs (e.g. "kubectl apply -f peering.yaml" from Kopf\'s repository)'
+PEERING_CRDS_HINT = 'the peering CRDs ("kubectl apply -f peering.yaml", the file in the repository\'s root)'
 
 
 class PeeringError(Exception):
