@@ -8,7 +8,10 @@ The life of an operator:
 2. The core tasks start: the authenticator (the initial login and re-logins), the observers
    of the resources and namespaces, the orchestrator of the watchers (and their workers).
    The garbage collector is tuned for the bursts of events until the exit (``settings.process``).
-3. The ready-flag is raised once the watch-streams for the initially known resources are started.
+   Unless standalone, the replicas coordinate (the peering, the Lease election: :mod:`.coordination`):
+   while another replica handles the objects, this one runs no watchers and pauses its daemons & timers.
+3. The ready-flag is raised once the watch-streams for the initially known resources are started
+   (or once the coordination has decided that this replica must not handle the objects now).
 4. The operator runs until the stop-flag is raised, a signal (SIGINT/SIGTERM) is received,
    its task is cancelled, or any core task fails (e.g. no credentials).
 5. The core tasks stop: first the watchers (their workers get ``settings.queueing.exit_timeout``
