@@ -211,3 +211,33 @@ async def test_a_failed_coordinator_fails_the_orchestrator(looptime: float) -> N
     with pytest.raises(RuntimeError, match='no such peering'):
         await asyncio.wait_for(task, timeout=5)
     assert looptime == 1
+
+
+async def test_a_gate_change_while_stopping_the_watchers_is_not_missed(looptime: float) -> None:
+    running: set[Any] = set()
+
+    async def slow_to_stop(resource: Resource, namespace: str | None) -> None:
+        running.add((resource, namespace))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(3)  # e.g. the objects' workers finishing gracefully
+            running.discard((resource, namespace))
+
+    insights = Insights(resources={KEX}, namespaces={'ns1', 'ns2'})
+    insights.ready_resources.set()
+    insights.ready_namespaces.set()
+    gate = HandlingGate()
+    task = asyncio.create_task(orchestrator(insights=insights, watcher_factory=slow_to_stop, gate=gate))
+    await asyncio.wait_for(insights.watching.wait(), timeout=1)
+    await asyncio.sleep(0)
+    assert running == {(KEX, 'ns1'), (KEX, 'ns2')}
+
+    insights.namespaces = {'ns1'}
+    insights.changed.set()
+    await asyncio.sleep(1)  # the orchestrator is busy stopping the watcher of ns2
+    gate.blocker('lease').block()  # the gate closes meanwhile: noticed once the orchestrator is free
+    await asyncio.sleep(10)
+    assert running == set()
+    task.cancel()
+    await asyncio.wait([task])

@@ -63,6 +63,7 @@ class HandlingGate:
         super().__init__()
         self._blockers: set[GateBlocker] = set()
         self._changed = asyncio.Event()
+        self.generation = 0  # incremented on every change: to notice the changes missed while busy
 
     def __repr__(self) -> str:
         return f'<HandlingGate: {"open" if self.is_open else "closed by " + ", ".join(self.blocked_by)}>'
@@ -91,8 +92,14 @@ class HandlingGate:
             self._notify()
         return blocker
 
-    async def wait_for_change(self) -> None:
-        """Wait until any blocker changes (the gate might or might not change its state)."""
+    async def wait_for_change(self, *, since: int | None = None) -> None:
+        """
+        Wait until any blocker changes (the gate might or might not change its state).
+
+        With ``since`` (a :attr:`generation` seen before), return at once if anything has changed since then.
+        """
+        if since is not None and since != self.generation:
+            return
         await self._changed.wait()
 
     async def wait_open(self) -> None:
@@ -105,5 +112,6 @@ class HandlingGate:
 
     def _notify(self) -> None:
         # Wake up everyone who waits for the current change, and start a new "generation" of waiters.
+        self.generation += 1
         self._changed.set()
         self._changed = asyncio.Event()

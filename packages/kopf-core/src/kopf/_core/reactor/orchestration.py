@@ -74,6 +74,7 @@ async def orchestrator(
         await insights.ready_namespaces.wait()
         while True:
             insights.changed.clear()
+            generation = gate.generation if gate is not None else 0  # the changes while busy are not missed
 
             # The coordinators first: they might close the gate at once (synchronously, when created).
             desired = get_desired_keys(ungated, insights.namespaces)
@@ -115,7 +116,7 @@ async def orchestrator(
             if gate is None or gate.decided:
                 insights.watching.set()
             running = [task for task in coordinators.values() if not task.done()]
-            await _wait_for_changes(insights, gate, running)
+            await _wait_for_changes(insights, gate, running, since=generation)
             for task in coordinators.values():
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     task.result()  # re-raise: e.g. a mandatory peering that does not exist
@@ -126,14 +127,14 @@ async def orchestrator(
 
 
 async def _wait_for_changes(insights: Insights, gate: HandlingGate | None,
-                            coordinators: Collection[asyncio.Task[None]]) -> None:
-    """Wait until the insights change, or the gate's blockers change, or a coordinator exits."""
+                            coordinators: Collection[asyncio.Task[None]], *, since: int) -> None:
+    """Wait until the insights change, or the gate's blockers change (since then), or a coordinator exits."""
     if gate is None and not coordinators:
         await insights.changed.wait()
         return
     waiters: list[asyncio.Task[Any]] = [asyncio.create_task(insights.changed.wait(), name='insights waiter')]
     if gate is not None:
-        waiters.append(asyncio.create_task(gate.wait_for_change(), name='gate waiter'))
+        waiters.append(asyncio.create_task(gate.wait_for_change(since=since), name='gate waiter'))
     try:
         await asyncio.wait([*waiters, *coordinators], return_when=asyncio.FIRST_COMPLETED)
     finally:
