@@ -127,9 +127,10 @@ class Operator:
 
     def __init__(self, python: str, operator: str, kubeconfig: pathlib.Path, *,
                  env: Mapping[str, str] | None = None, wrapper: Sequence[str] = (),
-                 keep_log: bool = False) -> None:
+                 keep_log: bool = False, command: Sequence[str] | None = None) -> None:
         self.python = python
         self.operator = operator
+        self.command = list(command) if command is not None else None  # instead of runner.py
         self.kubeconfig = kubeconfig
         self.env = dict(env or {})
         self.wrapper = list(wrapper)
@@ -148,8 +149,8 @@ class Operator:
 
     def __enter__(self) -> 'Operator':
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), **self.env)
-        command = [*self.wrapper, self.python,
-                   str(OPERATORS / 'runner.py'), str(OPERATORS / f'{self.operator}.py')]
+        command = [*self.wrapper, *(self.command or [
+            self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{self.operator}.py')])]
         self.started_at = time.monotonic()
         with self.log_path.open('wb') as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,

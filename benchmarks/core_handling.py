@@ -1,28 +1,45 @@
 """
-The core's handling benchmark: N pre-existing objects, one operator, the emulator as the API.
+The core's handling benchmark: Kopf 1.45.2, this project, and the floor, side by side.
 
-For each implementation (this project, and Kopf 1.45.2 if a virtualenv with it is given),
-it measures: API requests per object by verb (PATCH above all), the handling throughput
-(objects per second from the operator's first API request to its last PATCH request, both
-timed by the emulator, not polled), the operator's CPU time per object, the peak RSS of the
-operator process, and -- for this project -- the memory per idle object (the RSS difference
-between two object counts after all workers went idle).
+N pre-existing objects of a CRD; an operator with a create handler (``operators/create_only.py``)
+or with a create and a delete handler (``operators/create_delete.py``); the emulator as the API
+server (in this process, its own thread), each operator in a subprocess (so that on a 2-core
+machine each gets a core). The same operator file runs under this project and under Kopf 1.45.2
+(``operators/runner.py``, i.e. ``kopf.run()``); the floor is ``floor_client.py``: a minimal
+hand-written aiohttp client that makes the same requests per object with no framework at all.
 
-The emulator runs in this process (its own thread), the operator in a subprocess, so that
-on a 2-core machine each gets a core. Usage (from the repository root):
+Every scenario (an operator, an object count, an API latency) runs each implementation once per repeat,
+interleaved, and the medians are shown. Per run, all timed by the emulator (not polled):
 
-    python benchmarks/core_handling.py --objects 1000 --install-kopf /tmp/kopf-venv
+* the time from spawning the operator's process to its first API request (imports, login),
+  and to its LIST of the objects (plus the discovery);
+* create: objects/s from that LIST to the last PATCH of the create phase (every object handled:
+  its result in the status, the diff-base stored);
+* delete (``create_delete`` only): all objects are deleted by one DELETE of the collection (so
+  that the benchmark's own requests cost nothing per object), then objects/s from that request
+  to the last PATCH (every finalizer removed, every object gone);
+* the operator's CPU time per object from its LIST to the end of the last phase
+  (``/proc/PID/stat``), its peak RSS (``VmHWM``), its API requests per object by verb;
+* the ratios of each measure to Kopf's and to the floor's.
+
+Usage (from the repository root):
+
+    python benchmarks/core_handling.py --kopf-python /tmp/kopf-venv/bin/python \\
+        --ours-python /tmp/ours-venv/bin/python --objects 1000,5000,20000 --repeat 3
 
 ``--install-kopf DIR`` makes a virtualenv with kopf==1.45.2 from the package index in DIR
 (once: an existing one is reused) and runs Kopf from it; ``--kopf-python`` takes any Python
-that has Kopf 1.45.2 installed instead.
+that has Kopf 1.45.2 installed instead; without either, Kopf is not run.
 
-Options: --operator create_only|create_delete, --no-status-subresource,
---repeat N (interleaved runs of both implementations, medians shown),
+Options: --objects 1000[,5000,...], --operator create_delete[,create_only], --latency 0[,5]
+(milliseconds added to every API request by the emulator's fault injection),
+--repeat N (interleaved runs, medians shown), --no-floor, --no-ours, --floor-python, --floor-concurrency,
+--plot PATH / --no-plot (matplotlib: objects/s and RSS against N), --trace DIR (every request's
+method, path and body, per run: to see the requests per object), --no-status-subresource,
 --callgrind (instructions per object under valgrind: slow, but free of the machine's noise),
---idle 1000,10000 (the idle-memory counts; empty to skip),
+--idle 1000,10000 (this project's idle memory per watched object; empty to skip),
 --ours-python (default: this interpreter; for a fair peak RSS, one without the optional
-`kubernetes` and `pykube-ng`, which are imported for the login if installed), --timeout (seconds per run).
+`kubernetes` and `pykube-ng`, which are imported for the login if installed), --timeout (seconds per phase).
 """
 import argparse
 import asyncio
@@ -32,12 +49,19 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import aiohttp
 from _harness import (
+    HERE,
+    KOPF_NAME,
+    OPERATORS,
+    OURS_NAME,
+    Operator,
+    OperatorFailed,
     install_kopf,
     populate,
-    read_cpu_seconds,
     read_proc_status,
     start_operator,
     stop_operator,
@@ -46,19 +70,98 @@ from _harness import (
 
 from kopf.testing import KubernetesEmulator
 
+FLOOR_NAME = 'the floor'
+OPERATORS_CHOICES = ('create_delete', 'create_only')
+COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
+QUIET_SECONDS = 0.5  # no PATCH for this long: the phase may be over (then it is checked exactly)
+DEFAULT_PLOT = HERE / 'core_handling.png'
+COLORS = {KOPF_NAME: 'C0', OURS_NAME: 'C1', FLOOR_NAME: 'C2'}  # the same in every plot, whoever runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+    name: str
+    python: str
+    floor: bool = False
+    floor_concurrency: int = 100
+
+    def command(self, operator: str, server: str, status_subresource: bool) -> list[str]:
+        if not self.floor:
+            return [self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{operator}.py')]
+        return [self.python, str(HERE / 'floor_client.py'), '--server', server,
+                '--concurrency', str(self.floor_concurrency),
+                *(['--delete-handler'] if operator == 'create_delete' else []),
+                *([] if status_subresource else ['--no-status-subresource'])]
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    operator: str
+    objects: int
+    latency_ms: float
+
+    @property
+    def deletes(self) -> bool:
+        return self.operator == 'create_delete'
+
+    def describe(self) -> str:
+        return f'{self.operator}, {self.objects} objects, {self.latency_ms:g} ms latency'
+
 
 @dataclasses.dataclass
 class Result:
     name: str
-    objects: int
-    seconds: float
-    cpu_seconds: float  # the operator process's user+system CPU time during the handling
-    requests: dict[str, int]
+    scenario: Scenario
+    startup_seconds: float  # from spawning the process to its first API request
+    listed_seconds: float  # from spawning the process to its LIST of the objects
+    create_seconds: float
+    delete_seconds: float | None
+    cpu_seconds: float  # the operator's user+system CPU time from its LIST to the end of the phases
+    requests: dict[str, int]  # the operator's requests by verb
     peak_rss_mb: float
 
     @property
-    def rate(self) -> float:
-        return self.objects / self.seconds if self.seconds else 0.0
+    def create_rate(self) -> float:
+        return self.scenario.objects / self.create_seconds if self.create_seconds > 0 else 0.0
+
+    @property
+    def delete_rate(self) -> float | None:
+        if self.delete_seconds is None:
+            return None
+        return self.scenario.objects / self.delete_seconds if self.delete_seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_object(self) -> float:
+        return self.cpu_seconds * 1000 / self.scenario.objects
+
+
+class RequestLog:
+    """
+    What the emulator's counters do not tell: when the objects were first listed; optionally,
+    every request as text (``--trace``). It wraps the emulator's request handler (a private
+    attribute: the emulator has no public hook for it), which costs the same for every implementation.
+    """
+
+    def __init__(self, *, trace: bool) -> None:
+        self.listed_at: float | None = None
+        self.lines: list[str] | None = [] if trace else None
+
+    def wrap(self, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def logged(request: Any) -> Any:
+            if self.listed_at is None and request.method == 'GET' and request.path == COLLECTION \
+                    and 'watch' not in request.query:
+                self.listed_at = time.monotonic()
+            if self.lines is not None:
+                body = (await request.read()).decode(errors='replace') if request.can_read_body else ''
+                line = f'{time.monotonic():.6f} {request.method} {request.path_qs} {body}'
+                self.lines.append(line.rstrip())
+            return await handler(request)
+        return logged
+
+    def reset(self) -> None:
+        self.listed_at = None
+        if self.lines is not None:
+            self.lines.clear()
 
 
 def is_handled(obj: dict[str, Any]) -> bool:
@@ -75,47 +178,216 @@ def all_handled(emulator: KubernetesEmulator, count: int) -> bool:
     return sum(map(is_handled, emulator.list_objects('kopfexamples.kopf.dev'))) >= count
 
 
-def measure_handling(name: str, python: str, operator: str, count: int, timeout: float,
-                     status_subresource: bool) -> Result:
-    with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator:
+def wait_for_phase(operator: Operator, emulator: KubernetesEmulator, done: Callable[[], bool],
+                   started_at: float, timeout: float, what: str) -> float:
+    """
+    Wait until the phase is done; return when its last PATCH arrived (timed by the emulator).
+
+    Checking ``done()`` costs a decoding of all objects in this process, which would compete with
+    the emulator for the GIL; so it is checked only once a PATCH of this phase (after ``started_at``)
+    has come and no other PATCH has come for a while since.
+    """
+    deadline = time.monotonic() + timeout
+    checked_at: float | None = None  # the last PATCH's time when done() was last checked (false)
+    while True:
+        operator.check_alive(what)
+        last_patch = emulator.requests.last_at('patch')
+        if last_patch is not None and last_patch > started_at and last_patch != checked_at \
+                and time.monotonic() - last_patch > QUIET_SECONDS:
+            if done():
+                return last_patch
+            checked_at = last_patch
+        if time.monotonic() > deadline:
+            operator.fail(f'{what}: not done in {timeout:.0f}s')
+        time.sleep(0.05)
+
+
+async def delete_all(url: str) -> None:
+    async with aiohttp.ClientSession(base_url=url) as session, session.delete(COLLECTION) as response:
+        response.raise_for_status()
+        await response.read()
+
+
+def measure(implementation: Implementation, scenario: Scenario, *, timeout: float,
+            status_subresource: bool, trace_path: pathlib.Path | None = None) -> Result:
+    count = scenario.objects
+    log = RequestLog(trace=trace_path is not None)
+    emulator = KubernetesEmulator(history_limit=max(10_000, count * 20))
+    emulator._handler = log.wrap(emulator._handler)  # type: ignore[assignment]
+    name = implementation.name
+    with emulator:
         asyncio.run(populate(emulator.url, count, status_subresource=status_subresource))
+        if scenario.latency_ms:
+            emulator.add_latency(scenario.latency_ms / 1000)
         emulator.requests.reset()
-        process = start_operator(python, operator, emulator.kubeconfig_path)
-        try:
-            if not wait_until(lambda: emulator.requests.total > 0, timeout, interval=0.01):
-                raise RuntimeError(f'{name}: the operator made no API requests (exit: {process.poll()}).')
-            cpu_started = read_cpu_seconds(process.pid)
-            done = wait_until(
-                lambda: all_handled(emulator, count),
-                timeout)
-            cpu_seconds = read_cpu_seconds(process.pid) - cpu_started
-            if not done:
-                raise RuntimeError(f'{name}: not all objects were handled in {timeout}s.')
-            time.sleep(1.0)  # let the trailing requests of the last objects arrive
-            # The window is exact, not polled: from the first API request to the last PATCH
-            # (the one that made the last object handled), both timed by the emulator.
-            seconds = (emulator.requests.last_at('patch') or 0.0) - (emulator.requests.first_at() or 0.0)
-            peak_rss = read_proc_status(process.pid, 'VmHWM')
+        log.reset()
+        command = implementation.command(scenario.operator, emulator.url, status_subresource)
+        with Operator(implementation.python, scenario.operator, emulator.kubeconfig_path,
+                      command=command) as operator:
+            operator.wait_until(lambda: log.listed_at is not None, timeout,
+                                f'{name}: the LIST of the objects', interval=0.002)
+            cpu_started = operator.cpu_seconds()
+            assert log.listed_at is not None
+            listed_at = log.listed_at
+            created_at = wait_for_phase(operator, emulator, lambda: all_handled(emulator, count), listed_at,
+                                        timeout, f'{name}: handling the creation of {count} objects')
+            delete_seconds: float | None = None
+            if scenario.deletes:
+                asyncio.run(delete_all(emulator.url))
+                deleting_at = emulator.requests.first_at('deletecollection') or created_at
+                deleted_at = wait_for_phase(
+                    operator, emulator, lambda: not emulator.list_objects('kopfexamples.kopf.dev'),
+                    deleting_at, timeout, f'{name}: handling the deletion of {count} objects')
+                delete_seconds = deleted_at - deleting_at
+            cpu_seconds = operator.cpu_seconds() - cpu_started
+            peak_rss = operator.peak_rss_mb()
+            first_request_at = emulator.requests.first_at() or listed_at
             requests = emulator.requests.by_verb()
-        finally:
-            stop_operator(process)
-    return Result(name=name, objects=count, seconds=seconds, cpu_seconds=cpu_seconds,
-                  requests=requests, peak_rss_mb=peak_rss)
+            requests.pop('deletecollection', None)  # the benchmark's own request
+            startup_seconds = first_request_at - operator.started_at
+            listed_seconds = listed_at - operator.started_at
+    if trace_path is not None and log.lines is not None:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+        trace_path.write_text('\n'.join(log.lines) + '\n')
+    return Result(name=name, scenario=scenario, startup_seconds=startup_seconds,
+                  listed_seconds=listed_seconds, create_seconds=created_at - listed_at,
+                  delete_seconds=delete_seconds, cpu_seconds=cpu_seconds, requests=requests,
+                  peak_rss_mb=peak_rss)
 
 
 def median_result(results: list[Result]) -> Result:
     """Every measure's median over the runs (the requests are those of the median run by rate)."""
-    by_rate = sorted(results, key=lambda r: r.rate)
+    by_rate = sorted(results, key=lambda r: r.create_rate)
     middle = by_rate[len(by_rate) // 2]
+    deletes = [r.delete_seconds for r in results if r.delete_seconds is not None]
     return dataclasses.replace(
         middle,
-        seconds=statistics.median(r.seconds for r in results),
+        startup_seconds=statistics.median(r.startup_seconds for r in results),
+        listed_seconds=statistics.median(r.listed_seconds for r in results),
+        create_seconds=statistics.median(r.create_seconds for r in results),
+        delete_seconds=statistics.median(deletes) if deletes else None,
         cpu_seconds=statistics.median(r.cpu_seconds for r in results),
         peak_rss_mb=statistics.median(r.peak_rss_mb for r in results),
     )
 
 
-def count_instructions(python: str, operator: str, count: int, timeout: float,
+def ratio(value: float | None, reference: Result | None, measure: Callable[[Result], float | None]) -> str:
+    base = measure(reference) if reference is not None else None
+    if value is None or not base:
+        return '—'
+    return f'{value / base:.2f}'
+
+
+def print_table(scenarios: Sequence[Scenario], names: Sequence[str],
+                results: dict[tuple[Scenario, str], Result]) -> None:
+    """One table: a row per scenario and implementation, with the ratios to Kopf and to the floor."""
+    header = ('| operator | latency | N | implementation | create obj/s | delete obj/s | CPU ms/obj '
+              '| peak RSS MB | requests/obj by verb '
+              '| start → 1st request / LIST, ms | create vs Kopf / floor '
+              '| delete vs Kopf / floor | CPU vs Kopf / floor | RSS vs Kopf / floor |')
+    print(header)
+    print('|' + '|'.join('---' for _ in range(header.count('|') - 1)) + '|')
+    for scenario in scenarios:
+        kopf = results.get((scenario, KOPF_NAME))
+        floor = results.get((scenario, FLOOR_NAME))
+        for name in names:
+            r = results.get((scenario, name))
+            if r is None:
+                continue
+            verbs = ', '.join(f'{verb} {n / scenario.objects:.2f}' for verb, n in sorted(r.requests.items())
+                              if n / scenario.objects >= 0.01)
+            delete_rate = r.delete_rate
+            cells = [
+                scenario.operator, f'{scenario.latency_ms:g} ms', f'{scenario.objects:,}', name,
+                f'{r.create_rate:,.0f}', f'{delete_rate:,.0f}' if delete_rate is not None else '—',
+                f'{r.cpu_ms_per_object:.2f}', f'{r.peak_rss_mb:.1f}', verbs,
+                f'{r.startup_seconds * 1000:.0f} / {r.listed_seconds * 1000:.0f}',
+            ]
+            measures: list[Callable[[Result], float | None]] = [
+                lambda x: x.create_rate, lambda x: x.delete_rate,
+                lambda x: x.cpu_ms_per_object, lambda x: x.peak_rss_mb]
+            for measure_of in measures:
+                value = measure_of(r)
+                cells.append(f'{ratio(value, kopf, measure_of)} / {ratio(value, floor, measure_of)}')
+            print('| ' + ' | '.join(cells) + ' |')
+
+
+def print_scaling(scenarios: Sequence[Scenario], names: Sequence[str],
+                  results: dict[tuple[Scenario, str], Result]) -> None:
+    """The objects/s at the largest N relative to the smallest N: a cost that grows with N shows here."""
+    counts = sorted({s.objects for s in scenarios})
+    if len(counts) < 2:
+        return
+    lo, hi = counts[0], counts[-1]
+    print(f'\nScaling: objects/s at N = {hi:,} relative to N = {lo:,} (create; delete):')
+    for operator, latency in dict.fromkeys((s.operator, s.latency_ms) for s in scenarios):
+        for name in names:
+            small = results.get((Scenario(operator, lo, latency), name))
+            large = results.get((Scenario(operator, hi, latency), name))
+            if small is None or large is None:
+                continue
+            cells = [ratio(large.create_rate, small, lambda r: r.create_rate)]
+            if large.delete_rate is not None:
+                cells.append(ratio(large.delete_rate, small, lambda r: r.delete_rate))
+            print(f'  {operator}, {latency:g} ms latency, {name}: {"; ".join(cells)}')
+
+
+def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence[str],
+              results: dict[tuple[Scenario, str], Result]) -> None:
+    """Objects/s per phase and the peak RSS against N: a row per operator, a line per implementation."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f'\nNo plot: matplotlib is not installed in {sys.executable}. It is needed only for the plot '
+              f'of this benchmark: `{sys.executable} -m pip install matplotlib`, or pass --no-plot.')
+        return
+    operators = sorted({s.operator for s in scenarios})
+    latencies = sorted({s.latency_ms for s in scenarios})
+    panels: list[tuple[str, Callable[[Result], float | None]]] = [
+        ('create objects/s', lambda r: r.create_rate),
+        ('delete objects/s', lambda r: r.delete_rate),
+        ('peak RSS, MB', lambda r: r.peak_rss_mb),
+    ]
+    figure, axes = plt.subplots(len(operators), len(panels), figsize=(5 * len(panels), 4 * len(operators)),
+                                squeeze=False)
+    styles = ['-', '--', ':', '-.']
+    markers = ['o', 's', '^', 'D']
+    for row, operator in enumerate(operators):
+        for column, (title, measure_of) in enumerate(panels):
+            ax = axes[row][column]
+            for index, name in enumerate(names):
+                for latency_index, latency in enumerate(latencies):
+                    measured = sorted(((s.objects, measure_of(results[(s, name)])) for s in scenarios
+                                       if s.operator == operator and s.latency_ms == latency
+                                       and (s, name) in results), key=lambda point: point[0])
+                    points = [(n, v) for n, v in measured if v is not None]
+                    if points:
+                        ax.plot([n for n, _ in points], [v for _, v in points],
+                                marker=markers[latency_index % len(markers)],
+                                color=COLORS.get(name, f'C{index}'),
+                                linestyle=styles[latency_index % len(styles)],
+                                label=f'{name}, {latency:g} ms latency')
+            ax.set_xscale('log')
+            counts = sorted({s.objects for s in scenarios})
+            ax.set_xticks(counts, [f'{n:,}' for n in counts])
+            ax.minorticks_off()
+            ax.set_xlabel('objects (N)')
+            ax.set_title(f'{operator}: {title}')
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+            if ax.has_data():
+                ax.legend(fontsize='small')
+            else:
+                ax.set_visible(False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    print(f'\nThe plot is saved to {path}')
+
+
+def count_instructions(implementation: Implementation, operator: str, count: int, timeout: float,
                        status_subresource: bool) -> int:
     """The instructions executed by the operator process (under callgrind) to handle `count` objects."""
     with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator, \
@@ -123,15 +395,12 @@ def count_instructions(python: str, operator: str, count: int, timeout: float,
         asyncio.run(populate(emulator.url, count, status_subresource=status_subresource))
         output = pathlib.Path(tmpdir) / 'callgrind.out'
         wrapper = ['valgrind', '--tool=callgrind', f'--callgrind-out-file={output}']
-        process = start_operator(python, operator, emulator.kubeconfig_path, wrapper=wrapper)
-        try:
-            if not wait_until(
-                    lambda: all_handled(emulator, count),
-                    timeout, interval=1.0):
-                raise RuntimeError(f'callgrind: not all {count} objects were handled in {timeout}s.')
+        command = implementation.command(operator, emulator.url, status_subresource)
+        with Operator(implementation.python, operator, emulator.kubeconfig_path,
+                      wrapper=wrapper, command=command) as process:
+            process.wait_until(lambda: all_handled(emulator, count), timeout,
+                               f'callgrind: handling {count} objects', interval=1.0)
             time.sleep(2.0)  # the trailing requests
-        finally:
-            stop_operator(process)
         for line in output.read_text().splitlines():
             if line.startswith('summary:'):
                 return int(line.split()[1])
@@ -154,17 +423,45 @@ def measure_idle_rss(python: str, operator: str, count: int, timeout: float, set
             stop_operator(process)
 
 
+def comma_separated(convert: Callable[[str], Any], choices: Sequence[Any] = ()) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        values = [convert(item.strip()) for item in text.split(',') if item.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError('expected one or more comma-separated values')
+        wrong = [value for value in values if choices and value not in choices]
+        if wrong:
+            raise argparse.ArgumentTypeError(f'unknown {wrong}: choose from {", ".join(map(str, choices))}')
+        return values
+    return parse
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--objects', type=int, default=1000)
-    parser.add_argument('--operator', default='create_only', choices=['create_only', 'create_delete'])
+    parser.add_argument('--objects', type=comma_separated(int), default=[1000],
+                        help='object counts, comma-separated (e.g. 1000,5000,20000; default 1000)')
+    parser.add_argument('--operator', type=comma_separated(str, OPERATORS_CHOICES),
+                        default=list(OPERATORS_CHOICES),
+                        help='create_delete and/or create_only, comma-separated (default: both)')
+    parser.add_argument('--latency', type=comma_separated(float), default=[0.0, 5.0],
+                        help='milliseconds added to every API request, comma-separated (default: 0,5)')
     parser.add_argument('--ours-python', default=sys.executable)
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
     parser.add_argument('--install-kopf', default=None, metavar='DIR',
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
+    parser.add_argument('--no-floor', action='store_true', help='do not run the floor client')
+    parser.add_argument('--no-ours', action='store_true', help='do not run this project')
+    parser.add_argument('--floor-python', default=None,
+                        help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
+    parser.add_argument('--floor-concurrency', type=int, default=100,
+                        help="the floor's objects processed at once (default: 100)")
+    parser.add_argument('--plot', type=pathlib.Path, default=DEFAULT_PLOT,
+                        help=f'where to save the plot (default: {DEFAULT_PLOT.relative_to(HERE.parent)})')
+    parser.add_argument('--no-plot', action='store_true', help='do not make the plot')
+    parser.add_argument('--trace', type=pathlib.Path, default=None, metavar='DIR',
+                        help='write every request of the first run of each implementation & scenario to DIR')
     parser.add_argument('--idle', default='1000,10000', help='object counts for idle memory; empty: skip')
-    parser.add_argument('--timeout', type=float, default=300.0)
+    parser.add_argument('--timeout', type=float, default=300.0, help='seconds for any one phase (300)')
     parser.add_argument('--repeat', type=int, default=1, help='runs per implementation (medians are shown)')
     parser.add_argument('--callgrind', action='store_true',
                         help='also count the instructions per object under valgrind (slow, but noise-free)')
@@ -174,61 +471,101 @@ def main() -> None:
 
     if args.install_kopf and args.kopf_python:
         parser.error('--install-kopf and --kopf-python are mutually exclusive.')
+    if args.repeat < 1:
+        parser.error(f'--repeat must be at least 1, got {args.repeat}.')
+    if args.floor_concurrency < 1:
+        parser.error(f'--floor-concurrency must be at least 1, got {args.floor_concurrency}.')
+    if any(n < 1 for n in args.objects):
+        parser.error(f'--objects must be positive, got {args.objects}.')
+    if any(ms < 0 for ms in args.latency):
+        parser.error(f'--latency must not be negative, got {args.latency}.')
     kopf_python = install_kopf(pathlib.Path(args.install_kopf)) if args.install_kopf else args.kopf_python
-    runs = [('this project', args.ours_python)]
+    implementations: list[Implementation] = []
     if kopf_python:
-        runs.append(('Kopf 1.45.2', kopf_python))
+        implementations.append(Implementation(KOPF_NAME, kopf_python))
+    if not args.no_ours:
+        implementations.append(Implementation(OURS_NAME, args.ours_python))
+    if not args.no_floor:
+        implementations.append(Implementation(FLOOR_NAME, args.floor_python or args.ours_python, floor=True,
+                                              floor_concurrency=args.floor_concurrency))
+    if not implementations:
+        parser.error('Nothing to run: --no-ours and --no-floor, and no --kopf-python or --install-kopf.')
+    names = [i.name for i in implementations]
     status_subresource = not args.no_status_subresource
-    # The runs of both implementations are interleaved and repeated: the machine's noise (other
-    # processes, CPU frequency) then affects both alike, and the medians are less noisy than one run.
-    measured: dict[str, list[Result]] = {name: [] for name, _ in runs}
-    for _ in range(args.repeat):
-        for name, python in runs:
-            measured[name].append(measure_handling(name, python, args.operator, args.objects, args.timeout,
-                                                   status_subresource))
-    results = [median_result(measured[name]) for name, _ in runs]
+    scenarios = [Scenario(operator, objects, latency)
+                 for operator in args.operator for latency in args.latency for objects in args.objects]
+
+    # The runs of all implementations are interleaved and repeated: the machine's noise (other
+    # processes, CPU frequency) then affects them alike, and the medians are less noisy than one run.
+    measured: dict[tuple[Scenario, str], list[Result]] = {}
+    failures: list[str] = []
+    for repeat in range(args.repeat):
+        for scenario in scenarios:
+            # A different implementation goes first in each repeat: no one is always after the same one.
+            shift = repeat % len(implementations)
+            for implementation in implementations[shift:] + implementations[:shift]:
+                trace_path = None
+                if args.trace is not None and repeat == 0:
+                    slug = implementation.name.replace(' ', '-').replace('.', '')
+                    trace_path = args.trace / (f'{scenario.operator}-{scenario.objects}-'
+                                               f'{scenario.latency_ms:g}ms-{slug}.log')
+                print(f'[{repeat + 1}/{args.repeat}] {scenario.describe()}: {implementation.name} ...',
+                      end=' ', flush=True)
+                try:
+                    result = measure(implementation, scenario, timeout=args.timeout,
+                                     status_subresource=status_subresource, trace_path=trace_path)
+                except OperatorFailed as e:
+                    print('FAILED')
+                    failures.append(f'{scenario.describe()}, {implementation.name}: {e}')
+                    continue
+                delete = f', delete {result.delete_rate:,.0f}/s' if result.delete_rate is not None else ''
+                print(f'create {result.create_rate:,.0f}/s{delete}, '
+                      f'CPU {result.cpu_ms_per_object:.2f} ms/obj, '
+                      f'peak RSS {result.peak_rss_mb:.1f} MB', flush=True)
+                measured.setdefault((scenario, implementation.name), []).append(result)
+    results = {key: median_result(runs) for key, runs in measured.items()}
 
     crd_kind = 'with' if status_subresource else 'without'
-    repeats = f', medians of {args.repeat} interleaved runs' if args.repeat > 1 else ''
-    print(f'\nHandling {args.objects} pre-existing objects with the {args.operator!r} operator, '
-          f'a CRD {crd_kind} the status subresource{repeats}:\n')
-    print(f'| {"implementation":<14} | objects/s | seconds | CPU ms/obj | PATCH/obj | requests/obj (by verb) '
-          f'| peak RSS MB |')
-    print(f'|{"-" * 16}|-----------|---------|------------|-----------|{"-" * 24}|-------------|')
-    for r in results:
-        per_object = ', '.join(f'{verb} {n / r.objects:.2f}' for verb, n in sorted(r.requests.items())
-                               if n / r.objects >= 0.01)
-        patches = r.requests.get('patch', 0) / r.objects
-        cpu_ms = r.cpu_seconds * 1000 / r.objects
-        print(f'| {r.name:<14} | {r.rate:9.0f} | {r.seconds:7.2f} | {cpu_ms:10.2f} | {patches:9.2f} | '
-              f'{per_object:<22} | {r.peak_rss_mb:11.1f} |')
+    repeats = f'; medians of {args.repeat} interleaved runs' if args.repeat > 1 else ''
+    print(f'\nHandling N pre-existing objects, a CRD {crd_kind} the status subresource{repeats}:\n')
+    print_table(scenarios, names, results)
+    print_scaling(scenarios, names, results)
     if args.repeat > 1:
-        for name, _ in runs:
-            rates = ', '.join(f'{r.rate:.0f}' for r in sorted(measured[name], key=lambda r: r.rate))
-            print(f'\n{name}: objects/s of all runs: {rates}', end='')
-        print()
+        print('\nObjects/s of all runs (create; delete):')
+        for (scenario, name), runs in measured.items():
+            creates = ', '.join(f'{r.create_rate:.0f}' for r in sorted(runs, key=lambda r: r.create_rate))
+            deletes = ', '.join(f'{r.delete_rate:.0f}' for r in runs if r.delete_rate is not None)
+            print(f'  {scenario.describe()}, {name}: {creates}' + (f'; {deletes}' if deletes else ''))
+    for failure in failures:
+        print(f'\nFAILED: {failure}')
+    if not args.no_plot and results:
+        make_plot(args.plot, scenarios, names, results)
 
     if args.callgrind:
         # Instructions are not affected by the machine's noise: the same run gives the same count.
         # Two object counts, so that the start-up (imports, discovery) cancels out.
-        lo, hi = args.objects // 4, args.objects
-        print(f'\nInstructions per handled object (callgrind; {hi} minus {lo} objects):\n')
-        for name, python in runs:
-            instructions = {n: count_instructions(python, args.operator, n, args.timeout * 20,
+        operator, objects = args.operator[0], args.objects[0]
+        lo, hi = objects // 4, objects
+        print(f'\nInstructions per handled object ({operator}, callgrind; {hi} minus {lo} objects):\n')
+        for implementation in implementations:
+            instructions = {n: count_instructions(implementation, operator, n, args.timeout * 20,
                                                   status_subresource)
                             for n in (lo, hi)}
             per_object = (instructions[hi] - instructions[lo]) / (hi - lo)
-            print(f'  {name:<14} {per_object / 1e6:6.2f} M instructions/object')
+            print(f'  {implementation.name:<14} {per_object / 1e6:6.2f} M instructions/object')
 
     counts = [int(c) for c in args.idle.split(',') if c.strip()]
     if len(counts) >= 2:
         settle = 8.0  # longer than settings.queueing.idle_timeout (5s): the workers must exit
-        rss = {c: measure_idle_rss(args.ours_python, args.operator, c, args.timeout, settle) for c in counts}
+        operator = args.operator[0]
+        rss = {c: measure_idle_rss(args.ours_python, operator, c, args.timeout, settle) for c in counts}
         lo, hi = min(counts), max(counts)
         per_object_kb = (rss[hi] - rss[lo]) * 1024 / (hi - lo)
         listing = ', '.join(f'{c} objects: {rss[c]:.1f} MB' for c in counts)
-        print(f'\nIdle memory of this project: {listing}; '
+        print(f'\nIdle memory of this project ({operator}): {listing}; '
               f'about {per_object_kb:.2f} KB per idle watched object.')
+    if failures:
+        sys.exit(1)
 
 
 if __name__ == '__main__':

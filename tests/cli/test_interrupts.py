@@ -94,6 +94,18 @@ def test_first_sigint_says_what_it_waits_for_and_exits_when_the_handler_returns(
     assert not any('Traceback' in line or 'Aborted' in line for line in process.lines), process.lines
 
 
+def test_first_sigterm_names_the_signal_to_repeat_and_exits_when_the_handler_returns(
+        operator: tuple[Operator, str]) -> None:
+    # SIGTERM comes from process managers (e.g. Kubernetes stopping a pod): Ctrl+C is not the only way.
+    process, release_file = operator
+    os.kill(process.popen.pid, signal.SIGTERM)
+    process.wait_for(WAITING.replace(r'Press Ctrl\+C again', r'Send SIGTERM again \(or press Ctrl\+C\)'))
+    process.wait_for('Signal SIGTERM is received. Operator is stopping.')
+    open(release_file, 'w').close()
+    assert process.wait() == 0
+    assert not any('Traceback' in line or 'Aborted' in line for line in process.lines), process.lines
+
+
 # The operator's loop is over: only the handler's thread keeps the process (before, silently).
 OPERATOR_IS_OVER = r'Hung tasks (are stopped|stopping is skipped: no tasks given)\.'
 

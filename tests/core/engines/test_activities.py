@@ -296,3 +296,27 @@ async def test_relogin_with_the_same_rejected_credentials_fails(
 @pytest.fixture
 def emulator(k8s_emulator: KubernetesEmulator) -> KubernetesEmulator:
     return k8s_emulator
+
+
+async def test_a_broken_kubeconfig_is_reported_once_per_round_by_the_default_logins(
+        registry: OperatorRegistry, settings: OperatorSettings, tmp_path: Any,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    pytest.importorskip('pykube')
+    pytest.importorskip('kubernetes')
+    path = tmp_path / 'kubeconfig.yaml'
+    path.write_text('clusters: [\n')
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    monkeypatch.delenv('KUBERNETES_SERVICE_HOST', raising=False)
+    monkeypatch.delenv('KUBERNETES_SERVICE_PORT', raising=False)
+    caplog.set_level(logging.DEBUG)
+    for _ in range(2):  # every round reports it anew (e.g. a re-authentication after a fix that failed)
+        caplog.clear()
+        with pytest.raises(LoginError, match='not valid YAML'):
+            await authenticate(registry=registry, settings=settings, vault=Vault())
+        messages = [record.getMessage() for record in caplog.records]
+        failures = [message for message in messages if 'failed permanently' in message]
+        assert len(failures) == 1
+        assert "Activity 'login_via_pykube' failed permanently: The kubeconfig file" in failures[0]
+        assert any('The kubeconfig is not usable, as reported above' in record.getMessage()
+                   for record in caplog.records)

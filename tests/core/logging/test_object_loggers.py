@@ -36,15 +36,34 @@ def test_object_loggers_are_adapters_of_the_objects_logger(
 def test_reference_is_detached_from_the_body(
         capsys: pytest.CaptureFixture[str], settings: OperatorSettings, namespaced_body: dict[str, Any],
 ) -> None:
+    # The identity is copied at the first record (most adapters never log), and only then detached.
     configure(log_format=LogFormat.JSON, log_prefix=True)
     body = Body(namespaced_body)
     logger = ObjectLogger(body=body, settings=settings)
+    logger.info('Hello.')
     namespaced_body['metadata']['name'] = 'renamed'
     body._replace_with({'metadata': {'name': 'replaced'}})
+    logger.info('Again.')
+    first, second = _json_lines(capsys)
+    assert first['message'] == '[ns1/kex1] Hello.'
+    assert second['message'] == '[ns1/kex1] Again.'
+    assert first['object']['name'] == second['object']['name'] == 'kex1'
+
+
+def test_twins_share_the_identity_but_not_the_locality(
+        capsys: pytest.CaptureFixture[str], settings: OperatorSettings, namespaced_body: dict[str, Any],
+) -> None:
+    configure(log_format=LogFormat.JSON, log_prefix=True)
+    logger = ObjectLogger(body=namespaced_body, settings=settings)
+    early_twin = logger._twin(LocalObjectLogger)  # before the identity is copied
     logger.info('Hello.')
-    [record] = _json_lines(capsys)
-    assert record['message'] == '[ns1/kex1] Hello.'
-    assert record['object']['name'] == 'kex1'
+    late_twin = logger._twin(LocalObjectLogger)  # after it is copied
+    early_twin.info('Early.')
+    late_twin.info('Late.')
+    records = _json_lines(capsys)
+    assert [record['message'] for record in records] == ['[ns1/kex1] Hello.', '[ns1/kex1] Early.',
+                                                         '[ns1/kex1] Late.']
+    assert not logger.local and early_twin.local and late_twin.local
 
 
 def test_callers_extras_are_kept_but_cannot_replace_the_reference(

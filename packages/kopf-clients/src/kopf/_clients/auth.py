@@ -12,6 +12,7 @@ and deleted right after.
 """
 import asyncio
 import base64
+import collections
 import contextlib
 import os
 import ssl
@@ -107,13 +108,65 @@ def make_headers(info: ConnectionInfo, *, user_agent: str = DEFAULT_USER_AGENT) 
     return headers
 
 
+class RequestSlots:
+    """
+    A semaphore for the regular requests, cheaper than :class:`asyncio.Semaphore` when not saturated.
+
+    Every request takes a slot, so this is on the path of every request: a free slot is taken with
+    no awaiting at all (:meth:`take_nowait`); only when all are taken, :meth:`take` waits in line
+    (first come, first served), and a released slot is handed over to the first waiter directly.
+    """
+
+    __slots__ = ('_free', '_waiters')
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self._free = count
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    def take_nowait(self) -> bool:
+        """Take a free slot if there is one and nobody waits in line; True if taken."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Take a slot, waiting in line until one is free."""
+        if self.take_nowait():
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed over to us, but we are leaving: to the next one
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def give(self) -> None:
+        """Release a slot: to the first waiter in line, if any."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
 class APIContext:
     """
     Everything needed to make requests with one credential: the server URL and an HTTP session.
 
     The session has an unlimited connection pool (watch-streams hold their connections for long)
     and is shared by all requests with the same credential; the regular requests take a place
-    in ``limiter`` (:data:`MAX_CONCURRENT_REQUESTS`) for the time of the request, so they reuse
+    in ``slots`` (:data:`MAX_CONCURRENT_REQUESTS`) for the time of the request, so they reuse
     the pooled connections instead of opening new ones in bursts.
     Timeouts are not set on the session: they are given per request.
     """
@@ -122,7 +175,7 @@ class APIContext:
     default_namespace: str | None
     proxy_url: str | None
     session: aiohttp.ClientSession
-    limiter: asyncio.Semaphore
+    slots: RequestSlots
 
     def __init__(
             self,
@@ -135,7 +188,7 @@ class APIContext:
         self.server = info.server.rstrip('/')
         self.default_namespace = info.default_namespace
         self.proxy_url = info.proxy_url
-        self.limiter = asyncio.Semaphore(MAX_CONCURRENT_REQUESTS)
+        self.slots = RequestSlots(MAX_CONCURRENT_REQUESTS)
         self._encoded_server = str(yarl.URL(self.server))  # normalised & encoded once, not per request
 
         ssl_context: ssl.SSLContext | None = None

@@ -11,12 +11,15 @@ trimmed before being put into :class:`kopf.LoginError`, and the original excepti
 """
 import base64
 import binascii
+import contextlib
+import contextvars
+import functools
 import inspect
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -25,8 +28,56 @@ from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
+_FnT = TypeVar('_FnT', bound=Callable[..., Any])
+
+# The kubeconfig's problems already raised by a login function in the current round of logging in
+# (the operator's authentication sets a new set for every round). The default login functions read
+# the same kubeconfig files, so a broken file is reported by the first of them only, not by each.
+reported_problems: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    'reported_problems', default=None)
 
 
+class _AlreadyReported(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _reported_once() -> Iterator[None]:
+    """Let the kubeconfig's problems escape only once per round of logging in (see ``reported_problems``)."""
+    try:
+        yield
+    except LoginError as e:
+        reported = reported_problems.get()
+        if reported is not None:
+            if str(e) in reported:
+                raise _AlreadyReported(str(e)) from None
+            reported.add(str(e))
+        raise
+
+
+def _quiet_if_reported(fn: _FnT) -> _FnT:
+    """A login function that offers nothing if its kubeconfig's problem is already reported in this round."""
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def async_wrapper(*, logger: Logger, **kwargs: Any) -> Any:
+            try:
+                return await fn(logger=logger, **kwargs)
+            except _AlreadyReported as e:
+                logger.debug(f'The kubeconfig is not usable, as reported above: {e}')
+                return None
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*, logger: Logger, **kwargs: Any) -> Any:
+        try:
+            return fn(logger=logger, **kwargs)
+        except _AlreadyReported as e:
+            logger.debug(f'The kubeconfig is not usable, as reported above: {e}')
+            return None
+    return wrapper  # type: ignore[return-value]
+
+
+@_quiet_if_reported
 def login_via_pykube(
         *,
         logger: Logger,
@@ -50,14 +101,16 @@ def login_via_pykube(
     try:
         config = pykube.KubeConfig.from_service_account()
     except (FileNotFoundError, KeyError):  # no token file, or no KUBERNETES_SERVICE_HOST/PORT.
-        paths = _existing_kubeconfig_paths()
+        with _reported_once():
+            paths = _existing_kubeconfig_paths()
         if not paths:
             logger.debug('pykube-ng found neither the in-cluster service account nor a kubeconfig.')
             return None
         if len(paths) > 1:
             logger.debug(f'pykube-ng reads only one kubeconfig file; using {paths[0]}.')
         source = str(paths[0])
-        kubeconfig.check_kubeconfig(paths[:1])  # the library's own errors are vague: explain ours first.
+        with _reported_once():
+            kubeconfig.check_kubeconfig(paths[:1])  # the library's own errors are vague: explain ours first.
         try:
             config = pykube.KubeConfig.from_file(str(paths[0]))
         except yaml.YAMLError:
@@ -74,6 +127,7 @@ def login_via_pykube(
         raise LoginError(f'pykube-ng cannot use the config from {source}: {_trimmed(e)}') from None
 
 
+@_quiet_if_reported
 def login_via_client(
         *,
         logger: Logger,
@@ -98,11 +152,13 @@ def login_via_client(
     try:
         k8s_config.load_incluster_config(client_configuration=configuration)
     except k8s_config.ConfigException:
-        location = _kubeconfig_location()
+        with _reported_once():
+            location = _kubeconfig_location()
         if location is None:
             logger.debug('The kubernetes client found neither an in-cluster config nor a kubeconfig.')
             return None
-        kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
+        with _reported_once():
+            kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
         try:
             k8s_config.load_kube_config(
                 config_file=location,
@@ -127,6 +183,7 @@ def login_via_client(
         configuration, authorization=authorization, namespace=namespace, settings=settings)
 
 
+@_quiet_if_reported
 async def login_via_async_client(
         *,
         logger: Logger,
@@ -149,11 +206,13 @@ async def login_via_async_client(
     try:
         kubernetes_asyncio.config.load_incluster_config(client_configuration=configuration)
     except kubernetes_asyncio.config.ConfigException:
-        location = _kubeconfig_location()
+        with _reported_once():
+            location = _kubeconfig_location()
         if location is None:
             logger.debug('kubernetes_asyncio found neither an in-cluster config nor a kubeconfig.')
             return None
-        kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
+        with _reported_once():
+            kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
         try:
             await kubernetes_asyncio.config.load_kube_config(
                 config_file=location,

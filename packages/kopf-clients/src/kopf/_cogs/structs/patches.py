@@ -149,8 +149,12 @@ class Patch(dict[str, Any]):
             /,
             body: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(src or {})
-        self.fns = list(src.fns) if isinstance(src, Patch) else []
+        if src is None:  # the usual case, made for every event & every timer's tick: no copying
+            super().__init__()
+            self.fns = []
+        else:
+            super().__init__(src)
+            self.fns = list(src.fns) if isinstance(src, Patch) else []
         self._body = body
 
     def __copy__(self) -> 'Patch':

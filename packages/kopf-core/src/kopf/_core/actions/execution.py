@@ -81,18 +81,21 @@ _HandlerT = TypeVar('_HandlerT', bound=BaseHandler)
 
 def _title(handler: BaseHandler) -> str:
     # The activities, daemons, timers, indexers are named so in the logs ("Timer 'x' succeeded."),
-    # others are handlers.
-    if isinstance(handler, ActivityHandler):
-        kind = 'Activity'
-    elif isinstance(handler, IndexingHandler):
-        kind = 'Indexer'
-    elif isinstance(handler, DaemonHandler):
-        kind = 'Daemon'
-    elif isinstance(handler, TimerHandler):
-        kind = 'Timer'
-    else:
-        kind = 'Handler'
+    # others are handlers. Needed on every call (e.g. on every tick): the kind is looked up by the class.
+    cls = type(handler)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = next((name for base, name in _KINDS.items() if isinstance(handler, base)), 'Handler')
+        _KINDS[cls] = kind
     return f'{kind} {handler.id!r}'
+
+
+_KINDS: dict[type[BaseHandler], str] = {
+    ActivityHandler: 'Activity',
+    IndexingHandler: 'Indexer',
+    DaemonHandler: 'Daemon',
+    TimerHandler: 'Timer',
+}
 
 
 async def execute_handlers_once(
@@ -162,8 +165,7 @@ async def execute_handler_once(
 
     # The limits are checked before the call: they could be exceeded while the handler was sleeping
     # (the timeout), or by the sub-handlers' retries (which count as the parent's retries too).
-    runtime = state.runtime
-    if handler.timeout is not None and runtime.total_seconds() > handler.timeout:
+    if handler.timeout is not None and (runtime := state.runtime).total_seconds() > handler.timeout:
         timeout_error = HandlerTimeoutError(f'{title} has timed out after {runtime}.')
         logger.error(str(timeout_error))
         return Outcome(final=True, exception=timeout_error, subrefs=state.subrefs)
@@ -358,6 +360,8 @@ class _SubExecution:
     @property
     def subrefs(self) -> tuple[HandlerId, ...]:
         """The ids of all the sub-handlers seen, and of their own sub-handlers (of all depths)."""
+        if not self.states:  # the usual case: no sub-handlers
+            return ()
         refs: set[HandlerId] = set(self.states)
         for state in self.states.values():
             refs.update(state.subrefs)

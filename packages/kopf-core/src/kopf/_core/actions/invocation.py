@@ -36,6 +36,15 @@ __all__ = ['RunningCall', 'invoke', 'is_async_fn', 'running_sync_calls']
 
 def is_async_fn(fn: Callable[..., Any]) -> bool:
     """Whether calling the function returns an awaitable to be awaited (rather than a ready result)."""
+    # Asked on every call of every handler, e.g. of a timer every second for each of thousands of objects:
+    # the introspection is remembered for the functions seen recently (usually, the few handlers).
+    try:
+        return _is_async_fn_cached(fn)
+    except TypeError:  # unhashable callable objects: no caching, rare
+        return _is_async_fn(fn)
+
+
+def _is_async_fn(fn: Callable[..., Any]) -> bool:
     while isinstance(fn, functools.partial):
         fn = fn.func
     if inspect.iscoroutinefunction(fn):
@@ -44,6 +53,9 @@ def is_async_fn(fn: Callable[..., Any]) -> bool:
     if not inspect.isroutine(fn) and not inspect.isclass(fn):
         return inspect.iscoroutinefunction(type(fn).__call__)
     return False
+
+
+_is_async_fn_cached = functools.lru_cache(maxsize=256)(_is_async_fn)
 
 
 async def invoke(

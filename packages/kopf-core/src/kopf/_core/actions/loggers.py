@@ -7,10 +7,11 @@ kind, name, uid, namespace) to every record; the formatters turn it into the ``[
 prefix (text formats) or into a nested JSON field (the JSON format), and the event poster
 (in ``kopf._core.engines.posting``) turns such records into Kubernetes events.
 
-The reference is copied from the body once, when the adapter is created: the records can be
-formatted or posted later (e.g. from a queue), when the body may have changed or been replaced.
-The prefix is rendered once per adapter too, so that formatting stays cheap when thousands of
-objects are logged about.
+The reference is copied from the body once per adapter, when its first record is logged (an adapter is
+made for every event and every timer's tick, but most of them log nothing at the usual levels): the
+records can be formatted or posted later (e.g. from a queue), when the body may have changed or been
+replaced, so they carry a copy. The prefix is rendered once per adapter too, so that formatting stays
+cheap when thousands of objects are logged about.
 
 The attributes added to the records (``kopf_object_ref`` & co) are internal and can change.
 """
@@ -103,8 +104,9 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
     """
     A logger for messages about one object: logs to ``kopf.objects`` with the object's identity.
 
-    The identity is a detached copy of the object's reference (see :func:`build_object_ref`),
-    so the records do not keep the body alive and are not affected by its later changes.
+    The identity is a detached copy of the object's reference (see :func:`build_object_ref`), made
+    at the first record, so the records do not keep the body alive and are not affected by its later
+    changes (the adapter keeps the body only until then).
     The messages are posted as Kubernetes events of that object if the operator's settings
     allow that (``settings.posting``).
     """
@@ -112,25 +114,35 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
     local: ClassVar[bool] = False  # whether the records must never be posted as k8s-events
 
     def __init__(self, *, body: Mapping[str, Any], settings: OperatorSettings) -> None:
-        ref = build_object_ref(body)
-        self._own_extra: dict[str, Any] = {
-            SETTINGS_ATTR: settings,
-            REF_ATTR: ref,
-            PREFIX_ATTR: build_object_prefix(ref),
-            LOCAL_ATTR: self.local,
-        }
-        super().__init__(object_logger, self._own_extra)
+        super().__init__(object_logger)
+        self._body: Mapping[str, Any] | None = body  # until the identity is copied from it
+        self._settings = settings
+        self._extra: dict[str, Any] | None = None
+
+    def _own_extra(self) -> dict[str, Any]:
+        extra = self._extra
+        if extra is None:
+            ref = build_object_ref(self._body or {})
+            extra = self._extra = {
+                SETTINGS_ATTR: self._settings,
+                REF_ATTR: ref,
+                PREFIX_ATTR: build_object_prefix(ref),
+                LOCAL_ATTR: self.local,
+            }
+            self._body = None
+        return extra
 
     def _twin(self, cls: type['ObjectLogger']) -> 'ObjectLogger':
         """The same logger of another class (e.g. the local one), with no repeated parsing of the body."""
         twin = cls.__new__(cls)
-        twin._own_extra = {**self._own_extra, LOCAL_ATTR: cls.local}
-        logging.LoggerAdapter.__init__(twin, object_logger, twin._own_extra)
+        logging.LoggerAdapter.__init__(twin, object_logger)
+        twin._body, twin._settings = self._body, self._settings
+        twin._extra = {**self._extra, LOCAL_ATTR: cls.local} if self._extra is not None else None
         return twin
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         # Keep the caller's own extras (they get into JSON logs), but never let them replace ours.
-        own_extra = self._own_extra
+        own_extra = self._own_extra()
         caller_extra = kwargs.get('extra')
         kwargs['extra'] = {**caller_extra, **own_extra} if caller_extra else own_extra
         return msg, kwargs

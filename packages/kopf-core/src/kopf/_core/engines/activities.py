@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kopf._clients import logins
+from kopf._clients.logins import piggybacking
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
 from kopf._core.actions import execution, invocation, lifecycles
@@ -210,6 +211,8 @@ async def authenticate(
     declared = registry.activities.get_handlers(Activity.AUTHENTICATION)
     handlers = declared or get_default_login_handlers()
     failure: ActivityError | None = None
+    # The login functions that read the same broken kubeconfig report it once per round, not each.
+    reported = piggybacking.reported_problems.set(set())
     try:
         results = await run_activity(activity=Activity.AUTHENTICATION, registry=registry, handlers=handlers,
                                      settings=settings, memo=memo, indices=indices)
@@ -217,6 +220,8 @@ async def authenticate(
         failure = e
         results = {handler_id: outcome.result for handler_id, outcome in e.outcomes.items()
                    if outcome.exception is None}
+    finally:
+        piggybacking.reported_problems.reset(reported)
 
     credentials: dict[VaultKey, ConnectionInfo] = {}
     for handler_id, result in results.items():

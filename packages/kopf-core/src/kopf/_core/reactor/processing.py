@@ -133,6 +133,18 @@ async def _process_event(
     gone = event_type == 'DELETED'
     memory = memories.recall(raw_body, memo=memobase, noticed_by_listing=event_type is None, ephemeral=gone)
 
+    # The objects with only daemons & timers: most of their events are the echoes of the timers' own
+    # patches, which need only the daemons & timers to be matched again, and nothing written back.
+    spawned_need: bool | None = None  # whether the daemons & timers need our finalizer, if known
+    if (spawner is not None and not gone and registry.spawning.has_handlers(resource) and
+            not registry.changing.has_handlers(resource) and not registry.watching.has_handlers(resource)):
+        spawned_need = spawner.process(memory=memory, resource=resource, raw_body=raw_body, gone=False,
+                                       logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
+        if not finalizers.is_deletion_ongoing(raw_body) and finalizers.decide(
+                body=raw_body, finalizer=settings.persistence.finalizer, requires_finalizer=spawned_need,
+        ) is None:
+            return
+
     body = Body(raw_body)
     patch = Patch(body=body)
     logger = loggers.ObjectLogger(body=raw_body, settings=settings)
@@ -157,8 +169,7 @@ async def _process_event(
     try:
         if registry.watching.has_handlers(resource):
             await _process_watching(context)
-        spawned_need: bool | None = None  # whether the daemons & timers need our finalizer, if known
-        if spawner is not None and registry.spawning.has_handlers(resource):
+        if spawned_need is None and spawner is not None and registry.spawning.has_handlers(resource):
             spawned_need = _process_spawning(context)
 
         if registry.changing.has_handlers(resource):

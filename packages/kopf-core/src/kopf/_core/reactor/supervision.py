@@ -61,19 +61,23 @@ def describe_sync_calls(calls: Iterable[invocation.RunningCall]) -> str:
 _announced = threading.Event()
 
 
-def announce_sync_calls(calls: list[invocation.RunningCall], *, once: bool = False) -> None:
+def announce_sync_calls(calls: list[invocation.RunningCall], *, once: bool = False,
+                        signum: signal.Signals | None = None) -> None:
     """
     Say what the exit waits for (and for how long): the sync handlers, which cannot be interrupted.
 
     With ``once``, nothing is said if it was said already (e.g. when the first signal has arrived).
+    ``signum`` is the signal that has asked for the exit, if any: the advice names the way to repeat it.
     """
     if once and _announced.is_set():
         return
     _announced.set()
     noun = 'sync handler' if len(calls) == 1 else 'sync handlers'
+    # SIGTERM usually comes from a process manager (e.g. Kubernetes stopping a pod), not from a keyboard.
+    again = ('Send SIGTERM again (or press Ctrl+C)' if signum == signal.SIGTERM else 'Press Ctrl+C again')
     logger.warning(f'Waiting for {len(calls)} {noun} to return: {describe_sync_calls(calls)}. '
                    f'Threads cannot be interrupted: the exit waits for them with no time limit. '
-                   f'Press Ctrl+C again to exit now without waiting.')
+                   f'{again} to exit now without waiting.')
 
 logger = logging.getLogger('kopf._core.reactor.running')  # as before the split (and as Kopf names it)
 
@@ -166,7 +170,7 @@ def _on_signal(signalling: _Signalling, signum: signal.Signals) -> None:
         signalling.flag.set()
         calls = invocation.running_sync_calls()
         if calls:
-            announce_sync_calls(calls)
+            announce_sync_calls(calls, signum=signum)
     elif signalling.runner is not None:
         _on_repeated_signal(signalling.runner, signum)
 

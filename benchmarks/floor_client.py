@@ -1,0 +1,203 @@
+"""
+The floor: a minimal hand-written operator on bare aiohttp, the least an operator must do.
+
+It makes the same API requests per object as the framework's benchmark operators
+(``operators/create_only.py`` and ``operators/create_delete.py``) and leaves the same things on
+the cluster, but with no framework at all: no registries, causes, loggers, settings, or retries.
+So its throughput, CPU and memory are what the substrate (Python, aiohttp, JSON, the API server)
+allows, and the framework's numbers are compared against it in ``core_handling.py``.
+
+What it does, for one resource in one namespace:
+
+* one LIST, then one WATCH from the list's resourceVersion, read in chunks (resumed from the last seen
+  resourceVersion if the stream ends);
+* for each object, reacting to its latest known state (the events of an object that is being
+  processed wait, and only the newest of them is processed next, as in the framework):
+
+  - alive, with ``--delete-handler``, without the finalizer: a merge-patch adding the finalizer,
+    with the resourceVersion for the optimistic concurrency (the handling itself waits for the
+    event of the patched object, as the framework does: it never handles an object whose
+    finalizer is not stored yet);
+  - alive, not handled yet (no diff-base annotation): the "handler" (which returns
+    ``{'message': 'hello'}``), then a merge-patch of the diff-base annotation
+    (``kopf.zalando.org/last-handled-configuration``) and a merge-patch of the result into the
+    status subresource; both in one merge-patch with ``--no-status-subresource``;
+  - deleted (``deletionTimestamp`` is set) and with the finalizer: the "delete handler" (nothing),
+    then a merge-patch removing the finalizer (with the resourceVersion).
+
+* at most ``--concurrency`` objects are processed at once (a fixed pool of workers).
+
+Usage: ``python floor_client.py --server http://127.0.0.1:PORT [--delete-handler]``; it runs until
+interrupted (SIGINT or SIGTERM). Only aiohttp is needed; it never imports the framework.
+"""
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+
+import aiohttp
+
+FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+LAST_HANDLED = 'kopf.zalando.org/last-handled-configuration'
+MERGE_PATCH = {'Content-Type': 'application/merge-patch+json'}
+
+
+def essence(body: dict[str, Any]) -> str:
+    """The diff-base: the object without its status and system fields, as stored by the framework."""
+    result: dict[str, Any] = {key: value for key, value in body.items()
+                              if key not in ('apiVersion', 'kind', 'metadata', 'status')}
+    metadata = body.get('metadata', {})
+    labels = metadata.get('labels')
+    annotations = {key: value for key, value in metadata.get('annotations', {}).items()
+                   if not key.startswith('kopf.zalando.org/')
+                   and key != 'kubectl.kubernetes.io/last-applied-configuration'}
+    if labels or annotations:
+        result['metadata'] = {**({'labels': labels} if labels else {}),
+                              **({'annotations': annotations} if annotations else {})}
+    return json.dumps(result, separators=(',', ':')) + '\n'
+
+
+class Floor:
+    """The per-object reactions, the pool of workers, and the list+watch of one resource."""
+
+    def __init__(self, session: aiohttp.ClientSession, collection: str, *,
+                 delete_handler: bool, status_subresource: bool, concurrency: int) -> None:
+        self.session = session
+        self.collection = collection  # e.g. /apis/kopf.dev/v1/namespaces/default/kopfexamples
+        self.delete_handler = delete_handler
+        self.status_subresource = status_subresource
+        self.concurrency = concurrency
+        self.latest: dict[str, dict[str, Any]] = {}  # the newest unprocessed body of each object
+        self.scheduled: set[str] = set()  # the objects in the queue or in a worker's hands
+        self.queue: asyncio.Queue[str] = asyncio.Queue()
+
+    def accept(self, event_type: str, body: dict[str, Any]) -> None:
+        """Remember an object's newest state and schedule it, unless it is scheduled already."""
+        name = body['metadata']['name']
+        if event_type == 'DELETED':
+            self.latest.pop(name, None)
+            return
+        self.latest[name] = body
+        if name not in self.scheduled:
+            self.scheduled.add(name)
+            self.queue.put_nowait(name)
+
+    async def work(self) -> None:
+        while True:
+            name = await self.queue.get()
+            body = self.latest.pop(name, None)
+            try:
+                if body is not None:
+                    await self.react(body)
+            except Exception as e:  # no retries: the benchmark fails and shows this in the log's tail
+                print(f'The floor failed to process {name}: {e!r}', file=sys.stderr, flush=True)
+            finally:
+                if name in self.latest:  # a newer event came while it was processed
+                    self.queue.put_nowait(name)
+                else:
+                    self.scheduled.discard(name)
+
+    async def react(self, body: dict[str, Any]) -> None:
+        metadata = body['metadata']
+        url = f'{self.collection}/{metadata["name"]}'
+        finalizers: list[str] = metadata.get('finalizers') or []
+        if metadata.get('deletionTimestamp'):
+            if FINALIZER in finalizers:
+                remaining = [f for f in finalizers if f != FINALIZER]
+                await self.patch(url, {'metadata': {'finalizers': remaining or None,
+                                                    'resourceVersion': metadata['resourceVersion']}})
+        elif self.delete_handler and FINALIZER not in finalizers:
+            await self.patch(url, {'metadata': {'finalizers': [*finalizers, FINALIZER],
+                                                'resourceVersion': metadata['resourceVersion']}})
+        elif LAST_HANDLED not in metadata.get('annotations', {}):
+            result = {'message': 'hello'}  # the create handler's return value
+            annotations = {'annotations': {LAST_HANDLED: essence(body)}}
+            if self.status_subresource:
+                await self.patch(url, {'metadata': annotations})
+                await self.patch(f'{url}/status', {'status': {'create_fn': result}})
+            else:
+                await self.patch(url, {'metadata': annotations, 'status': {'create_fn': result}})
+
+    async def patch(self, url: str, patch: dict[str, Any]) -> None:
+        async with self.session.patch(url, data=json.dumps(patch), headers=MERGE_PATCH) as response:
+            if response.status == 409:  # changed meanwhile: its newer event will come and be processed
+                return
+            response.raise_for_status()
+            await response.read()
+
+    async def run(self) -> None:
+        workers = [asyncio.create_task(self.work()) for _ in range(self.concurrency)]
+        try:
+            async with self.session.get(self.collection) as response:
+                response.raise_for_status()
+                listing = json.loads(await response.read())
+            for item in listing['items']:
+                self.accept('ADDED', item)
+            version = listing['metadata']['resourceVersion']
+            while True:  # the stream may end (a server's timeout): resume from the last version
+                version = await self.watch(version)
+        finally:
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    async def watch(self, version: str) -> str:
+        params = {'watch': 'true', 'allowWatchBookmarks': 'true', 'resourceVersion': version}
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        async with self.session.get(self.collection, params=params, timeout=timeout) as response:
+            response.raise_for_status()
+            pending = b''  # an incomplete line at the end of the last chunk
+            async for chunk in response.content.iter_any():  # cheaper than a readline() per event
+                *lines, pending = (pending + chunk).split(b'\n')
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event['type'] == 'ERROR':
+                        raise RuntimeError(f'The watch failed: {event["object"]}')
+                    body = event['object']
+                    version = body['metadata']['resourceVersion']
+                    if event['type'] != 'BOOKMARK':
+                        self.accept(event['type'], body)
+        return version
+
+
+async def main(args: argparse.Namespace) -> None:
+    collection = f'/apis/{args.group}/{args.version}/namespaces/{args.namespace}/{args.plural}'
+    connector = aiohttp.TCPConnector(limit=0)  # the pool of workers is the limit
+    async with aiohttp.ClientSession(base_url=args.server, connector=connector) as session:
+        floor = Floor(session, collection, delete_handler=args.delete_handler,
+                      status_subresource=not args.no_status_subresource, concurrency=args.concurrency)
+        task = asyncio.create_task(floor.run())
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--server', required=True, help='the API server URL, e.g. http://127.0.0.1:8080')
+    parser.add_argument('--group', default='kopf.dev')
+    parser.add_argument('--version', default='v1')
+    parser.add_argument('--plural', default='kopfexamples')
+    parser.add_argument('--namespace', default='default')
+    parser.add_argument('--delete-handler', action='store_true',
+                        help='as with a delete handler: add the finalizer, remove it on deletion')
+    parser.add_argument('--no-status-subresource', action='store_true',
+                        help='the CRD has no status subresource: the result and the diff-base in one patch')
+    parser.add_argument('--concurrency', type=int, default=100, help='objects processed at once (100)')
+    args = parser.parse_args()
+    if args.concurrency < 1:
+        parser.error(f'--concurrency must be at least 1, got {args.concurrency}.')
+    return args
+
+
+if __name__ == '__main__':
+    asyncio.run(main(parse_arguments()))
