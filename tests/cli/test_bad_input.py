@@ -142,15 +142,18 @@ def test_invalid_options_are_usage_errors(args: list[str], message: str) -> None
 
 
 @pytest.mark.parametrize('args', [
-    ['freeze', '--peering', 'example', '--priority', '100', '--lifetime', '60'],
+    ['freeze', '--peering', 'example', '--priority', '100', '--lifetime', '60', '-A'],
     ['freeze', '-P', 'example', '-p', '100', '-t', '60', '-m', 'why', '-i', 'me', '-n', 'ns1', '--dev'],
-    ['resume', '--peering', 'example'],
+    ['resume', '--peering', 'example', '-n', 'ns1'],
     ['resume', '-P', 'example', '-A', '-i', 'me'],
 ])
-def test_freeze_and_resume_are_not_implemented_yet(args: list[str]) -> None:
-    result = invoke(*args)
+def test_freeze_and_resume_of_a_peering_without_its_crds_say_to_install_them(
+        args: list[str], k8s_emulator: KubernetesEmulator) -> None:
+    result = invoke(*args, env={'KUBECONFIG': str(k8s_emulator.kubeconfig_path)})
     assert result.exit_code == 1
-    assert result.stderr.startswith(f'Error: "kopf {args[0]}" is not implemented yet')
+    assert "Error: The mandatory peering 'example' cannot be used: the cluster does not serve " \
+        in result.stderr
+    assert 'install the peering CRDs' in result.stderr
     assert 'Traceback' not in result.output
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from kopf.testing import KubernetesEmulator
+
 TIMEOUT = 30.0
 KOPF_SCRIPT = shutil.which('kopf', path=os.path.dirname(sys.executable))
 
@@ -155,8 +157,9 @@ def test_usage_error_exits_with_2() -> None:
     assert 'Traceback' not in result.stderr
 
 
-def test_freeze_exits_with_1() -> None:
-    result = run_kopf(PYTHON_M_KOPF, 'freeze', '-P', 'example', '-p', '100', '-t', '60')
+def test_freeze_of_a_missing_peering_exits_with_1(k8s_emulator: KubernetesEmulator) -> None:
+    result = run_kopf(PYTHON_M_KOPF, 'freeze', '-P', 'example', '-p', '100', '-t', '60',
+                      env={**os.environ, 'KUBECONFIG': str(k8s_emulator.kubeconfig_path)})
     assert result.returncode == 1
-    assert 'not implemented yet' in result.stderr
+    assert "The mandatory peering 'example' cannot be used" in result.stderr
     assert 'Traceback' not in result.stderr

@@ -203,7 +203,6 @@ def test_no_scope_serves_the_cluster_with_a_warning(
     (['-p', '-5'], {'priority': -5}),
     (['--dev'], {'standalone': False, 'priority': 666}),
     (['--dev', '-p', '5'], {'priority': 666}),
-    (['--peering', 'example'], {'name': 'example', 'mandatory': True, 'standalone': False}),
     (['-P', 'example', '--standalone'], {'name': 'example', 'mandatory': True, 'standalone': True}),
 ])
 def test_peering_options(args: list[str], expected: dict[str, Any], k8s_emulator: KubernetesEmulator,
@@ -211,6 +210,31 @@ def test_peering_options(args: list[str], expected: dict[str, Any], k8s_emulator
     with KopfRunner(['run', '-A', *args], registry=registry):
         pass
     assert {key: peering_seen[key] for key in expected} == expected
+
+
+def test_mandatory_peering_that_cannot_be_used_exits_with_what_to_do(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry, peering_seen: dict[str, Any]) -> None:
+    with KopfRunner(['run', '-A', '--peering', 'example'], registry=registry, reraise=False) as runner:
+        pass
+    assert runner.exit_code == 1
+    assert {key: peering_seen[key] for key in ['name', 'mandatory', 'standalone']} == \
+        {'name': 'example', 'mandatory': True, 'standalone': False}
+    assert "The mandatory peering 'example' cannot be used" in runner.output
+    assert '--standalone' in runner.output
+
+
+def test_lease_option_goes_to_the_election_settings(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+    seen: dict[str, Any] = {}
+
+    @kopf.on.startup(registry=registry)
+    def remember(settings: kopf.OperatorSettings, **_: Any) -> None:
+        seen.update(name=settings.election.lease_name, namespace=settings.election.lease_namespace)
+
+    with KopfRunner(['run', '-A', '--standalone', '--lease', 'default/my-op'], registry=registry) as runner:
+        pass
+    assert runner.exit_code == 0, runner.output
+    assert seen == {'name': 'my-op', 'namespace': 'default'}
 
 
 def test_namespaced_peering_scope(k8s_emulator: KubernetesEmulator,
@@ -280,10 +304,9 @@ def test_help_says_what_the_environment_can_set_and_what_is_not_implemented() ->
     text = ' '.join(result.output.split())  # the wrapping does not matter
     assert 'environment variable named KOPF_RUN_ and the option\'s long name in capitals' in text
     assert 'KOPF_RUN_NAMESPACE=default' in text
-    for option in ['--dev', '--peering NAME', '--priority INTEGER']:
-        line = text[text.index(option):][:300]
-        assert 'not implemented yet' in line.lower(), option
-    assert 'not implemented' not in text[text.index('--liveness'):][:120].lower()
+    for option in ['--dev', '--peering NAME', '--priority INTEGER', '--lease [NAMESPACE/]NAME', '--liveness']:
+        line = text[text.index(option):][:150]
+        assert 'not implemented' not in line.lower(), option
 
 
 def test_options_come_from_the_environment(k8s_emulator: KubernetesEmulator, registry: OperatorRegistry,

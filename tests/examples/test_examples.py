@@ -512,9 +512,21 @@ class Admission(Example):
         assert cluster.kopfexample()['spec']['numbers'] == [1.0, 2.5]  # mutated: converted
 
 
+class Peering(Example):
+    name = '15-peering'
+    logs = (
+        "[default/kopf-example-1] Handled by the replica ",
+        "[default/kopf-example-1] Updated by the replica ",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        assert 'replica' in cluster.status().get('create_fn', {})
+
+
 EXAMPLES_RUN_BY_KOPF = [
     Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
-    Activities(), KubernetesClient(), Indexing(), DaemonsTimers(), Admission(),
+    Activities(), KubernetesClient(), Indexing(), DaemonsTimers(), Admission(), Peering(),
 ]
 EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
 
@@ -606,3 +618,56 @@ async def test_embedding(k8s_emulator: KubernetesEmulator, caplog: pytest.LogCap
 
     assert "Handler 'create_fn' succeeded." in caplog.messages
     assert not [record for record in caplog.records if record.exc_info is not None]
+
+
+@pytest.mark.parametrize('mode', [
+    ['--peering', 'example', '--priority'],  # + a distinct priority per replica
+    ['--lease', 'default/example'],
+], ids=['peering', 'lease'])
+def test_two_replicas_of_the_peering_example_handle_every_object_exactly_once(
+        mode: list[str], k8s_emulator: KubernetesEmulator,
+) -> None:
+    cluster = Cluster(k8s_emulator)
+    cluster.call('POST', CRDS, yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
+    for doc in yaml.safe_load_all((EXAMPLES.parent / 'peering.yaml').read_text()):
+        cluster.call('POST', CRDS, doc)
+    cluster.call('POST', '/apis/kopf.dev/v1/clusterkopfpeerings',
+                 {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterKopfPeering', 'metadata': {'name': 'example'}})
+
+    names = [f'kex{index}' for index in range(5)]
+    runners = []
+    with contextlib.ExitStack() as stack:
+        for priority in ['10', '20']:
+            args = ['run', '-A', '--verbose', *mode, *([priority] if mode[-1] == '--priority' else []),
+                    str(EXAMPLES / '15-peering' / 'example.py')]
+            runners.append(stack.enter_context(KopfRunner(args, registry=kopf.OperatorRegistry(),
+                                                          emulator=k8s_emulator, timeout=WAIT_TIMEOUT)))
+        # Both replicas know of each other (or the lease is taken) before the objects appear.
+        eventually(lambda: _assert_coordinated(cluster, peering=mode[0] == '--peering'))
+        time.sleep(0.5)  # the lower one pauses on seeing the higher one: not observable in the cluster
+        for name in names:
+            sample = yaml.safe_load((EXAMPLES / 'obj.yaml').read_text())
+            sample['metadata']['name'] = name
+            cluster.call('POST', KOPFEXAMPLES, sample)
+        eventually(lambda: _assert_handled(cluster, names))
+        time.sleep(0.5)  # anything handled twice would show up by now
+    output = ''.join(runner.output for runner in runners)
+    for name in names:
+        assert output.count(f'[default/{name}] Handled by the replica') == 1, name
+    replicas = {cluster.get('kopfexamples.kopf.dev', name)['status']['create_fn']['replica']  # type: ignore
+                for name in names}
+    assert len(replicas) == 1  # all by one replica: the higher priority, or the leader
+
+
+def _assert_handled(cluster: Cluster, names: list[str]) -> None:
+    for name in names:
+        assert 'create_fn' in ((cluster.get('kopfexamples.kopf.dev', name) or {}).get('status') or {})
+
+
+def _assert_coordinated(cluster: Cluster, *, peering: bool) -> None:
+    if peering:
+        body = cluster.emulator.get_object('clusterkopfpeerings.kopf.dev', 'example') or {}
+        assert len(body.get('status') or {}) == 2
+    else:
+        body = cluster.emulator.get_object('leases.coordination.k8s.io', 'example', namespace='default') or {}
+        assert (body.get('spec') or {}).get('holderIdentity')

@@ -68,9 +68,18 @@ def test_defaults(section, name, expected):
 
 
 def test_sections_are_as_in_kopf():
+    # Kopf's sections in Kopf's order (also positionally); ours beyond Kopf only after them.
     names = [field.name for field in dataclasses.fields(OperatorSettings)]
     assert names == ['process', 'posting', 'peering', 'watching', 'queueing', 'scanning',
-                     'admission', 'execution', 'background', 'networking', 'persistence']
+                     'admission', 'execution', 'background', 'networking', 'persistence', 'election']
+
+
+def test_election_defaults_are_those_of_client_go():
+    settings = OperatorSettings()
+    assert settings.election.lease_name is None  # disabled
+    assert settings.election.lease_namespace is None  # "default"
+    assert (settings.election.lease_duration, settings.election.renew_deadline,
+            settings.election.retry_period) == (15, 10, 2)
 
 
 def test_sections_are_not_shared_between_operators():

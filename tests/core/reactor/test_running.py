@@ -20,6 +20,7 @@ from kopf._cogs.structs.credentials import ConnectionInfo, LoginError
 from kopf._cogs.structs.references import Selector
 from kopf._core.actions.errors import PermanentError
 from kopf._core.engines.activities import ActivityError
+from kopf._core.engines.peering import PeeringError
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity, ActivityHandler, ErrorsMode, HandlerId, WatchingHandler
 from kopf._core.intents.registries import OperatorRegistry
@@ -435,21 +436,18 @@ async def test_neither_namespaces_nor_clusterwide_warns_and_serves_the_cluster(
     await run_tasks(tasks, ignored=existing_tasks)
 
 
-async def test_peering_options_go_to_the_settings_and_warn(
-        registry: OperatorRegistry, settings: OperatorSettings, caplog: pytest.LogCaptureFixture,
+async def test_peering_options_go_to_the_settings_and_a_missing_mandatory_peering_fails(
+        registry: OperatorRegistry, settings: OperatorSettings,
 ) -> None:
-    ready, stop = asyncio.Event(), asyncio.Event()
+    stop = asyncio.Event()
     task = asyncio.create_task(operator(registry=registry, settings=settings, namespaces=['ns1'],
-                                        peering_name='example', priority=100,
-                                        ready_flag=ready, stop_flag=stop))
-    await asyncio.wait_for(ready.wait(), timeout=5)
-    stop.set()
-    await asyncio.wait_for(task, timeout=5)
+                                        peering_name='example', priority=100, stop_flag=stop))
+    with pytest.raises(PeeringError, match="The mandatory peering 'example' cannot be used"):
+        await asyncio.wait_for(task, timeout=5)
     assert settings.peering.name == 'example'
     assert settings.peering.mandatory
     assert settings.peering.priority == 100
     assert not settings.peering.clusterwide
-    assert 'Peering is not implemented yet: running in the standalone mode.' in caplog.messages
 
 
 async def test_admission_handlers_without_a_webhook_server_fail_the_start(

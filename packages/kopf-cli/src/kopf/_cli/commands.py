@@ -14,6 +14,7 @@ that fails while being loaded: its traceback (without the import machinery) is t
 """
 import asyncio
 import contextlib
+import datetime
 import importlib
 import importlib.metadata
 import logging
@@ -30,6 +31,7 @@ import click
 from kopf._cli.controls import RunControls
 from kopf._cli.loading import LoadingError, load_sources
 from kopf._clients.errors import APIError, APIForbiddenError, APIUnauthorizedError, describe_network_error
+from kopf._clients.vault import Vault
 from kopf._cogs.structs.credentials import LoginError
 from kopf._core.actions.loggers import LogFormat, configure
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry, set_default_registry
@@ -131,6 +133,16 @@ def _configure_logging(
     )
 
 
+def _parse_lease(value: str | None) -> tuple[str | None, str] | None:
+    if value is None:
+        return None
+    namespace, _, name = value.rpartition('/')
+    if not name or '/' in namespace:
+        raise click.BadParameter(f'{value!r}: expected NAME or NAMESPACE/NAME of a Lease.',
+                                 param_hint="'--lease'")
+    return namespace or None, name
+
+
 def _check_scope(namespaces: tuple[str, ...], clusterwide: bool) -> None:
     if namespaces and clusterwide:
         raise click.UsageError('--namespace and --all-namespaces exclude each other: use only one of them.')
@@ -167,16 +179,18 @@ def _fail(controls: RunControls, message: str, cause: BaseException) -> NoReturn
 @click.option('--standalone', is_flag=True,
               help='Do not peer with other operators, not even by auto-detection.')
 @click.option('--dev', is_flag=True,
-              help=f'The development mode: implies --priority={DEV_PRIORITY} '
-                   f'(peering is not implemented yet: accepted, but it runs standalone).')
+              help=f'The development mode: implies --priority={DEV_PRIORITY}.')
 @click.option('-L', '--liveness', metavar='URL', callback=_validate_liveness,
               help='Serve the health checks at this http:// URL, e.g. http://0.0.0.0:8080/healthz.')
 @click.option('-P', '--peering', default=None, metavar='NAME',
-              help='The peering object to use (it becomes mandatory). '
-                   'Not implemented yet: accepted, but the operator runs standalone.')
+              help='The peering object to use (it becomes mandatory): KopfPeering in every served '
+                   'namespace, or ClusterKopfPeering with --all-namespaces.')
 @click.option('-p', '--priority', type=int, default=None,
-              help='The priority of this operator in the peering (0 by default). '
-                   'Not implemented yet: accepted, but the operator runs standalone.')
+              help='The priority of this operator in the peering (0 by default): '
+                   'the operators with lower priorities pause while this one runs.')
+@click.option('--lease', default=None, metavar='[NAMESPACE/]NAME',
+              help='Elect the leader with this Lease (coordination.k8s.io/v1; the namespace is "default" '
+                   'unless given): only the leader handles the objects. No CRDs needed (unlike peering).')
 @click.option('-m', '--module', multiple=True, metavar='MODULE',
               help='Import this module by name, as "python -m" does; can be repeated.')
 @click.argument('paths', nargs=-1, type=click.Path(exists=True, dir_okay=False))
@@ -199,6 +213,7 @@ def run(
         liveness: str | None,
         peering: str | None,
         priority: int | None,
+        lease: str | None,
 ) -> None:
     """
     Load the handlers from the files and modules and run the operator with them.
@@ -209,9 +224,14 @@ def run(
     # The parameters are named after the options (not as what they mean), since the names of
     # the environment variables are made from them: KOPF_RUN_NAMESPACE, KOPF_RUN_ALL_NAMESPACES.
     _check_scope(namespace, all_namespaces)
+    lease_reference = _parse_lease(lease)
     _configure_logging(verbose=verbose, debug=debug, quiet=quiet,
                        log_format=log_format, log_refkey=log_refkey, log_prefix=log_prefix)
     controls = _get_controls(ctx)
+    if lease_reference is not None:
+        from kopf._core.intents.configuration import OperatorSettings
+        controls.settings = controls.settings if controls.settings is not None else OperatorSettings()
+        controls.settings.election.lease_namespace, controls.settings.election.lease_name = lease_reference
 
     registry = controls.registry if controls.registry is not None else get_default_registry()
     loading_error: LoadingError | None = None
@@ -367,7 +387,10 @@ def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _describe_operator_failure(exception: Exception) -> str:
+    from kopf._core.engines.peering import PeeringError
     hint = ' (Run with --debug to see the traceback.)'
+    if isinstance(exception, PeeringError):
+        return str(exception)  # it says what to do
     if isinstance(exception, LoginError):
         return f'Cannot log in to the Kubernetes cluster: {exception}'
     if isinstance(exception, APIUnauthorizedError):
@@ -390,13 +413,6 @@ def _describe_operator_failure(exception: Exception) -> str:
 # kopf freeze / kopf resume
 #
 
-def _not_implemented(command: str) -> NoReturn:
-    raise click.ClickException(
-        f'"kopf {command}" is not implemented yet: it works via the peering objects, '
-        f'and this version of Kopf does not implement peering yet.'
-    )
-
-
 def _peering_command(fn: _CommandFn) -> _CommandFn:
     """The options shared by the commands that talk to the operators via the peering objects."""
     fn = _apply_options(fn, [
@@ -416,17 +432,75 @@ def _peering_command(fn: _CommandFn) -> _CommandFn:
 @click.option('-t', '--lifetime', type=int, required=True, metavar='SECONDS',
               help='For how long to freeze the operators.')
 @click.option('-m', '--message', default=None, help='Why the operators are frozen (for humans).')
-def freeze(**options: Any) -> None:
+@click.pass_context
+def freeze(ctx: click.Context, /, **options: Any) -> None:
     """Pause the handling of resources in the operators of a peering (for a time)."""
     _check_scope(options['namespace'], options['all_namespaces'])
-    _not_implemented('freeze')
+    priority = DEV_PRIORITY if options['dev'] else options['priority']
+    _run_peering_command(ctx, options, priority=priority, lifetime=options['lifetime'],
+                         message=options['message'])
 
 
 @main.command()
 @_peering_command
 @click.option('-P', '--peering', required=True, metavar='NAME',
               help='The peering object via which to resume the operators.')
-def resume(**options: Any) -> None:
+@click.pass_context
+def resume(ctx: click.Context, /, **options: Any) -> None:
     """Resume the handling of resources in the operators of a peering, if frozen."""
     _check_scope(options['namespace'], options['all_namespaces'])
-    _not_implemented('resume')
+    _run_peering_command(ctx, options, priority=None, lifetime=None, message=None)
+
+
+def _run_peering_command(ctx: click.Context, options: dict[str, Any], *, priority: int | None,
+                         lifetime: int | None, message: str | None) -> None:
+    """
+    Add (freeze) or remove (resume) this command's own record in the peering objects, as an operator would
+    (the login handlers are the default ones); a peering that does not exist is an error.
+    """
+    _configure_logging(verbose=options['verbose'], debug=options['debug'], quiet=options['quiet'],
+                       log_format=options['log_format'], log_refkey=options['log_refkey'],
+                       log_prefix=options['log_prefix'])
+    controls = _get_controls(ctx)
+    from kopf._core.engines import peering as peering_engine  # here: no reactor for `kopf --version`
+    from kopf._core.intents.configuration import OperatorSettings
+    from kopf._core.reactor import running
+    settings = controls.settings if controls.settings is not None else OperatorSettings()
+    clusterwide = bool(options['all_namespaces'])
+    namespaces: list[str | None] = [None] if clusterwide else list(options['namespace'] or ['default'])
+    identity = options['id'] or peering_engine.detect_own_id(manual=True)
+    vault = controls.vault if controls.vault is not None else Vault()
+    settings.peering.name = options['peering']
+    settings.peering.clusterwide = clusterwide
+    settings.peering.mandatory = True
+
+    async def command() -> None:
+        for namespace in namespaces:
+            target = await peering_engine.detect_peering(settings=settings, vault=vault, namespace=namespace)
+            assert target is not None  # mandatory: an error otherwise
+            record = None
+            if priority is not None and lifetime is not None:
+                record = peering_engine.Peer(id=peering_engine.Identity(identity), priority=priority,
+                                             lifetime=lifetime, lastseen=datetime.datetime.now(datetime.UTC))
+            await peering_engine.touch(settings=settings, vault=vault, target=target, id=identity,
+                                       peer=record)
+            if record is not None:
+                suffix = f': {message}' if message else '.'
+                logger.info(f'Frozen the operators of the peering {target} with the priority {priority} '
+                            f'for {lifetime}s as {identity!r}{suffix}')
+            else:
+                logger.info(f'Resumed the operators of the peering {target} (removed {identity!r}).')
+
+    loop = controls.loop if controls.loop is not None else _make_loop()
+    try:
+        running.run(loop=loop, registry=OperatorRegistry(), settings=settings, vault=vault,
+                    clusterwide=clusterwide,
+                    namespaces=[] if clusterwide else options['namespace'] or ['default'],
+                    _command=command())
+    except Exception as e:
+        if options['debug']:
+            raise
+        _fail(controls, _describe_operator_failure(e), e)
+    finally:
+        if controls.loop is None and not loop.is_closed():
+            _close_loop(loop)

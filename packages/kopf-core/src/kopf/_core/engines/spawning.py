@@ -148,11 +148,18 @@ class SpawningEngine:
         await asyncio.gather(*(spawns.wait_until_idle(within=None, wakeup=None)
                                for spawns in list(self._objects.values())))
 
-    def resume(self) -> None:
-        """Start the daemons & timers of all the known objects again, as if the objects were new."""
+    def resume(self, *, respawn: bool = True) -> None:
+        """
+        Start the daemons & timers of all the known objects again, as if the objects were new.
+
+        With ``respawn=False``, only unpause: the objects' next events start them (e.g. when the watch-streams
+        list the objects anew after a pause, so that the objects deleted meanwhile are not revived).
+        """
         if self._closed or not self._paused:
             return
         self._paused = False
+        if not respawn:
+            return
         for spawns in list(self._objects.values()):
             logger = loggers.LocalObjectLogger(body=spawns.body, settings=self.settings)
             self._respawn(spawns, logger=logger)

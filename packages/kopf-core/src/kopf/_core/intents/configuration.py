@@ -18,6 +18,7 @@ __all__ = [
     'AdmissionSettings',
     'BackgroundSettings',
     'BatchingSettings',
+    'ElectionSettings',
     'ExecutionSettings',
     'NetworkingSettings',
     'OperatorSettings',
@@ -88,7 +89,7 @@ class PeeringSettings:
     """The name of the peering object, where operators see each other."""
 
     stealth: bool = False
-    """Whether to watch the other operators without announcing itself to them."""
+    """Whether to keep the keep-alives out of the logs (they are sent anyway)."""
 
     priority: int = 0
     """The operator's priority: operators with lower priorities pause while higher ones run."""
@@ -113,6 +114,31 @@ class PeeringSettings:
     @namespaced.setter
     def namespaced(self, value: bool) -> None:
         self.clusterwide = not value
+
+
+@dataclasses.dataclass
+class ElectionSettings:
+    """
+    The leader election with a ``coordination.k8s.io/v1`` Lease (beyond Kopf: no CRDs needed).
+
+    Disabled unless ``lease_name`` is set (``kopf run --lease [NAMESPACE/]NAME``). Only the leader
+    handles the objects. The timings are those of client-go's leader election.
+    """
+
+    lease_name: str | None = None
+    """The name of the Lease to elect the leader with; None disables the election."""
+
+    lease_namespace: str | None = None
+    """The namespace of the Lease (None: ``default``)."""
+
+    lease_duration: float = 15.0
+    """How long the followers wait after the lease's last renewal before taking it over, in seconds."""
+
+    renew_deadline: float = 10.0
+    """How long a leader keeps handling while failing to renew the lease (less than the duration)."""
+
+    retry_period: float = 2.0
+    """How often the leader renews the lease, and the followers try to acquire it, in seconds."""
 
 
 @dataclasses.dataclass
@@ -280,6 +306,7 @@ class OperatorSettings:
     background: BackgroundSettings = dataclasses.field(default_factory=BackgroundSettings)
     networking: NetworkingSettings = dataclasses.field(default_factory=NetworkingSettings)
     persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
+    election: ElectionSettings = dataclasses.field(default_factory=ElectionSettings)  # beyond Kopf: last
 
     @property
     def batching(self) -> QueueingSettings:

@@ -10,9 +10,10 @@ are watched in every served namespace separately.
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from kopf._cogs.structs.references import Resource
+from kopf._core.engines.gating import HandlingGate
 from kopf._core.reactor.observation import Insights
 
 logger = logging.getLogger(__name__)
@@ -22,6 +23,14 @@ WatchingKey = tuple[Resource, str | None]
 
 # How to watch: a coroutine to run for a resource in a namespace (until cancelled).
 WatcherFactory = Callable[[Resource, str | None], Coroutine[Any, Any, None]]
+
+
+class Pausable(Protocol):
+    """What else pauses & resumes with the watchers (the daemons & timers)."""
+
+    async def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
 
 
 def get_desired_keys(resources: Collection[Resource], namespaces: Collection[str | None]) -> set[WatchingKey]:
@@ -39,35 +48,98 @@ async def orchestrator(
         *,
         insights: Insights,
         watcher_factory: WatcherFactory,
+        gate: HandlingGate | None = None,
+        ungated: Collection[Resource] = (),
+        pausing: Pausable | None = None,
 ) -> None:
     """
     Start & stop the watchers as the insights change (runs forever; stops all the watchers on exit).
 
-    ``insights.watching`` is set once the watchers of the initial insights are started.
+    ``insights.watching`` is set once the watchers of the initial insights are started
+    (or, if the gate is closed, once all its coordinators have decided so).
+
+    While the ``gate`` is closed (e.g. another operator with a higher priority handles the objects),
+    no watchers run: they are stopped when it closes (their workers finish what they do), and started
+    anew when it opens, listing all the objects as if new. The ``ungated`` resources (the peering,
+    which decides whether the gate is open) have their tasks running regardless of the gate, started
+    before the others (so that they can close the gate before any object is processed) and stopped
+    after them; their failure is the orchestrator's failure. ``pausing`` (e.g. the daemons & timers) is
+    paused after the watchers are stopped, and resumed before they start again.
     """
+    paused = False
     watchers: dict[WatchingKey, asyncio.Task[None]] = {}
+    coordinators: dict[WatchingKey, asyncio.Task[None]] = {}
     try:
         await insights.ready_resources.wait()
         await insights.ready_namespaces.wait()
         while True:
             insights.changed.clear()
-            desired = get_desired_keys(insights.resources, insights.namespaces)
+            generation = gate.generation if gate is not None else 0  # the changes while busy are not missed
 
+            # The coordinators first: they might close the gate at once (synchronously, when created).
+            desired = get_desired_keys(ungated, insights.namespaces)
+            obsolete = {key: task for key, task in coordinators.items() if key not in desired}
+            for key in obsolete:
+                del coordinators[key]
+            await _stop_watchers(obsolete.values())
+            for key in sorted(desired - coordinators.keys(), key=_sorting_key):
+                resource, namespace = key
+                coordinators[key] = asyncio.create_task(watcher_factory(resource, namespace),
+                                                        name=f'coordinator for {resource!r}@{namespace}')
+
+            gate_open = gate is None or gate.is_open
+            desired = get_desired_keys(insights.resources, insights.namespaces) if gate_open else set()
             obsolete = {key: task for key, task in watchers.items() if key not in desired}
             for key in obsolete:
                 del watchers[key]
             await _stop_watchers(obsolete.values())
+
+            # Strictly in this order: no watcher runs while paused, none starts before the resuming.
+            if not gate_open and not paused:
+                logger.debug(f'Pausing the handling: {", ".join(gate.blocked_by) if gate else ""}.')
+                paused = True
+                if pausing is not None:
+                    await pausing.pause()
+                continue  # the gate might have changed meanwhile
+            if gate_open and paused:
+                logger.debug('Resuming the handling.')
+                paused = False
+                if pausing is not None:
+                    pausing.resume()
 
             for key in sorted(desired - watchers.keys(), key=_sorting_key):
                 resource, namespace = key
                 watchers[key] = asyncio.create_task(watcher_factory(resource, namespace),
                                                     name=f'watcher for {resource!r}@{namespace}')
 
-            insights.watching.set()
-            await insights.changed.wait()
+            # Ready when the watchers are started, or when it is decided that none should run (a follower).
+            if gate is None or gate.decided:
+                insights.watching.set()
+            running = [task for task in coordinators.values() if not task.done()]
+            await _wait_for_changes(insights, gate, running, since=generation)
+            for task in coordinators.values():
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    task.result()  # re-raise: e.g. a mandatory peering that does not exist
     finally:
         await _stop_watchers(watchers.values())
         logger.debug(f'Streaming tasks are stopped: {len(watchers)} watch-streams in total.')
+        await _stop_watchers([task for task in coordinators.values() if not task.done()])
+
+
+async def _wait_for_changes(insights: Insights, gate: HandlingGate | None,
+                            coordinators: Collection[asyncio.Task[None]], *, since: int) -> None:
+    """Wait until the insights change, or the gate's blockers change (since then), or a coordinator exits."""
+    if gate is None and not coordinators:
+        await insights.changed.wait()
+        return
+    waiters: list[asyncio.Task[Any]] = [asyncio.create_task(insights.changed.wait(), name='insights waiter')]
+    if gate is not None:
+        waiters.append(asyncio.create_task(gate.wait_for_change(since=since), name='gate waiter'))
+    try:
+        await asyncio.wait([*waiters, *coordinators], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def _stop_watchers(tasks: Collection[asyncio.Task[None]]) -> None:

@@ -8,7 +8,10 @@ The life of an operator:
 2. The core tasks start: the authenticator (the initial login and re-logins), the observers
    of the resources and namespaces, the orchestrator of the watchers (and their workers).
    The garbage collector is tuned for the bursts of events until the exit (``settings.process``).
-3. The ready-flag is raised once the watch-streams for the initially known resources are started.
+   Unless standalone, the replicas coordinate (the peering, the Lease election: :mod:`.coordination`):
+   while another replica handles the objects, this one runs no watchers and pauses its daemons & timers.
+3. The ready-flag is raised once the watch-streams for the initially known resources are started
+   (or once the coordination has decided that this replica must not handle the objects now).
 4. The operator runs until the stop-flag is raised, a signal (SIGINT/SIGTERM) is received,
    its task is cancelled, or any core task fails (e.g. no credentials).
 5. The core tasks stop: first the watchers (their workers get ``settings.queueing.exit_timeout``
@@ -37,12 +40,13 @@ from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
-from kopf._core.engines import activities, admission, indexing, posting, probing, spawning
+from kopf._core.engines import activities, admission, gating, indexing, peering, posting, probing, spawning
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry
 from kopf._core.reactor import (
+    coordination,
     flags,
     observation,
     orchestration,
@@ -58,8 +62,7 @@ logger = logging.getLogger(__name__)
 
 OperatorIndexers = indexing.OperatorIndexers
 
-# Not yet implemented (peering comes with its engine): accepted and passed through.
-Identity = Any
+Identity = peering.Identity
 
 # How long the tasks left running after the operator's exit get to finish before they are cancelled.
 HUNG_TASKS_GRACE = 1.0
@@ -177,8 +180,10 @@ async def spawn_tasks(
     The registry is the default one unless given; the settings, the vault, the memo, and the insights
     are new ones unless given. ``namespaces`` (plus the older ``namespace``) restricts the operator
     to some namespaces (names, globs, negations, regexps); ``clusterwide=True`` serves the whole cluster.
-    ``standalone``, ``priority``, ``peering_name`` go to ``settings.peering`` (peering itself is not
-    implemented yet). ``_command``, if given, runs instead of the watching (after the startup & login),
+    ``standalone``, ``priority``, ``peering_name`` go to ``settings.peering`` (see
+    :mod:`kopf._core.engines.peering`); ``identity`` is the operator's identity in the peerings
+    and the Lease election (``user@host/<time>/<random>`` by default).
+    ``_command``, if given, runs instead of the watching (after the startup & login),
     and the operator exits when it is done.
     """
     logger.debug(f'Starting Kopf {_get_version()}.')
@@ -224,7 +229,7 @@ async def spawn_tasks(
     runner = asyncio.create_task(_run_operator(
         lifecycle=lifecycle, indexers=indexers, memories=memories, registry=registry, settings=settings,
         vault=vault, memo=memo, insights=insights, clusterwide=clusterwide, namespaces=patterns,
-        ready_flag=ready_flag, peering_requested=peering_name is not None,
+        ready_flag=ready_flag, identity=identity,
         liveness_endpoint=liveness_endpoint, command=_command, event_queue=event_queue,
     ), name='operator runner', context=context)
     checker = asyncio.create_task(supervision.stop_flag_checker(
@@ -334,7 +339,7 @@ async def _run_operator(
         clusterwide: bool,
         namespaces: Collection[NamespacePattern],
         ready_flag: flags.Flag | None,
-        peering_requested: bool,
+        identity: Identity | None,
         liveness_endpoint: str | None,
         command: Coroutine[None, None, None] | None,
         event_queue: posting.EventQueue,
@@ -359,8 +364,6 @@ async def _run_operator(
             raise
         started = True
 
-        if (peering_requested or settings.peering.mandatory) and not settings.peering.standalone:
-            logger.warning('Peering is not implemented yet: running in the standalone mode.')
         admission.ensure_server_is_configured(registry, settings)
 
         gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
@@ -368,6 +371,7 @@ async def _run_operator(
             lifecycle=lifecycle, indexers=indexers, memories=memories, registry=registry,
             settings=settings, vault=vault, memo=memo, indices=indices, insights=insights,
             clusterwide=clusterwide, namespaces=namespaces, command=command, event_queue=event_queue,
+            identity=identity if identity is not None else peering.detect_own_id(manual=False),
         )
 
         # Ready means: the startup is over, and the objects are being watched (or the command can run).
@@ -433,6 +437,7 @@ class CoreTasks:
     poster: asyncio.Task[None]
     command: asyncio.Task[None] | None = None
     watching: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)  # the orchestrator
+    coordinators: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)  # the Lease election
     observers: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     others: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     reported: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False)  # failures
@@ -445,15 +450,18 @@ class CoreTasks:
         yield from self.observers
         yield from self.watching
         yield from self.others
+        yield from self.coordinators
 
     async def stop(self) -> None:
         """
         Stop the tasks in the order that keeps the API usable for the finishing workers:
-        the watchers (with their workers) first, then the observers and the rest, then the poster
-        of the k8s-events (so that the workers' last messages are still posted), the credentials last.
+        the watchers (with their workers) first, then the observers and the rest (the daemons),
+        then the coordinators (the lease is released only when nothing is handled anymore),
+        then the poster of the k8s-events (so that the workers' last messages are still posted),
+        the credentials last.
         """
         rest = [*self.observers, *([self.command] if self.command is not None else []), *self.others]
-        for group in (self.watching, rest, [self.poster], [self.authenticator]):
+        for group in (self.watching, rest, self.coordinators, [self.poster], [self.authenticator]):
             await supervision.stop_tasks(group, title=None)
         logger.debug('Core tasks are stopped.')
 
@@ -486,6 +494,7 @@ def _spawn_core_tasks(
         namespaces: Collection[NamespacePattern],
         command: Coroutine[None, None, None] | None,
         event_queue: posting.EventQueue,
+        identity: Identity,
 ) -> CoreTasks:
     """Create the core tasks of the operator."""
     tasks = CoreTasks(
@@ -514,7 +523,20 @@ def _spawn_core_tasks(
                            settings=settings, memo=memo)
     readiness = indexers.readiness if indexers is not None else None
 
+    # The replicas' coordination: the peering (per served namespace or cluster-wide) and the Lease election
+    # close the gate while the operator must not handle the objects (see the orchestrator).
+    gate = gating.HandlingGate()
+    peering_resource = coordination.peering_resource(settings)
+    if settings.election.lease_name:
+        blocker = gate.blocker(f'lease {settings.election.lease_name!r}')
+        tasks.coordinators.append(asyncio.create_task(coordination.lease_election(
+            settings=settings, vault=vault, blocker=blocker, identity=identity,
+        ), name='lease election'))
+
     def watcher_factory(resource: Resource, namespace: str | None) -> Coroutine[Any, Any, None]:
+        if peering_resource is not None and resource == peering_resource:
+            return coordination.make_peering_coordinator(settings=settings, vault=vault, gate=gate,
+                                                         identity=identity, namespace=namespace)
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
                                 processor=processor, limiter=limiter, readiness=readiness,
                                 indexer=indexer if registry.indexing.has_handlers(resource) else None)
@@ -529,7 +551,9 @@ def _spawn_core_tasks(
     ]
     tasks.watching = [
         asyncio.create_task(orchestration.orchestrator(
-            insights=insights, watcher_factory=watcher_factory,
+            insights=insights, watcher_factory=watcher_factory, gate=gate,
+            ungated=[peering_resource] if peering_resource is not None else [],
+            pausing=coordination.SpawningPauser(spawner),
         ), name='multidimensional multitasker'),
     ]
 

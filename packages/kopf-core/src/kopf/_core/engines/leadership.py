@@ -1,0 +1,234 @@
+"""
+Leader election with a ``coordination.k8s.io/v1`` Lease, as client-go's leaderelection does it.
+
+Beyond Kopf: no CRDs are needed (Leases are built into Kubernetes), and a dead leader blocks the others
+only for one lease duration (15 s by default) rather than for a peering lifetime (60 s by default).
+Only the leader handles the objects; the followers wait, trying to acquire the lease every retry period.
+
+The rules (``settings.election``):
+
+* The lease's ``spec`` has the holder's identity, the lease duration, the times of acquiring & renewing,
+  the number of transitions. A leader renews it every ``retry_period`` seconds.
+* A follower considers the lease expired if its record has not changed for ``lease_duration`` seconds
+  **as measured by the follower's own clock** since it saw the record change (the holder's timestamps
+  are never compared with the local clock: the clocks of the nodes may differ). An expired or released
+  lease (no holder) is taken over with an update guarded by ``resourceVersion``: of several followers,
+  only one wins (the others get HTTP 409 and keep following).
+* A leader that cannot renew for ``renew_deadline`` seconds since its last successful renewal stops
+  handling (the gate is closed) before its lease can expire for the others (``renew_deadline`` is less
+  than ``lease_duration``), so no two leaders ever handle the objects at once.
+* On a graceful exit, the leader releases the lease (the holder becomes empty) after it has stopped
+  handling, so that a follower takes over at its next attempt, without waiting for the expiry.
+"""
+import asyncio
+import dataclasses
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from kopf._clients import coordination, errors
+from kopf._clients.vault import Vault
+from kopf._cogs.structs.references import Resource
+from kopf._core.engines.gating import GateBlocker
+from kopf._core.intents.configuration import ElectionSettings, OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+__all__ = ['LEASE_RESOURCE', 'LeaseElection', 'parse_lease_reference']
+
+LEASE_RESOURCE = Resource('coordination.k8s.io', 'v1', 'leases', kind='Lease', namespaced=True)
+
+# The errors after which the attempt is repeated later (not a reason for the operator to fail).
+_TRANSIENT_ERRORS = (errors.APIServerError, errors.APIConflictError, errors.APITooManyRequestsError,
+                     aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+
+
+def parse_lease_reference(value: str) -> tuple[str | None, str]:
+    """``NAME`` or ``NAMESPACE/NAME`` (as given to ``kopf run --lease``) → (namespace or None, name)."""
+    namespace, _, name = value.rpartition('/')
+    if not name or '/' in namespace:
+        raise ValueError(f'{value!r} is not a lease reference: expected NAME or NAMESPACE/NAME.')
+    return namespace or None, name
+
+
+def _format_micro_time(value: datetime.datetime) -> str:
+    # The MicroTime of Kubernetes: RFC 3339 with exactly 6 fractional digits, in UTC.
+    return value.astimezone(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
+
+
+@dataclasses.dataclass
+class _Observation:
+    """The latest lease record seen, and when it was seen changing (on the local monotonic clock)."""
+
+    record: tuple[Any, ...]
+    observed_at: float
+
+
+class LeaseElection:
+    """One operator's participation in one lease's election (see the module's description)."""
+
+    def __init__(self, *, settings: OperatorSettings, vault: Vault, identity: str,
+                 blocker: GateBlocker) -> None:
+        super().__init__()
+        self.settings = settings
+        self.vault = vault
+        self.identity = identity
+        self.blocker = blocker
+        self.leading = False
+        self._observation: _Observation | None = None
+        self._renewed_at: float | None = None  # the start of the latest successful acquiring/renewing
+
+    @property
+    def _election(self) -> ElectionSettings:
+        return self.settings.election
+
+    @property
+    def namespace(self) -> str:
+        return self._election.lease_namespace or 'default'
+
+    @property
+    def name(self) -> str:
+        name = self._election.lease_name
+        if not name:
+            raise ValueError('The lease election needs a lease name: settings.election.lease_name.')
+        return name
+
+    def __str__(self) -> str:
+        return f'{self.namespace}/{self.name}'
+
+    async def run(self) -> None:
+        """Elect or follow until cancelled; release the lease if leading at the exit."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                started = loop.time()
+                await self._attempt()
+                await asyncio.sleep(max(0.0, started + self._election.retry_period - loop.time()))
+        finally:
+            if self.leading:
+                self._stop_leading('the operator is exiting')
+                await asyncio.shield(self._release())
+
+    async def _attempt(self) -> None:
+        """One round: acquire or renew; stop leading if the renewal deadline is over."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        # A leader's attempt never lasts beyond its deadline: it must stop handling before the others start.
+        leading_since = self._renewed_at if self.leading else None
+        deadline = leading_since + self._election.renew_deadline if leading_since is not None else None
+        try:
+            async with asyncio.timeout_at(deadline):
+                acquired = await self._try_acquire_or_renew(started)
+        except _TRANSIENT_ERRORS as e:
+            acquired = None
+            if self.leading:
+                logger.warning(f'Failed to renew the lease {self}: {errors.describe_error(e)}')
+            else:
+                logger.debug(f'Failed to acquire the lease {self}: {errors.describe_error(e)}')
+
+        if acquired:
+            self._renewed_at = started
+            if not self.leading:
+                self.leading = True
+                logger.info(f'Became the leader of the lease {self}: handling the objects.')
+                self.blocker.unblock()
+        elif acquired is not None and self.leading:
+            self._stop_leading('the lease is taken by another operator')
+        elif self.leading and self._renewed_at is not None and \
+                loop.time() >= self._renewed_at + self._election.renew_deadline:
+            self._stop_leading(f'the lease could not be renewed for {self._election.renew_deadline}s')
+        elif not self.leading:
+            self.blocker.block()  # a follower: decided (for the operator's readiness), nothing changes
+
+    def _stop_leading(self, reason: str) -> None:
+        self.leading = False
+        self._renewed_at = None
+        self.blocker.block()
+        logger.warning(f'Stopped leading the lease {self}: {reason}.')
+
+    async def _try_acquire_or_renew(self, now_monotonic: float) -> bool:
+        """True if we hold the lease now; False if another holder does; errors escalate."""
+        try:
+            lease = await coordination.read(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                            namespace=self.namespace, name=self.name, backoffs=(),
+                                            logger=logger)
+        except errors.APINotFoundError:
+            now = datetime.datetime.now(datetime.UTC)
+            body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
+                    'metadata': {'name': self.name, 'namespace': self.namespace},
+                    'spec': self._make_spec(now, acquired_at=now, transitions=0)}
+            try:
+                await coordination.create(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                          namespace=self.namespace, body=body, backoffs=(), logger=logger)
+            except errors.APIConflictError:
+                return False  # created by another follower meanwhile
+            return True
+
+        spec: Mapping[str, Any] = lease.get('spec') or {}
+        holder = spec.get('holderIdentity') or ''
+        duration = spec.get('leaseDurationSeconds') or self._election.lease_duration
+        record = (holder, spec.get('renewTime'), spec.get('acquireTime'), spec.get('leaseTransitions'),
+                  spec.get('leaseDurationSeconds'))
+        if self._observation is None or self._observation.record != record:
+            self._observation = _Observation(record=record, observed_at=now_monotonic)
+
+        held_by_other = holder and holder != self.identity
+        if held_by_other and now_monotonic < self._observation.observed_at + float(duration):
+            return False
+
+        now = datetime.datetime.now(datetime.UTC)
+        transitions = int(spec.get('leaseTransitions') or 0)
+        if holder == self.identity and spec.get('acquireTime'):
+            new_spec = {**self._make_spec(now, acquired_at=None, transitions=transitions),
+                        'acquireTime': spec['acquireTime']}
+        else:
+            new_spec = self._make_spec(now, acquired_at=now, transitions=transitions + 1)
+        metadata = lease.get('metadata') or {}
+        body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
+                'metadata': {'name': self.name, 'namespace': self.namespace,
+                             'resourceVersion': metadata.get('resourceVersion')},
+                'spec': new_spec}
+        try:
+            await coordination.replace(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                       namespace=self.namespace, name=self.name, body=body, backoffs=(),
+                                       logger=logger)
+        except errors.APIConflictError:
+            return False  # changed by another operator meanwhile: it is probably the leader now
+        return True
+
+    def _make_spec(self, now: datetime.datetime, *, acquired_at: datetime.datetime | None,
+                   transitions: int) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            'holderIdentity': self.identity,
+            'leaseDurationSeconds': max(1, round(self._election.lease_duration)),
+            'renewTime': _format_micro_time(now),
+            'leaseTransitions': transitions,
+        }
+        if acquired_at is not None:
+            spec['acquireTime'] = _format_micro_time(acquired_at)
+        return spec
+
+    async def _release(self) -> None:
+        """Give the lease away (no holder), so that a follower takes it over at once."""
+        try:
+            lease = await coordination.read(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                            namespace=self.namespace, name=self.name, logger=logger)
+            spec = dict(lease.get('spec') or {})
+            if spec.get('holderIdentity') != self.identity:
+                return  # taken over already: nothing to release
+            now = _format_micro_time(datetime.datetime.now(datetime.UTC))
+            spec.update(holderIdentity='', leaseDurationSeconds=1, renewTime=now, acquireTime=now)
+            metadata = lease.get('metadata') or {}
+            body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
+                    'metadata': {'name': self.name, 'namespace': self.namespace,
+                                 'resourceVersion': metadata.get('resourceVersion')},
+                    'spec': spec}
+            await coordination.replace(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                       namespace=self.namespace, name=self.name, body=body, logger=logger)
+        except (errors.APIError, *_TRANSIENT_ERRORS) as e:
+            logger.warning(f'Failed to release the lease {self}: {errors.describe_error(e)}')
+        else:
+            logger.info(f'Released the lease {self}.')

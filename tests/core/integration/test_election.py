@@ -1,0 +1,246 @@
+"""
+Leader election with a Lease: several operators (threads, or killed subprocesses), only the leader handles.
+
+The timings are shortened (a lease of 2 s, renewed every 0.2 s); the waits are for the outcomes.
+"""
+import asyncio
+import collections
+import contextlib
+import datetime
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+import kopf
+
+Handled = collections.Counter[tuple[str, str]]  # (operator, object name) -> how many times
+LEASES = '/apis/coordination.k8s.io/v1/namespaces/default/leases'
+
+
+def lease(cluster: Any, name: str = 'my-operator') -> dict[str, Any]:
+    return cluster.emulator.get_object('leases.coordination.k8s.io', name, namespace='default') or {}
+
+
+def holder(cluster: Any, name: str = 'my-operator') -> str | None:
+    return lease(cluster, name).get('spec', {}).get('holderIdentity')
+
+
+@pytest.fixture
+def quiet(cluster: Any) -> Callable[..., Any]:
+    """Wait until the objects are left alone for a while (the coordination's own requests do not count)."""
+
+    def activity() -> dict[Any, int]:
+        return {key: count for key, count in cluster.emulator.requests.snapshot().items()
+                if key.verb != 'watch' and key.resource not in {'leases'}}
+
+    async def quiet(period: float = 0.5, within: float = 10.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        last, stable_since = activity(), loop.time()
+        while loop.time() - stable_since < period:
+            if loop.time() > deadline:
+                raise AssertionError('The operators do not settle.')
+            await asyncio.sleep(0.02)
+            if activity() != last:
+                last, stable_since = activity(), loop.time()
+
+    return quiet
+
+
+@pytest.fixture
+def handled() -> Handled:
+    return collections.Counter()
+
+
+class ThreadedOperator:
+    """``kopf.run()`` in a thread of its own (one event loop per operator, as in separate processes)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.stop_flag = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._main, kwargs=kwargs, daemon=True)
+
+    def _main(self, **kwargs: Any) -> None:
+        try:
+            kopf.run(stop_flag=self.stop_flag, **kwargs)
+        except BaseException as e:
+            self.errors.append(e)
+
+    async def stop(self, within: float = 10) -> None:
+        self.stop_flag.set()
+        await asyncio.to_thread(self.thread.join, within)
+        assert not self.thread.is_alive(), 'The operator has not exited.'
+        assert self.errors == []
+
+
+def shorten(settings: kopf.OperatorSettings, *, lease_name: str = 'my-operator') -> None:
+    settings.election.lease_name = lease_name
+    settings.election.lease_duration = 2
+    settings.election.renew_deadline = 1.2
+    settings.election.retry_period = 0.2
+
+
+@pytest.fixture
+def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
+                  settings_factory: Callable[[], kopf.OperatorSettings],
+                  handled: Handled) -> Callable[..., Any]:
+    lock = threading.Lock()
+
+    @contextlib.asynccontextmanager
+    async def make(name: str, **kwargs: Any) -> AsyncIterator[ThreadedOperator]:
+        registry = make_registry()
+        settings = settings_factory()
+        settings.posting.enabled = False
+        shorten(settings)
+
+        @kopf.on.create('kopfexamples', registry=registry)
+        def created(name: str, **_: Any) -> None:
+            with lock:
+                handled[(operator_name, name)] += 1
+
+        operator_name = name
+        operator = ThreadedOperator(registry=registry, settings=settings, namespaces=['default'],
+                                    identity=name, **kwargs)
+        operator.thread.start()
+        try:
+            yield operator
+        finally:
+            operator.stop_flag.set()
+            await asyncio.to_thread(operator.thread.join, 10)
+
+    return make
+
+
+async def test_only_the_leader_handles(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+) -> None:
+    async with make_operator('first'):
+        await eventually(lambda: holder(cluster) == 'first')
+        async with make_operator('second'), make_operator('third'):
+            for index in range(5):
+                await cluster.create(f'kex{index}')
+            await eventually(lambda: len(handled) == 5)
+            await quiet()
+            assert holder(cluster) == 'first'
+            spec = lease(cluster)['spec']
+            assert spec['leaseDurationSeconds'] == 2
+            for field in ('acquireTime', 'renewTime'):  # MicroTime: RFC 3339 with microseconds, in UTC
+                assert datetime.datetime.strptime(spec[field], '%Y-%m-%dT%H:%M:%S.%fZ')
+    assert {operator for operator, _ in handled} == {'first'}
+    assert set(handled.values()) == {1}
+    assert holder(cluster) == ''  # released on exit
+
+
+async def test_graceful_exit_releases_the_lease_and_a_follower_takes_over_at_once(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with make_operator('follower'):
+        async with make_operator('leader') as leader:
+            await eventually(lambda: holder(cluster) in {'leader', 'follower'})
+            first = holder(cluster)
+            await cluster.create('kex1')
+            await eventually(lambda: len(handled) == 1)
+            await leader.stop()
+            if first == 'leader':
+                assert 'Released the lease default/my-operator.' in caplog.messages
+        # Released: taken over within a retry period or two, not after the lease duration.
+        await eventually(lambda: holder(cluster) == 'follower', within=1.0)
+        await cluster.create('kex2')
+        await eventually(lambda: len(handled) == 2)
+        await quiet()
+    assert set(handled.values()) == {1}
+    assert {name for _, name in handled} == {'kex1', 'kex2'}
+
+
+async def test_faults_on_the_lease_writes_do_not_break_the_election(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+) -> None:
+    cluster.emulator.fail_requests(3, status=503, path='/leases')
+    cluster.emulator.fail_requests(2, status=409, method='PUT', path='/leases')
+    async with make_operator('one'), make_operator('two'):
+        await eventually(lambda: holder(cluster) in {'one', 'two'})
+        for index in range(3):
+            await cluster.create(f'kex{index}')
+        await eventually(lambda: len(handled) == 3)
+        await quiet()
+    assert len({operator for operator, _ in handled}) == 1
+    assert set(handled.values()) == {1}
+
+
+async def test_a_leader_that_cannot_renew_stops_handling_before_the_lease_expires(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with make_operator('only'):
+        await eventually(lambda: holder(cluster) == 'only')
+        cluster.emulator.fail_requests(None, status=503, path='/leases')
+        await eventually(lambda: any('Stopped leading the lease default/my-operator: the lease could not be '
+                                     'renewed for 1.2s' in m for m in caplog.messages), within=3)
+        await cluster.create('kex1')
+        await quiet(period=0.5)
+        assert not handled  # not a leader: nothing is handled
+        cluster.emulator.clear_faults()
+        await eventually(lambda: handled[('only', 'kex1')] == 1, within=5)
+
+
+def start_process(args: list[str], env: dict[str, str], output: pathlib.Path) -> subprocess.Popen[bytes]:
+    """``kopf run`` as a subprocess (to be killed with SIGKILL), its output going to a file."""
+    with open(output, 'w') as stdout:
+        return subprocess.Popen([sys.executable, '-m', 'kopf', 'run', *args],
+                                env=env, stdout=stdout, stderr=subprocess.STDOUT)
+
+
+OPERATOR_SOURCE = '''
+import kopf
+
+@kopf.on.startup()
+def configure(settings, **_):
+    settings.election.lease_duration = 2
+    settings.election.renew_deadline = 1.2
+    settings.election.retry_period = 0.2
+    settings.posting.enabled = False
+
+@kopf.on.create('kopfexamples')
+def created(name, **_):
+    print(f'HANDLED {name}', flush=True)
+'''
+
+
+async def test_a_killed_leader_is_replaced_after_the_lease_duration(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        tmp_path: pathlib.Path,
+) -> None:
+    source = tmp_path / 'operator.py'
+    source.write_text(textwrap.dedent(OPERATOR_SOURCE))
+    output = tmp_path / 'output.txt'
+    env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path))
+    process = start_process(['-n', 'default', '--lease', 'default/my-operator', str(source)], env, output)
+    try:
+        await eventually(lambda: holder(cluster) is not None, within=15)
+        async with make_operator('follower'):
+            await cluster.create('kex1')
+            await eventually(lambda: 'HANDLED kex1' in output.read_text(), within=10)
+            # Killed only once the outcome is stored: otherwise, handling it again would be right.
+            await eventually(lambda: cluster.diffbase('kex1') is not None
+                             and not cluster.progress_annotations('kex1'))
+            process.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(process.wait, 5)
+            await cluster.create('kex2')
+            await eventually(lambda: holder(cluster) == 'follower', within=5)
+            await eventually(lambda: handled[('follower', 'kex2')] == 1, within=5)
+            await quiet()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert handled == {('follower', 'kex2'): 1}
+    assert output.read_text().count('HANDLED') == 1
