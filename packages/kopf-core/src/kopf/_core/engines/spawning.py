@@ -33,7 +33,7 @@ from kopf._core.engines.daemons import Daemons, DaemonStoppingReason, ObjectSpaw
 from kopf._core.engines.timers import Timers
 from kopf._core.intents.causes import ResourceSpawningCause
 from kopf._core.intents.configuration import OperatorSettings
-from kopf._core.intents.handlers import DaemonHandler, HandlerId, TimerHandler
+from kopf._core.intents.handlers import DaemonHandler, HandlerId, SpawningHandler, TimerHandler
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.persistence.finalizers import is_deletion_ongoing
 
@@ -65,6 +65,9 @@ class SpawningEngine:
         self.daemons = Daemons(settings=settings, vault=vault, indices=self.indices)
         self.timers = Timers(settings=settings, vault=vault, indices=self.indices)
         self._objects: dict[int, ObjectSpawns] = {}  # by id(): for pausing & resuming
+        # The resources whose daemons & timers have no filters (as of these handlers of the registry).
+        self._unfiltered: dict[Resource, tuple[tuple[SpawningHandler, ...],
+                                               tuple[tuple[SpawningHandler, ...], bool] | None]] = {}
         self._paused = False
         self._closed = False
 
@@ -185,6 +188,19 @@ class SpawningEngine:
             elif daemon.task is not None and daemon.task.done():
                 del spawns.daemons[daemon.handler.id]
 
+    def _unfiltered_handlers(self, resource: Resource) -> tuple[tuple[SpawningHandler, ...], bool] | None:
+        """The resource's daemons & timers and if any needs our finalizer; None if any of them has filters."""
+        handlers = self.registry.spawning.get_resource_handlers(resource)
+        known = self._unfiltered.get(resource)
+        if known is not None and known[0] is handlers:  # the same tuple unless the registry has changed
+            return known[1]
+        unfiltered: tuple[tuple[SpawningHandler, ...], bool] | None = None
+        if all(not handler.labels and not handler.annotations and handler.when is None and not handler.field
+               for handler in handlers):
+            unfiltered = handlers, any(handler.requires_finalizer for handler in handlers)
+        self._unfiltered[resource] = (handlers, unfiltered)
+        return unfiltered
+
     def _requires_finalizer(self, spawns: ObjectSpawns, *, logger: Logger) -> bool:
         return self.registry.spawning.requires_finalizer(self._make_cause(spawns, logger=logger))
 
@@ -198,6 +214,14 @@ class SpawningEngine:
 
         Returns whether any of the matching ones keeps the object from deletion (needs our finalizer).
         """
+        # The usual case on every event (e.g. the echo of every timer's patch): with no filters,
+        # all the handlers match always, and once all of them have their records, nothing changes.
+        unfiltered = self._unfiltered_handlers(spawns.resource)
+        if unfiltered is not None:
+            handlers, needs_finalizer = unfiltered
+            if len(spawns.daemons) + len(spawns.timers) == len(handlers):
+                return needs_finalizer
+
         cause = self._make_cause(spawns, logger=logger)
         matching: set[HandlerId] = set()
         needs_finalizer = False

@@ -189,7 +189,7 @@ class Timers:
             if idle is not None and quiet_since + idle > now:
                 self._schedule(timer, quiet_since + idle)  # the object has changed meanwhile
                 continue
-            task = asyncio.create_task(self._run(timer), name=f'timer {timer.handler.id!r}')
+            task = asyncio.create_task(self._run(timer))  # not named: naming costs more than the call itself
             task.add_done_callback(functools.partial(self._finished, timer))
             timer.task = task
             self._tasks.add(task)
