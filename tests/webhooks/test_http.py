@@ -316,3 +316,27 @@ async def test_short_timeouts_as_parameters() -> None:
         await http.stop_server(listener)
     assert (status, body, data) == (200, b'ok', b'')
     assert 0.3 <= closed - answered <= 2
+
+
+@pytest.mark.looptime
+async def test_closing_answer_unread_by_the_client_is_dropped_when_idle() -> None:
+    big = b'x' * (16 * 1024 * 1024)  # more than the sockets' buffers take: the server waits to send the rest
+
+    async def handler(request: http.Request) -> http.HTTPResponse:
+        return 200, 'text/plain', big, ''
+
+    listener = await http.start_server(handler, host='127.0.0.1', port=0, ssl_context=None, max_body_size=100)
+    try:
+        reader, writer = await asyncio.open_connection('127.0.0.1', listener.port, limit=len(big) * 2)
+        writer.transport.pause_reading()  # a client that never reads
+        writer.write(post('/', b'x', 'Connection: close'))
+        await asyncio.sleep(IDLE_TIMEOUT + 2)
+        writer.transport.resume_reading()
+        try:
+            received = await asyncio.wait_for(reader.read(), timeout=5)
+        except ConnectionResetError:  # the kernel drops what it holds when the rest is aborted
+            received = b''
+        writer.close()
+    finally:
+        await http.stop_server(listener)
+    assert len(received) < len(big)  # without the idle deadline, it all comes when the client reads

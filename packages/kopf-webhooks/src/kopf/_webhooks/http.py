@@ -216,6 +216,7 @@ class _HTTPProtocol(asyncio.Protocol):
                 f'{"" if keep_alive else CLOSING}\r\n')
         transport.write(head.encode('latin-1') + payload)
         if not keep_alive:
+            self.deadline = self._loop.time() + self._idle_timeout  # if the client never reads the answer
             transport.close()
         elif self._buffer:  # a pipelined request: its time starts now, when its turn comes
             self.deadline = self._loop.time() + self._request_timeout
