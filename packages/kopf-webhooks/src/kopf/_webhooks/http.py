@@ -13,6 +13,12 @@ What it supports: HTTP/1.1 and HTTP/1.0, keep-alive and ``Connection: close``, p
 the server's SSL context with the client certificates available to the handler. What it refuses,
 with a clear answer and the connection closed: malformed requests (400), chunked bodies (411),
 bodies above the limit (413), oversized headers (431).
+
+What it does not let a client do: hold a socket forever (a slowloris-style exhaustion of the sockets).
+A TLS handshake must finish in time, a request must arrive in full in time since its first byte
+(else 408 and the close), and an idle keep-alive connection is closed quietly after a while. The
+deadlines are checked by one sweeper per server, waking up about once a second while there are
+connections: no timer handles per connection or per request on the path of every review.
 """
 import asyncio
 import contextlib
@@ -30,10 +36,31 @@ __all__ = ['HTTPResponse', 'Handler', 'Listener', 'Request', 'start_server', 'st
 logger = logging.getLogger(__name__)
 
 MAX_HEAD_SIZE = 64 * 1024
+
+# The API server's webhook client (client-go's transport) gives up on a TLS handshake after 10 s:
+# a handshake unfinished by then has nobody waiting for it.
+HANDSHAKE_TIMEOUT = 10.0
+
+# A review's own timeout in the API server is at most 30 s (``timeoutSeconds``: 1..30, 10 by default),
+# so a request whose head or body is still incomplete 30 s after its first byte is abandoned anyway.
+# A new connection gets the same time for its request's first byte: clients connect to send something.
+REQUEST_TIMEOUT = 30.0
+
+# Longer than the API server's own idle pooling: client-go's transports keep an idle connection for
+# 90 s (Go's default ``IdleConnTimeout``), so normally the client is the one who closes it. Had we
+# closed it first, a review sent at that moment would meet a closed connection, and Go does not
+# resend a failed POST: the review would fail (or be ignored by the failure policy). 120 s leaves
+# a margin above the 90 s and still frees the sockets of the clients that never close them.
+IDLE_TIMEOUT = 120.0
+
+# How often the sweeper checks the deadlines (or more often if the timeouts are shorter, e.g. in tests).
+SWEEP_INTERVAL = 1.0
+
 CLOSING = 'Connection: close\r\n'
 REASONS = {
     100: 'Continue', 200: 'OK', 400: 'Bad Request', 404: 'Not Found', 405: 'Method Not Allowed',
-    411: 'Length Required', 413: 'Content Too Large', 431: 'Request Header Fields Too Large',
+    408: 'Request Timeout', 411: 'Length Required', 413: 'Content Too Large',
+    431: 'Request Header Fields Too Large',
     500: 'Internal Server Error',
 }
 
@@ -76,10 +103,23 @@ class _Connections:
 
 
 class _HTTPProtocol(asyncio.Protocol):
-    def __init__(self, handler: Handler, max_body_size: int) -> None:
+    """
+    One connection's HTTP: parses the requests, serves them one by one, answers in order.
+
+    ``deadline`` (the loop's time, or None while a request is being served) is when the connection
+    is closed by the server's sweeper if nothing changes: set when a request's first byte comes
+    (for the rest of it), and when an answer is sent (for the next request to begin).
+    """
+
+    def __init__(self, handler: Handler, max_body_size: int, *,
+                 request_timeout: float, idle_timeout: float) -> None:
         super().__init__()
+        self._loop = asyncio.get_running_loop()
         self._handler = handler
         self._max_body_size = max_body_size
+        self._request_timeout = request_timeout
+        self._idle_timeout = idle_timeout
+        self.deadline: float | None = None
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
@@ -89,6 +129,7 @@ class _HTTPProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self.deadline = self._loop.time() + self._request_timeout  # for the first request to begin
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -96,6 +137,8 @@ class _HTTPProtocol(asyncio.Protocol):
             self._task.cancel()  # nobody will read the answer
 
     def data_received(self, data: bytes) -> None:
+        if self._task is None and not self._buffer:  # a new request begins: it must arrive in time
+            self.deadline = self._loop.time() + self._request_timeout
         self._buffer += data
         if self._task is None:
             self._next()
@@ -153,7 +196,8 @@ class _HTTPProtocol(asyncio.Protocol):
         connection = headers.get('Connection', '').lower()
         keep_alive = connection != 'close' if version == 'HTTP/1.1' else connection == 'keep-alive'
         request = Request(method, target, CIMultiDictProxy(headers), body, transport)
-        self._task = asyncio.get_running_loop().create_task(self._serve(request, keep_alive))
+        self.deadline = None  # the handler's time is not limited here (the API server limits it)
+        self._task = self._loop.create_task(self._serve(request, keep_alive))
 
     async def _serve(self, request: Request, keep_alive: bool) -> None:
         try:
@@ -172,9 +216,27 @@ class _HTTPProtocol(asyncio.Protocol):
                 f'{"" if keep_alive else CLOSING}\r\n')
         transport.write(head.encode('latin-1') + payload)
         if not keep_alive:
+            self.deadline = self._loop.time() + self._idle_timeout  # if the client never reads the answer
             transport.close()
-        elif self._buffer:
+        elif self._buffer:  # a pipelined request: its time starts now, when its turn comes
+            self.deadline = self._loop.time() + self._request_timeout
             self._next()
+        else:
+            self.deadline = self._loop.time() + self._idle_timeout
+
+    def expire(self) -> None:
+        """Close the connection at its deadline: with a 408 if a request has begun, else quietly."""
+        self.deadline = None
+        transport = self._transport
+        if transport is None:
+            return
+        if self._buffer:
+            logger.debug('Closing a connection: its request has not arrived in full in time.')
+            self._refuse(408, 'The request has not arrived in full in time.')
+        else:
+            logger.debug('Closing an idle connection.')
+        # Not waiting for a client that does not read: the 408 goes out only if the socket takes it now.
+        transport.abort()
 
     def _refuse(self, status: int, message: str) -> None:
         if self._transport is not None:
@@ -195,13 +257,15 @@ class _SocketTransport(asyncio.Transport):
     of its memory buffers, which costs more than the rest of a small request's serving.)
     """
 
-    def __init__(self, sock: socket.socket, protocol: asyncio.Protocol, *, handshaking: bool) -> None:
+    def __init__(self, sock: socket.socket, protocol: _HTTPProtocol, *,
+                 handshaking: bool, handshake_timeout: float) -> None:
         super().__init__()
         self._loop = asyncio.get_running_loop()
         self._sock = sock
         self._fd = sock.fileno()
         self._protocol = protocol
         self._handshaking = handshaking
+        self._handshake_deadline = self._loop.time() + handshake_timeout if handshaking else 0.0
         self._outgoing = bytearray()
         self._reading = True
         self._closed = False
@@ -223,6 +287,15 @@ class _SocketTransport(asyncio.Transport):
 
     def is_closing(self) -> bool:
         return self._closed
+
+    def expire_if_due(self, now: float) -> None:
+        """Close the connection if its handshake or its protocol's current deadline has passed."""
+        if self._handshaking:
+            if now >= self._handshake_deadline:
+                logger.debug('Closing a connection: its TLS handshake has not finished in time.')
+                self._close(None, notify=False)
+        elif self._protocol.deadline is not None and now >= self._protocol.deadline:
+            self._protocol.expire()
 
     def pause_reading(self) -> None:
         if self._reading and not self._closed:
@@ -335,13 +408,17 @@ class _SocketTransport(asyncio.Transport):
 class Listener:
     """The listening sockets of a server: accepts the connections and gives them to new protocols."""
 
-    def __init__(self, sockets: list[socket.socket], factory: Callable[[], asyncio.Protocol],
-                 ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(self, sockets: list[socket.socket], factory: Callable[[], _HTTPProtocol],
+                 ssl_context: ssl.SSLContext | None, *,
+                 handshake_timeout: float, sweep_interval: float) -> None:
         super().__init__()
         self._loop = asyncio.get_running_loop()
         self.sockets = sockets
         self._factory = factory
         self._ssl_context = ssl_context
+        self._handshake_timeout = handshake_timeout
+        self._sweep_interval = sweep_interval
+        self._sweeper: asyncio.TimerHandle | None = None
         self.transports: set[_SocketTransport] = set()
         for sock in sockets:
             self._loop.add_reader(sock.fileno(), self._accept, sock)
@@ -365,14 +442,32 @@ class Listener:
             sock: socket.socket = conn
             if self._ssl_context is not None:
                 sock = self._ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
-            transport = _SocketTransport(sock, self._factory(), handshaking=self._ssl_context is not None)
+            transport = _SocketTransport(sock, self._factory(), handshaking=self._ssl_context is not None,
+                                         handshake_timeout=self._handshake_timeout)
             self.transports.add(transport)
+            if self._sweeper is None:
+                self._sweeper = self._loop.call_later(self._sweep_interval, self._sweep)
             if len(self.transports) > 256:  # forget the closed ones now and then
                 self.transports = {known for known in self.transports if not known.is_closing()}
             if transport._handshaking:
                 transport._handshake()
 
+    def _sweep(self) -> None:
+        """Close the connections past their deadlines; forget the closed ones; repeat while any remain."""
+        now = self._loop.time()
+        alive: set[_SocketTransport] = set()
+        for transport in self.transports:
+            if not transport.is_closing():
+                transport.expire_if_due(now)
+            if not transport.is_closing():
+                alive.add(transport)
+        self.transports = alive
+        self._sweeper = self._loop.call_later(self._sweep_interval, self._sweep) if alive else None
+
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for sock in self.sockets:
             self._loop.remove_reader(sock.fileno())
             sock.close()
@@ -425,12 +520,31 @@ async def start_server(
         port: int,
         ssl_context: ssl.SSLContext | None,
         max_body_size: int,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        request_timeout: float = REQUEST_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
 ) -> Listener:
-    """Listen on the host (all its addresses) and the port (0: a free one, the same for all addresses)."""
-    def factory() -> _HTTPProtocol:
-        return _HTTPProtocol(handler, max_body_size)
+    """
+    Listen on the host (all its addresses) and the port (0: a free one, the same for all addresses).
 
-    return Listener(_bind(host, port), factory, ssl_context)
+    The timeouts (in seconds) limit how long a connection can be held by a client: for the TLS
+    handshake, for a request to arrive in full since its first byte, and for the idle keep-alive.
+    """
+    timeouts = {'handshake_timeout': handshake_timeout, 'request_timeout': request_timeout,
+                'idle_timeout': idle_timeout}
+    for name, value in timeouts.items():
+        if not value > 0:
+            raise ValueError(f'The webhook server\'s {name} must be a positive number of seconds, '
+                             f'not {value!r}.')
+
+    def factory() -> _HTTPProtocol:
+        return _HTTPProtocol(handler, max_body_size,
+                             request_timeout=request_timeout, idle_timeout=idle_timeout)
+
+    # The deadlines are checked with a precision of the interval: a fraction of the shortest timeout.
+    sweep_interval = min(SWEEP_INTERVAL, min(timeouts.values()) / 4)
+    return Listener(_bind(host, port), factory, ssl_context,
+                    handshake_timeout=handshake_timeout, sweep_interval=sweep_interval)
 
 
 async def stop_server(listener: Listener) -> None:
