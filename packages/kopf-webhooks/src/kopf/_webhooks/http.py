@@ -94,14 +94,6 @@ class Request:
 Handler = Callable[[Request], Awaitable[HTTPResponse]]
 
 
-class _Connections:
-    """The open connections of a server: closed all at once when the server stops."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.protocols: set[_HTTPProtocol] = set()
-
-
 class _HTTPProtocol(asyncio.Protocol):
     """
     One connection's HTTP: parses the requests, serves them one by one, answers in order.
@@ -447,8 +439,6 @@ class Listener:
             self.transports.add(transport)
             if self._sweeper is None:
                 self._sweeper = self._loop.call_later(self._sweep_interval, self._sweep)
-            if len(self.transports) > 256:  # forget the closed ones now and then
-                self.transports = {known for known in self.transports if not known.is_closing()}
             if transport._handshaking:
                 transport._handshake()
 
