@@ -208,6 +208,9 @@ class ApiHandler:
             return error_response(e)
         except web.HTTPRequestEntityTooLarge:
             return error_response(errors.ApiError(413, f'Request entity too large: limit is {MAX_BODY_SIZE}'))
+        except ConnectionResetError:  # incl. aiohttp's: the client has gone (e.g. a watcher at its exit)
+            logger.debug('The client has disconnected during %s %s', request.method, request.path_qs)
+            raise
         except Exception as e:
             logger.exception('The emulator failed to serve %s %s', request.method, request.path_qs)
             return error_response(errors.internal_error(f'{type(e).__name__}: {e}'))
