@@ -281,24 +281,59 @@ def eventually() -> Eventually:
     return eventually
 
 
+# The requests that are not activity: the re-connections of the watches, the operators' coordination.
+_NOT_ACTIVITY_RESOURCES = frozenset({'kopfpeerings', 'clusterkopfpeerings', 'leases'})
+
+
 @pytest.fixture
 def quiet(cluster: Cluster) -> Callable[..., Any]:
-    """Wait until nothing more happens to the objects: no requests for a while (the operator idles)."""
+    """Wait until nothing more happens to the objects: no requests for a while (the operators idle)."""
+
+    def activity() -> dict[Any, int]:
+        return {key: count for key, count in cluster.emulator.requests.snapshot().items()
+                if key.verb != 'watch' and key.resource not in _NOT_ACTIVITY_RESOURCES}
 
     async def quiet(period: float = 0.5, within: float = 10.0) -> None:
         deadline = time.monotonic() + within
-        last = cluster.emulator.requests.snapshot()
-        stable_since = time.monotonic()
+        last, stable_since = activity(), time.monotonic()
         while time.monotonic() - stable_since < period:
             if time.monotonic() > deadline:
-                raise AssertionError('The operator does not settle.')
+                raise AssertionError('The operators do not settle.')
             await asyncio.sleep(0.02)
-            now = {key: count for key, count in cluster.emulator.requests.snapshot().items()
-                   if key.verb != 'watch'}  # the re-connections of the watches are not activity
-            if now != {key: count for key, count in last.items() if key.verb != 'watch'}:
-                last, stable_since = cluster.emulator.requests.snapshot(), time.monotonic()
+            if activity() != last:
+                last, stable_since = activity(), time.monotonic()
 
     return quiet
+
+
+class ThreadedOperator:
+    """``kopf.run()`` in a thread of its own (one event loop per operator, as in separate processes)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.stop_flag = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._main, kwargs=kwargs, daemon=True)
+
+    def _main(self, **kwargs: Any) -> None:
+        try:
+            kopf.run(stop_flag=self.stop_flag, **kwargs)
+        except BaseException as e:
+            self.errors.append(e)
+
+    async def wait(self, within: float = 10) -> None:
+        await asyncio.to_thread(self.thread.join, within)
+        assert not self.thread.is_alive(), 'The operator has not exited.'
+
+    async def stop(self, within: float = 10) -> None:
+        self.stop_flag.set()
+        await self.wait(within)
+        assert self.errors == []
+
+
+@pytest.fixture
+def threaded_operator() -> type[ThreadedOperator]:
+    """The class of the operators in threads (the test modules cannot import it from here)."""
+    return ThreadedOperator
 
 
 @pytest.fixture(autouse=True)

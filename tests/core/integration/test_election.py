@@ -34,51 +34,8 @@ def holder(cluster: Any, name: str = 'my-operator') -> str | None:
 
 
 @pytest.fixture
-def quiet(cluster: Any) -> Callable[..., Any]:
-    """Wait until the objects are left alone for a while (the coordination's own requests do not count)."""
-
-    def activity() -> dict[Any, int]:
-        return {key: count for key, count in cluster.emulator.requests.snapshot().items()
-                if key.verb != 'watch' and key.resource not in {'leases'}}
-
-    async def quiet(period: float = 0.5, within: float = 10.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        last, stable_since = activity(), loop.time()
-        while loop.time() - stable_since < period:
-            if loop.time() > deadline:
-                raise AssertionError('The operators do not settle.')
-            await asyncio.sleep(0.02)
-            if activity() != last:
-                last, stable_since = activity(), loop.time()
-
-    return quiet
-
-
-@pytest.fixture
 def handled() -> Handled:
     return collections.Counter()
-
-
-class ThreadedOperator:
-    """``kopf.run()`` in a thread of its own (one event loop per operator, as in separate processes)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.stop_flag = threading.Event()
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._main, kwargs=kwargs, daemon=True)
-
-    def _main(self, **kwargs: Any) -> None:
-        try:
-            kopf.run(stop_flag=self.stop_flag, **kwargs)
-        except BaseException as e:
-            self.errors.append(e)
-
-    async def stop(self, within: float = 10) -> None:
-        self.stop_flag.set()
-        await asyncio.to_thread(self.thread.join, within)
-        assert not self.thread.is_alive(), 'The operator has not exited.'
-        assert self.errors == []
 
 
 def shorten(settings: kopf.OperatorSettings, *, lease_name: str = 'my-operator') -> None:
@@ -91,11 +48,11 @@ def shorten(settings: kopf.OperatorSettings, *, lease_name: str = 'my-operator')
 @pytest.fixture
 def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
                   settings_factory: Callable[[], kopf.OperatorSettings],
-                  handled: Handled) -> Callable[..., Any]:
+                  handled: Handled, threaded_operator: Any) -> Callable[..., Any]:
     lock = threading.Lock()
 
     @contextlib.asynccontextmanager
-    async def make(name: str, **kwargs: Any) -> AsyncIterator[ThreadedOperator]:
+    async def make(name: str, **kwargs: Any) -> AsyncIterator[Any]:
         registry = make_registry()
         settings = settings_factory()
         settings.posting.enabled = False
@@ -107,7 +64,7 @@ def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
                 handled[(operator_name, name)] += 1
 
         operator_name = name
-        operator = ThreadedOperator(registry=registry, settings=settings, namespaces=['default'],
+        operator = threaded_operator(registry=registry, settings=settings, namespaces=['default'],
                                     identity=name, **kwargs)
         operator.thread.start()
         try:

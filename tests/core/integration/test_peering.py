@@ -52,66 +52,20 @@ def peers(cluster: Any, name: str = 'default', namespace: str | None = 'default'
 
 
 @pytest.fixture
-def quiet(cluster: Any) -> Callable[..., Any]:
-    """Wait until the objects are left alone for a while (the coordination's own requests do not count)."""
-
-    def activity() -> dict[Any, int]:
-        return {key: count for key, count in cluster.emulator.requests.snapshot().items()
-                if key.verb != 'watch' and key.resource not in {'kopfpeerings', 'clusterkopfpeerings'}}
-
-    async def quiet(period: float = 0.5, within: float = 10.0) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        last, stable_since = activity(), loop.time()
-        while loop.time() - stable_since < period:
-            if loop.time() > deadline:
-                raise AssertionError('The operators do not settle.')
-            await asyncio.sleep(0.02)
-            if activity() != last:
-                last, stable_since = activity(), loop.time()
-
-    return quiet
-
-
-@pytest.fixture
 def handled() -> Handled:
     return collections.Counter()
-
-
-class ThreadedOperator:
-    """``kopf.run()`` in a thread of its own (one event loop per operator, as in separate processes)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.stop_flag = threading.Event()
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._main, kwargs=kwargs, daemon=True)
-
-    def _main(self, **kwargs: Any) -> None:
-        try:
-            kopf.run(stop_flag=self.stop_flag, **kwargs)
-        except BaseException as e:
-            self.errors.append(e)
-
-    async def wait(self, within: float = 10) -> None:
-        await asyncio.to_thread(self.thread.join, within)
-        assert not self.thread.is_alive(), 'The operator has not exited.'
-
-    async def stop(self, within: float = 10) -> None:
-        self.stop_flag.set()
-        await self.wait(within)
-        assert self.errors == []
 
 
 @pytest.fixture
 def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
                   settings_factory: Callable[[], kopf.OperatorSettings],
-                  handled: Handled) -> Callable[..., Any]:
+                  handled: Handled, threaded_operator: Any) -> Callable[..., Any]:
     """Start an operator (not standalone) whose creation handler counts the objects it handles."""
     lock = threading.Lock()
 
     @contextlib.asynccontextmanager
     async def make(name: str, *, priority: int = 0, lifetime: float = 3, namespaces: Any = ('default',),
-                   **kwargs: Any) -> AsyncIterator[ThreadedOperator]:
+                   **kwargs: Any) -> AsyncIterator[Any]:
         registry = make_registry()
         settings = settings_factory()
         settings.peering.lifetime = lifetime
@@ -123,7 +77,7 @@ def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
                 handled[(operator_name, name)] += 1
 
         operator_name = name
-        operator = ThreadedOperator(registry=registry, settings=settings, priority=priority,
+        operator = threaded_operator(registry=registry, settings=settings, priority=priority,
                                     namespaces=list(namespaces), **kwargs)
         operator.thread.start()
         try:
@@ -135,7 +89,7 @@ def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
     return make
 
 
-async def stop(operator: ThreadedOperator) -> None:
+async def stop(operator: Any) -> None:
     await operator.stop()
 
 
@@ -419,6 +373,7 @@ async def test_forbidden_peering_means_the_standalone_mode_with_a_warning(
 
 async def test_pausing_stops_the_daemons_and_resuming_starts_them_as_for_new_objects(
         cluster: Any, default_peering: None, make_registry: Any, settings_factory: Any, eventually: Any,
+        threaded_operator: Any,
 ) -> None:
     from kopf._core.engines.daemons import DaemonStoppingReason
     registry = make_registry()
@@ -438,7 +393,7 @@ async def test_pausing_stops_the_daemons_and_resuming_starts_them_as_for_new_obj
 
     await cluster.create('kex1')
     await cluster.create('kex2')
-    operator = ThreadedOperator(registry=registry, settings=settings, priority=0, namespaces=['default'],
+    operator = threaded_operator(registry=registry, settings=settings, priority=0, namespaces=['default'],
                                 identity='me')
     operator.thread.start()
     try:
@@ -465,7 +420,7 @@ async def test_pausing_stops_the_daemons_and_resuming_starts_them_as_for_new_obj
 
 async def test_keepalives_are_logged_unless_stealth(
         cluster: Any, default_peering: None, make_operator: Any, eventually: Any,
-        caplog: pytest.LogCaptureFixture, settings_factory: Any, make_registry: Any,
+        caplog: pytest.LogCaptureFixture, settings_factory: Any, make_registry: Any, threaded_operator: Any,
 ) -> None:
     async with make_operator('loud'):
         await eventually(lambda: "Keep-alive in 'default' in 'default': ok." in caplog.messages)
@@ -473,7 +428,7 @@ async def test_keepalives_are_logged_unless_stealth(
 
     settings = settings_factory()
     settings.peering.stealth = True
-    operator = ThreadedOperator(registry=make_registry(), settings=settings, namespaces=['default'],
+    operator = threaded_operator(registry=make_registry(), settings=settings, namespaces=['default'],
                                 identity='quiet')
     operator.thread.start()
     try:
