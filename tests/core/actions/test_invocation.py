@@ -51,6 +51,32 @@ def test_async_detection() -> None:
     assert not is_async_fn(lambda **_: None)
 
 
+def test_async_detection_is_remembered_without_keeping_the_functions_alive() -> None:
+    class Payload:  # what a sub-handler made in a call can hold, e.g. a whole object
+        pass
+
+    class Unreferenceable:
+        __slots__ = ()
+
+        async def __call__(self, **_: Any) -> None:
+            pass
+
+    def make_closure() -> Any:
+        payload = Payload()
+
+        async def closure(**_: Any) -> Payload:
+            return payload
+        return closure, weakref.ref(payload)
+
+    closure, payload_ref = make_closure()
+    assert is_async_fn(closure)
+    assert is_async_fn(closure)  # remembered: the same answer
+    del closure
+    gc.collect()
+    assert payload_ref() is None
+    assert is_async_fn(Unreferenceable())  # no weak references: not remembered, but still right
+
+
 async def test_async_function_is_awaited_in_the_loop() -> None:
     thread_ids: list[int] = []
 

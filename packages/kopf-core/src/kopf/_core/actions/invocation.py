@@ -37,10 +37,14 @@ __all__ = ['RunningCall', 'invoke', 'is_async_fn', 'running_sync_calls']
 def is_async_fn(fn: Callable[..., Any]) -> bool:
     """Whether calling the function returns an awaitable to be awaited (rather than a ready result)."""
     # Asked on every call of every handler, e.g. of a timer every second for each of thousands of objects:
-    # the introspection is remembered for the functions seen recently (usually, the few handlers).
+    # the introspection is remembered while the function lives (weakly: the sub-handlers made in every
+    # call are closures that can hold whole objects, which must not be kept alive by this memory).
     try:
-        return _is_async_fn_cached(fn)
-    except TypeError:  # unhashable callable objects: no caching, rare
+        return _async_fns[fn]
+    except KeyError:
+        result = _async_fns[fn] = _is_async_fn(fn)
+        return result
+    except TypeError:  # unhashable or not weakly referenceable callables: no caching, rare
         return _is_async_fn(fn)
 
 
@@ -55,7 +59,7 @@ def _is_async_fn(fn: Callable[..., Any]) -> bool:
     return False
 
 
-_is_async_fn_cached = functools.lru_cache(maxsize=256)(_is_async_fn)
+_async_fns: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
 
 
 async def invoke(
