@@ -38,7 +38,7 @@ import json
 import logging
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Collection, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, Protocol, TypeGuard
 
 from kopf._clients import creating, errors
@@ -189,7 +189,7 @@ async def serve_admission_request(
     body = Body(raw_body)
     warnings: list[str] = []
     cause = ResourceWebhookCause(
-        logger=_LazyObjectLogger(body=raw_body, settings=settings),
+        logger=loggers.LocalObjectLogger(body=raw_body, settings=settings),  # it reads the body only to log
         memo=memo, indices=indices if indices is not None else {},
         resource=review.resource, body=body, patch=Patch(body=raw_body),
         reason=reason,  # None selects both types (an unaddressed request)
@@ -232,7 +232,7 @@ async def _call_handler(
     tokens = (owner_var.set(cause.body), handler_var.set(handler), cause_var.set(cause))
     try:
         fn = handler.fn
-        if _is_async_fn(fn):  # directly: the reviews are on the path of every API request
+        if invocation.is_async_fn(fn):  # directly: the reviews are on the path of every API request
             await fn(**cause.kwargs_for(handler))
         else:
             await invocation.invoke(fn, kwargs=cause.kwargs_for(handler),
@@ -241,40 +241,6 @@ async def _call_handler(
         cause_var.reset(tokens[2])
         handler_var.reset(tokens[1])
         owner_var.reset(tokens[0])
-
-
-_ASYNC_FNS: dict[Any, bool] = {}
-
-
-def _is_async_fn(fn: Any) -> bool:
-    try:
-        return _ASYNC_FNS[fn]
-    except KeyError:
-        result = _ASYNC_FNS[fn] = invocation.is_async_fn(fn)
-        if len(_ASYNC_FNS) > 10_000:  # e.g. new lambdas on every call: never a leak
-            _ASYNC_FNS.clear()
-        return result
-    except TypeError:  # unhashable callables
-        return invocation.is_async_fn(fn)
-
-
-class _LazyObjectLogger(loggers.LocalObjectLogger):
-    """
-    The object's logger that reads the object's identity only when something is logged.
-
-    Most reviews log nothing, while reading the identity costs as much as a handler call.
-    """
-
-    def __init__(self, *, body: Mapping[str, Any], settings: OperatorSettings) -> None:
-        logging.LoggerAdapter.__init__(self, loggers.object_logger, {})  # no parsing yet
-        self._body: Mapping[str, Any] | None = body
-        self._settings = settings
-
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        if self._body is not None:
-            loggers.LocalObjectLogger.__init__(self, body=self._body, settings=self._settings)
-            self._body = None
-        return super().process(msg, kwargs)
 
 
 def _as_json_patch(patch: Patch, body: Mapping[str, Any]) -> list[dict[str, Any]]:
