@@ -55,40 +55,6 @@ async def merge_patch(
     return cast(RawBody, data)
 
 
-async def read(
-        *,
-        settings: ClientSettings,
-        vault: Vault,
-        resource: Resource,
-        namespace: str | None,
-        name: str,
-        backoffs: BackoffsSpec | None = None,
-        logger: api.Logger | None = None,
-) -> RawBody:
-    """Read the object; a missing one raises :class:`~kopf._clients.errors.APINotFoundError`."""
-    url = resource.get_url(namespace=namespace, name=name)
-    data = await api.request('GET', url, settings=settings, vault=vault, backoffs=backoffs,
-                             logger=logger if logger is not None else default_logger)
-    return cast(RawBody, data)
-
-
-async def create(
-        *,
-        settings: ClientSettings,
-        vault: Vault,
-        resource: Resource,
-        namespace: str | None,
-        body: Mapping[str, Any],
-        backoffs: BackoffsSpec | None = None,
-        logger: api.Logger | None = None,
-) -> RawBody:
-    """Create the object; an existing one raises :class:`~kopf._clients.errors.APIConflictError`."""
-    url = resource.get_url(namespace=namespace)
-    data = await api.request('POST', url, payload=dict(body), settings=settings, vault=vault,
-                             backoffs=backoffs, logger=logger if logger is not None else default_logger)
-    return cast(RawBody, data)
-
-
 async def replace(
         *,
         settings: ClientSettings,

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from kopf._clients import api, errors
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import ClientSettings, get_selectors
+from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, get_selectors
 from kopf._cogs.structs.bodies import RawBody
 from kopf._cogs.structs.references import EVERYTHING, Resource
 
@@ -101,11 +101,16 @@ async def read_obj(
         resource: Resource,
         namespace: str | None,
         name: str,
+        backoffs: BackoffsSpec | None = None,
         logger: api.Logger | None = None,
 ) -> RawBody:
-    """Read one object; a missing one raises :class:`~kopf._clients.errors.APINotFoundError`."""
+    """
+    Read one object; a missing one raises :class:`~kopf._clients.errors.APINotFoundError`.
+
+    ``backoffs`` replace the settings' retries for this call (e.g. none, for a caller with a deadline).
+    """
     url = resource.get_url(namespace=namespace, name=name)
-    data = await api.request('GET', url, settings=settings, vault=vault, logger=logger)
+    data = await api.request('GET', url, settings=settings, vault=vault, backoffs=backoffs, logger=logger)
     return cast(RawBody, data)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from kopf._clients import coordination, errors
+from kopf._clients import coordination, creating, errors, fetching
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.gating import GateBlocker
@@ -152,7 +152,7 @@ class LeaseElection:
     async def _try_acquire_or_renew(self, now_monotonic: float) -> bool:
         """True if we hold the lease now; False if another holder does; errors escalate."""
         try:
-            lease = await coordination.read(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+            lease = await fetching.read_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
                                             namespace=self.namespace, name=self.name, backoffs=(),
                                             logger=logger)
         except errors.APINotFoundError:
@@ -161,7 +161,7 @@ class LeaseElection:
                     'metadata': {'name': self.name, 'namespace': self.namespace},
                     'spec': self._make_spec(now, acquired_at=now, transitions=0)}
             try:
-                await coordination.create(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                await creating.create_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
                                           namespace=self.namespace, body=body, backoffs=(), logger=logger)
             except errors.APIConflictError:
                 return False  # created by another follower meanwhile
@@ -214,7 +214,7 @@ class LeaseElection:
     async def _release(self) -> None:
         """Give the lease away (no holder), so that a follower takes it over at once."""
         try:
-            lease = await coordination.read(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+            lease = await fetching.read_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
                                             namespace=self.namespace, name=self.name, logger=logger)
             spec = dict(lease.get('spec') or {})
             if spec.get('holderIdentity') != self.identity:

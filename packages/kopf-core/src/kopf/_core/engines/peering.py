@@ -39,7 +39,7 @@ import string
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NewType
 
-from kopf._clients import coordination, errors, watching
+from kopf._clients import coordination, errors, fetching, watching
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
 from kopf._cogs.configs.networking import iter_backoffs
@@ -223,7 +223,7 @@ async def detect_peering(
                                                 namespace=namespace, logger=logger):
                 continue
             served = True
-            await coordination.read(settings=settings, vault=vault, resource=resource,
+            await fetching.read_obj(settings=settings, vault=vault, resource=resource,
                                     namespace=namespace, name=name, logger=logger)
         except errors.APINotFoundError:
             continue
