@@ -62,3 +62,20 @@ async def test_a_slot_handed_to_a_cancelled_waiter_goes_to_the_next_one() -> Non
         await leaving
     await asyncio.wait_for(staying, timeout=1)
     assert slots.free == 0
+
+
+async def test_a_waiter_cancelled_right_before_a_release_is_skipped_by_it() -> None:
+    # The release finds the cancelled waiter first and drops it; its task then wakes up and leaves.
+    slots = RequestSlots(1)
+    await slots.take()
+    leaving = asyncio.create_task(slots.take())
+    staying = asyncio.create_task(slots.take())
+    await asyncio.sleep(0)
+    leaving.cancel()
+    slots.give()
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    await asyncio.wait_for(staying, timeout=1)
+    assert slots.free == 0
+    slots.give()
+    assert slots.free == 1

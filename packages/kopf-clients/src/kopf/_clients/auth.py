@@ -146,7 +146,7 @@ class RequestSlots:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.give()  # handed over to us, but we are leaving: to the next one
-            else:
+            elif waiter in self._waiters:  # not if a release has already skipped & dropped it
                 self._waiters.remove(waiter)
             raise
 
