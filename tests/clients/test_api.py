@@ -88,6 +88,10 @@ async def test_5xx_then_success(kmock: kmock.RawHandler, settings: StandaloneCli
     assert looptime == 1 + 2  # the first two backoffs
     assert 'Request attempt #1 failed; will retry' in caplog.text
     assert 'Request attempt #2 failed; will retry' in caplog.text
+    # Not errors yet (only if the retries run out, which the caller sees): one WARNING line each.
+    retries = [record for record in caplog.records if 'will retry' in record.getMessage()]
+    assert [record.levelname for record in retries] == ['WARNING', 'WARNING']
+    assert not any(record.exc_info for record in retries)
 
 
 async def test_retries_exhausted(kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,

@@ -121,8 +121,9 @@ async def _retrying(
             if retry_delay is None:
                 raise
             details = e if isinstance(e, (errors.APIError, LoginError)) else errors.describe_network_error(e)
-            logger.error(f'Request attempt #{attempt} failed; will retry: {what} -> {details}, '
-                         f'retrying in {retry_delay:g} s')
+            # Not an error yet: only if the retries run out (then, the caller sees the exception).
+            logger.warning(f'Request attempt #{attempt} failed; will retry: {what} -> {details}, '
+                           f'retrying in {retry_delay:g} s')
             await asyncio.sleep(retry_delay)
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 
