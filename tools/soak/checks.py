@@ -1,0 +1,220 @@
+"""
+The soak's invariants: computed from the driver's truth, the operator's journal, the final state
+of the objects, and the operator's logs. Each is printed with its figures; the exit code is 0
+only if all of them hold (except the known failures of a profile, which are printed as such).
+"""
+
+import collections
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tools.soak.driver import Soak
+
+FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
+CHANGE_HANDLERS = ('create_fn', 'update_fn', 'field_fn', 'delete_fn')
+SIGKILL_WINDOW = 5.0  # a call this close before a SIGKILL of its process may have lost its outcome's write
+LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<message>.*)$')
+INJECTED = re.compile(r'emulator injected a failure|Too Many Requests|Retry-After', re.IGNORECASE)
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    holds: bool
+    figures: str
+
+
+def rss_of(pid: int) -> int | None:
+    """The resident memory of a process in kB (Linux), or ``None`` if unknown."""
+    try:
+        with open(f'/proc/{pid}/status') as f:
+            for line in f:
+                if line.startswith('VmRSS:'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _ok_calls(soak: 'Soak', handler: str) -> dict[str, list[dict[str, Any]]]:
+    calls: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for record in soak.journal.records:
+        if record['handler'] == handler and record['outcome'] == 'ok':
+            calls[record['object']].append(record)
+    return calls
+
+
+def pending(soak: 'Soak', final_state: list[dict[str, Any]]) -> bool:
+    """Whether the operator has something left to do (so the settling goes on)."""
+    return bool(_lost(soak, final_state)[1] or _stuck(soak, final_state) or _stale(soak, final_state))
+
+
+def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
+    creates, deletes = _ok_calls(soak, 'create_fn'), _ok_calls(soak, 'delete_fn')
+    handled_versions: dict[str, set[int]] = collections.defaultdict(set)
+    for handler in ('create_fn', 'update_fn'):
+        for name, calls in _ok_calls(soak, handler).items():
+            handled_versions[name].update(call['version'] for call in calls)
+    lost_creates = [name for name in soak.world.created
+                    if name not in soak.world.stubborn and name not in creates]
+    lost_deletes = [name for name in soak.world.deleted if name not in deletes]
+    lost_updates = [obj['metadata']['name'] for obj in final_state
+                    if obj['metadata']['name'] not in soak.world.stubborn
+                    and obj['spec']['version'] not in handled_versions[obj['metadata']['name']]]
+    total = len(lost_creates) + len(lost_deletes) + len(lost_updates)
+    figures = (f'{len(lost_creates)} creations of {len(soak.world.created) - len(soak.world.stubborn)}, '
+               f'{len(lost_deletes)} deletions of {len(soak.world.deleted)}, '
+               f'{len(lost_updates)} final versions of {len(final_state)} remaining objects '
+               f'({soak.world.updates} updates made)')
+    examples = (lost_creates + lost_deletes + lost_updates)[:5]
+    if examples:
+        figures += f'; e.g. {", ".join(examples)}'
+    return figures, total
+
+
+def _stuck(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
+    """The objects deleted by the churn but still present (held by a finalizer)."""
+    return [obj['metadata']['name'] for obj in final_state
+            if obj['metadata']['name'] in soak.world.deleted or obj['metadata'].get('deletionTimestamp')]
+
+
+def _stale(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
+    """The remaining objects whose last handled state differs from their final spec & labels."""
+    last_change: dict[str, dict[str, Any]] = {}
+    last_field: dict[str, dict[str, Any]] = {}
+    for record in soak.journal.records:
+        if record['outcome'] != 'ok':
+            continue
+        if record['handler'] in ('create_fn', 'update_fn'):
+            last_change[record['object']] = record
+        elif record['handler'] == 'field_fn':
+            last_field[record['object']] = record
+    stale = []
+    for obj in final_state:
+        name = obj['metadata']['name']
+        if name in soak.world.stubborn:
+            continue
+        change, field = last_change.get(name), last_field.get(name)
+        if (change is None or change['version'] != obj['spec']['version']
+                or change['labels'] != obj['metadata'].get('labels', {})
+                or field is None or field['new'] != obj['spec'].get('field')):
+            stale.append(name)
+    return stale
+
+
+def _duplicates(soak: 'Soak') -> tuple[int, int, list[str]]:
+    """Successful calls repeated for the same object, handler and version: after a SIGKILL, or not."""
+    kills = collections.defaultdict(list)
+    for when, pid in soak.world.kills:
+        kills[pid].append(when)
+    around_kills, unexpected, examples = 0, 0, []
+    for handler in CHANGE_HANDLERS:
+        for name, calls in _ok_calls(soak, handler).items():
+            by_version = collections.defaultdict(list)
+            for call in calls:
+                by_version[call['version']].append(call)
+            for version, repeated in by_version.items():
+                for earlier, later in zip(repeated, repeated[1:], strict=False):
+                    killed_soon_after = any(0 <= when - earlier['time'] <= SIGKILL_WINDOW
+                                            for when in kills.get(earlier['pid'], []))
+                    if killed_soon_after and later['pid'] != earlier['pid']:
+                        around_kills += 1
+                    else:
+                        unexpected += 1
+                        examples.append(f'{handler} of {name} v{version} (pids {earlier["pid"]}, {later["pid"]})')
+    return around_kills, unexpected, examples
+
+
+def _log_problems(soak: 'Soak') -> tuple[int, int, int, list[str]]:
+    """Tracebacks; injected faults not at WARNING or taking more than one line; the token's leaks."""
+    tracebacks, badly_reported, leaks, examples = 0, 0, 0, []
+    for incarnation in soak.incarnations:
+        text = incarnation.log_path.read_text(errors='replace')
+        leaks += text.count(soak.token)
+        lines = text.splitlines()
+        for index, line in enumerate(lines):
+            if line.startswith('Traceback'):
+                tracebacks += 1
+                context = lines[index - 1] if index else ''
+                examples.append(f'operator-{incarnation.number}.log:{index + 1}: {context[:200]}')
+            parsed = LOG_LINE.match(line)
+            if parsed and INJECTED.search(parsed['message']) and parsed['level'] not in ('WARNING', 'DEBUG'):
+                badly_reported += 1
+                examples.append(f'operator-{incarnation.number}.log:{index + 1}: {line[:200]}')
+    return tracebacks, badly_reported, leaks, examples
+
+
+def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[Result]:
+    results = []
+    lost_figures, lost_total = _lost(soak, final_state)
+    results.append(Result('none lost', lost_total == 0, lost_figures))
+
+    around_kills, unexpected, examples = _duplicates(soak)
+    figures = f'{unexpected} unexpected; {around_kills} around {len(soak.world.kills)} SIGKILLs (allowed)'
+    if examples:
+        figures += f'; e.g. {"; ".join(examples[:5])}'
+    results.append(Result('duplicates only around SIGKILLs', unexpected == 0, figures))
+
+    stuck = _stuck(soak, final_state)
+    with_finalizer = [name for name in stuck if FINALIZER in (
+        next(obj for obj in final_state if obj['metadata']['name'] == name)['metadata'].get('finalizers') or [])]
+    results.append(Result('no finalizer left on deleted objects', not stuck,
+                          f'{len(stuck)} of {len(soak.world.deleted)} deleted objects remain '
+                          f'({len(with_finalizer)} with our finalizer){"; e.g. " + ", ".join(stuck[:5]) if stuck else ""}'))
+
+    stale = _stale(soak, final_state)
+    results.append(Result('last-handled state equals final spec', not stale,
+                          f'{len(stale)} of {len(final_state)} remaining objects differ'
+                          f'{"; e.g. " + ", ".join(stale[:5]) if stale else ""}'))
+
+    warm, after = soak.rss_after_warmup, soak.rss_after_run
+    rss_holds = warm is not None and after is not None and after <= warm * 1.2
+    growth = f'{(after / warm - 1) * 100:+.1f}%' if warm and after else 'unknown'
+    results.append(Result('RSS after the run within 20% of after the warm-up', rss_holds,
+                          f'{warm} kB after the warm-up, {after} kB after the run ({growth})'))
+
+    terminated = [i for i in soak.incarnations if i.ended_by == 'sigterm']
+    honoured = [i for i in terminated if i.exit_code == 0 and i.exited_at is not None
+                and i.signal_sent_at is not None and i.exited_at - i.signal_sent_at <= 15.0]
+    slowest = max((i.exited_at - i.signal_sent_at for i in terminated
+                   if i.exited_at is not None and i.signal_sent_at is not None), default=0.0)
+    results.append(Result('signals honoured within the grace period', len(honoured) == len(terminated) > 0,
+                          f'{len(honoured)} of {len(terminated)} SIGTERMs (exit code 0 within 15 s; '
+                          f'the slowest took {slowest:.1f} s); {len(soak.world.kills)} SIGKILLs'))
+
+    tracebacks, badly_reported, leaks, log_examples = _log_problems(soak)
+    results.append(Result('no tracebacks; injected faults at WARNING, one line each',
+                          tracebacks == 0 and badly_reported == 0,
+                          f'{tracebacks} tracebacks, {badly_reported} fault reports above WARNING'
+                          f'{"; e.g. " + " | ".join(log_examples[:3]) if log_examples else ""}'))
+
+    leaks_in_events = sum(str(event).count(soak.token) for event in events)
+    debug_logs = sum(1 for i in soak.incarnations if i.debug)
+    results.append(Result('the token never appears in logs or events', leaks == 0 and leaks_in_events == 0
+                          and debug_logs > 0,
+                          f'{leaks} in {len(soak.incarnations)} operator logs ({debug_logs} with --debug), '
+                          f'{leaks_in_events} in {len(events)} events'))
+
+    calls = collections.Counter(record['handler'] for record in soak.journal.records)
+    faults = ', '.join(f'{count} {kind}' for kind, count in sorted(soak.world.faults.items()))
+    print(f'Handler calls: {dict(sorted(calls.items()))}')
+    print(f'Faults: {faults}; {soak.world.emulator_restarts} emulator restarts; '
+          f'{soak.world.writes_by_writer} concurrent writes ({soak.world.conflicts_seen_by_writer} got 409)')
+    return results
+
+
+def report(results: list[Result], known_failures: frozenset[str], seed: int) -> int:
+    failed = 0
+    print(f'Invariants (seed {seed}):')
+    for result in results:
+        if result.holds:
+            verdict = 'OK  '
+        elif result.name in known_failures:
+            verdict = 'KNOWN FAILURE'
+        else:
+            verdict = 'FAIL'
+            failed += 1
+        print(f'  {verdict} {result.name}: {result.figures}')
+    return 1 if failed else 0
