@@ -6,6 +6,7 @@ only if all of them hold (except the known failures of a profile, which are prin
 
 import collections
 import dataclasses
+import itertools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,9 @@ FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 CHANGE_HANDLERS = ('create_fn', 'update_fn', 'field_fn', 'delete_fn')
 SIGKILL_WINDOW = 5.0  # a call this close before a SIGKILL of its process may have lost its outcome's write
 LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<message>.*)$')
-INJECTED = re.compile(r'emulator injected a failure|Too Many Requests|Retry-After', re.IGNORECASE)
+# The reports of what the soak injects: the failures, the throttling, the emulator's restarts.
+INJECTED = re.compile(r'emulator injected a failure|throttled by the server|connection refused|'
+                      r'Server disconnected|Connection reset', re.IGNORECASE)
 
 
 @dataclasses.dataclass
@@ -54,7 +57,7 @@ def pending(soak: 'Soak', final_state: list[dict[str, Any]]) -> bool:
 def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
     creates, deletes = _ok_calls(soak, 'create_fn'), _ok_calls(soak, 'delete_fn')
     handled_versions: dict[str, set[int]] = collections.defaultdict(set)
-    for handler in ('create_fn', 'update_fn'):
+    for handler in ('create_fn', 'update_fn', 'field_fn'):
         for name, calls in _ok_calls(soak, handler).items():
             handled_versions[name].update(call['version'] for call in calls)
     lost_creates = [name for name in soak.world.created
@@ -81,7 +84,27 @@ def _stuck(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
 
 
 def _stale(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
-    """The remaining objects whose last handled state differs from their final spec & labels."""
+    """The remaining objects whose last handled state (by any change handler) differs from their final one."""
+    last: dict[str, dict[str, Any]] = {}
+    for record in soak.journal.records:
+        if record['outcome'] == 'ok' and record['handler'] in ('create_fn', 'update_fn', 'field_fn'):
+            last[record['object']] = record
+    return [obj['metadata']['name'] for obj in final_state
+            if obj['metadata']['name'] not in soak.world.stubborn
+            and ((handled := last.get(obj['metadata']['name'])) is None
+                 or handled['version'] != obj['spec']['version']
+                 or handled['labels'] != obj['metadata'].get('labels', {}))]
+
+
+def _unseen_by_some(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
+    """
+    The remaining objects whose final state was not seen by every handler interested in it.
+
+    This happens when the object changes in the middle of a handling cycle of several handlers
+    (one handler per cycle step by default): the handlers done before the change are not called
+    again, and the diff-base stored at the cycle's end already has the change. Kopf 1.45.2 does
+    the same (a known issue of Kopf: nolar/kopf#641).
+    """
     last_change: dict[str, dict[str, Any]] = {}
     last_field: dict[str, dict[str, Any]] = {}
     for record in soak.journal.records:
@@ -91,7 +114,7 @@ def _stale(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
             last_change[record['object']] = record
         elif record['handler'] == 'field_fn':
             last_field[record['object']] = record
-    stale = []
+    unseen = []
     for obj in final_state:
         name = obj['metadata']['name']
         if name in soak.world.stubborn:
@@ -100,8 +123,8 @@ def _stale(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
         if (change is None or change['version'] != obj['spec']['version']
                 or change['labels'] != obj['metadata'].get('labels', {})
                 or field is None or field['new'] != obj['spec'].get('field')):
-            stale.append(name)
-    return stale
+            unseen.append(name)
+    return unseen
 
 
 def _duplicates(soak: 'Soak') -> tuple[int, int, list[str]]:
@@ -116,34 +139,46 @@ def _duplicates(soak: 'Soak') -> tuple[int, int, list[str]]:
             for call in calls:
                 by_version[call['version']].append(call)
             for version, repeated in by_version.items():
-                for earlier, later in zip(repeated, repeated[1:], strict=False):
+                for earlier, later in itertools.pairwise(repeated):
                     killed_soon_after = any(0 <= when - earlier['time'] <= SIGKILL_WINDOW
                                             for when in kills.get(earlier['pid'], []))
                     if killed_soon_after and later['pid'] != earlier['pid']:
                         around_kills += 1
                     else:
                         unexpected += 1
-                        examples.append(f'{handler} of {name} v{version} (pids {earlier["pid"]}, {later["pid"]})')
+                        pids = f'pids {earlier["pid"]}, {later["pid"]}'
+                        examples.append(f'{handler} of {name} v{version} ({pids})')
     return around_kills, unexpected, examples
 
 
-def _log_problems(soak: 'Soak') -> tuple[int, int, int, list[str]]:
-    """Tracebacks; injected faults not at WARNING or taking more than one line; the token's leaks."""
-    tracebacks, badly_reported, leaks, examples = 0, 0, 0, []
+def _log_problems(soak: 'Soak') -> tuple[int, int, int, int, int, list[str], list[str]]:
+    """
+    What the logs show: tracebacks, lines outside the log format (multi-line reports), the reports
+    of the injected faults (and how many are above WARNING), and the token's leaks.
+    """
+    tracebacks, continuations, faults, above_warning, leaks = 0, 0, 0, 0, 0
+    trace_examples: list[str] = []
+    fault_examples: list[str] = []
     for incarnation in soak.incarnations:
         text = incarnation.log_path.read_text(errors='replace')
         leaks += text.count(soak.token)
         lines = text.splitlines()
         for index, line in enumerate(lines):
+            where = f'operator-{incarnation.number}.log:{index + 1}'
+            parsed = LOG_LINE.match(line)
             if line.startswith('Traceback'):
                 tracebacks += 1
                 context = lines[index - 1] if index else ''
-                examples.append(f'operator-{incarnation.number}.log:{index + 1}: {context[:200]}')
-            parsed = LOG_LINE.match(line)
-            if parsed and INJECTED.search(parsed['message']) and parsed['level'] not in ('WARNING', 'DEBUG'):
-                badly_reported += 1
-                examples.append(f'operator-{incarnation.number}.log:{index + 1}: {line[:200]}')
-    return tracebacks, badly_reported, leaks, examples
+                trace_examples.append(f'{where}: {context[:300]}')
+            elif parsed is None:
+                continuations += 1
+                trace_examples.append(f'{where}: {line[:300]}')
+            elif INJECTED.search(parsed['message']):
+                faults += 1
+                if parsed['level'] not in ('WARNING', 'INFO', 'DEBUG'):
+                    above_warning += 1
+                    fault_examples.append(f'{where}: {line[:300]}')
+    return tracebacks, continuations, faults, above_warning, leaks, trace_examples, fault_examples
 
 
 def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[Result]:
@@ -158,16 +193,23 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
     results.append(Result('duplicates only around SIGKILLs', unexpected == 0, figures))
 
     stuck = _stuck(soak, final_state)
-    with_finalizer = [name for name in stuck if FINALIZER in (
-        next(obj for obj in final_state if obj['metadata']['name'] == name)['metadata'].get('finalizers') or [])]
+    with_finalizer = [obj['metadata']['name'] for obj in final_state if obj['metadata']['name'] in stuck
+                      and FINALIZER in obj['metadata'].get('finalizers', [])]
     results.append(Result('no finalizer left on deleted objects', not stuck,
                           f'{len(stuck)} of {len(soak.world.deleted)} deleted objects remain '
-                          f'({len(with_finalizer)} with our finalizer){"; e.g. " + ", ".join(stuck[:5]) if stuck else ""}'))
+                          f'({len(with_finalizer)} with our finalizer)'
+                          f'{"; e.g. " + ", ".join(stuck[:5]) if stuck else ""}'))
 
     stale = _stale(soak, final_state)
     results.append(Result('last-handled state equals final spec', not stale,
                           f'{len(stale)} of {len(final_state)} remaining objects differ'
                           f'{"; e.g. " + ", ".join(stale[:5]) if stale else ""}'))
+
+    unseen = _unseen_by_some(soak, final_state)
+    results.append(Result('every handler saw the final state', not unseen,
+                          f'{len(unseen)} of {len(final_state)} remaining objects changed in the middle of '
+                          f'a handling cycle, after some of its handlers had finished'
+                          f'{"; e.g. " + ", ".join(unseen[:5]) if unseen else ""}'))
 
     warm, after = soak.rss_after_warmup, soak.rss_after_run
     rss_holds = warm is not None and after is not None and after <= warm * 1.2
@@ -184,11 +226,14 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
                           f'{len(honoured)} of {len(terminated)} SIGTERMs (exit code 0 within 15 s; '
                           f'the slowest took {slowest:.1f} s); {len(soak.world.kills)} SIGKILLs'))
 
-    tracebacks, badly_reported, leaks, log_examples = _log_problems(soak)
-    results.append(Result('no tracebacks; injected faults at WARNING, one line each',
-                          tracebacks == 0 and badly_reported == 0,
-                          f'{tracebacks} tracebacks, {badly_reported} fault reports above WARNING'
-                          f'{"; e.g. " + " | ".join(log_examples[:3]) if log_examples else ""}'))
+    tracebacks, continuations, faults, above_warning, leaks, trace_examples, fault_examples = (
+        _log_problems(soak))
+    results.append(Result('no tracebacks in the operator logs', tracebacks == 0 and continuations == 0,
+                          f'{tracebacks} tracebacks, {continuations} lines outside the log format'
+                          f'{"; e.g. " + " | ".join(trace_examples[:3]) if trace_examples else ""}'))
+    results.append(Result('injected faults reported at WARNING, one line each', above_warning == 0,
+                          f'{faults} one-line reports of the injected faults, {above_warning} above WARNING'
+                          f'{"; e.g. " + " | ".join(fault_examples[:2]) if fault_examples else ""}'))
 
     leaks_in_events = sum(str(event).count(soak.token) for event in events)
     debug_logs = sum(1 for i in soak.incarnations if i.debug)
@@ -198,9 +243,9 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
                           f'{leaks_in_events} in {len(events)} events'))
 
     calls = collections.Counter(record['handler'] for record in soak.journal.records)
-    faults = ', '.join(f'{count} {kind}' for kind, count in sorted(soak.world.faults.items()))
+    injected = ', '.join(f'{count} {kind}' for kind, count in sorted(soak.world.faults.items()))
     print(f'Handler calls: {dict(sorted(calls.items()))}')
-    print(f'Faults: {faults}; {soak.world.emulator_restarts} emulator restarts; '
+    print(f'Faults: {injected}; {soak.world.emulator_restarts} emulator restarts; '
           f'{soak.world.writes_by_writer} concurrent writes ({soak.world.conflicts_seen_by_writer} got 409)')
     return results
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import aiohttp
 import yaml
+from tools.soak import checks
 
 from kopf.testing.emulator import KubernetesEmulator
-from tools.soak import checks
 
 NAMESPACE = 'soak'
 GROUP, VERSION, PLURAL = 'soak.kopf.dev', 'v1', 'soakobjects'
@@ -76,8 +76,14 @@ PROFILES: dict[str, Profile] = {
     'short': Profile(
         duration=45, objects=60, settle=40,
         events=((0.25, 'sigkill'), (0.40, 'sigterm'), (0.55, 'emulator-restart'), (0.62, 'sigkill')),
-        # A real framework bug, reported to the lead; see tools/soak/README.md ("Known failures").
-        known_failures=frozenset(),
+        # Found by the soak, reported to the lead (see tools/soak/README.md, "Known failures"):
+        # - the retried request failures (5xx, refused connections) are logged at ERROR, not WARNING;
+        # - a change in the middle of a multi-handler cycle is not seen by the handlers done before it
+        #   (as in Kopf 1.45.2, nolar/kopf#641); it depends on timing, so it fails only in some runs.
+        known_failures=frozenset({
+            'injected faults reported at WARNING, one line each',
+            'every handler saw the final state',
+        }),
     ),
     'long': Profile(duration=1800, objects=1000, settle=180, events=()),
 }
@@ -187,7 +193,7 @@ class Soak:
                         return response.status, payload
                     if response.status not in (429, 500, 502, 503, 504) or time.monotonic() > deadline:
                         raise RuntimeError(f'{method} {path} failed: {response.status} {payload}')
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 if time.monotonic() > deadline:
                     raise
             await asyncio.sleep(0.2)
@@ -211,8 +217,8 @@ class Soak:
                                      stdin=subprocess.DEVNULL)
         incarnation = Incarnation(number, popen, log_path, debug, time.monotonic())
         self.incarnations.append(incarnation)
-        print(f'[{self.elapsed:6.1f}s] operator #{number} started (pid {popen.pid}{", --debug" if debug else ""})',
-              flush=True)
+        flags = ', --debug' if debug else ''
+        print(f'[{self.elapsed:6.1f}s] operator #{number} started (pid {popen.pid}{flags})', flush=True)
         return incarnation
 
     @property
@@ -229,7 +235,7 @@ class Soak:
         incarnation.signal_sent_at = time.monotonic()
         self.world.kills.append((time.time(), incarnation.popen.pid))
         incarnation.popen.send_signal(signal.SIGKILL)
-        await self._wait_exit(incarnation, timeout=10)
+        await self._wait_exit(incarnation, within=10)
         print(f'[{self.elapsed:6.1f}s] operator #{incarnation.number} killed (SIGKILL)', flush=True)
 
     async def terminate_operator(self) -> None:
@@ -237,17 +243,17 @@ class Soak:
         incarnation.ended_by = 'sigterm'
         incarnation.signal_sent_at = time.monotonic()
         incarnation.popen.send_signal(signal.SIGTERM)
-        await self._wait_exit(incarnation, timeout=GRACE_PERIOD * 2)
+        await self._wait_exit(incarnation, within=GRACE_PERIOD * 2)
         if incarnation.exit_code is None:  # not honoured: do not leave it behind
             incarnation.popen.kill()
-            await self._wait_exit(incarnation, timeout=10)
+            await self._wait_exit(incarnation, within=10)
             incarnation.exit_code = None
         took = (incarnation.exited_at or time.monotonic()) - incarnation.signal_sent_at
         print(f'[{self.elapsed:6.1f}s] operator #{incarnation.number} stopped by SIGTERM in {took:.1f}s '
               f'(exit code {incarnation.exit_code})', flush=True)
 
-    async def _wait_exit(self, incarnation: Incarnation, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    async def _wait_exit(self, incarnation: Incarnation, within: float) -> None:
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             code = incarnation.popen.poll()
             if code is not None:
@@ -317,7 +323,7 @@ class Soak:
         await asyncio.sleep(max(0.0, self.duration - self.elapsed))
 
     async def churn(self) -> None:
-        """Create, update (spec & labels) and delete objects at random, at a pace that spreads them over the run."""
+        """Create, update (spec & labels) and delete objects at random, spread over the run."""
         created_count = 0
         tick = 0.1
         churn_until = self.duration * 0.95
@@ -420,7 +426,9 @@ class Soak:
                 self.emulator.drop_watches()
                 self.world.count_fault('410 Gone (history compacted)')
             elif roll < 0.22:
-                self.emulator.fail_requests(2, status=429, retry_after=1)
+                # The driver never lists nor watches: these 429s are for the operator alone.
+                self.emulator.fail_requests(1, status=429, retry_after=1, verb='watch')
+                self.emulator.drop_watches()
                 self.world.count_fault('429 with Retry-After')
             elif roll < 0.30:
                 self.emulator.add_latency(self.rng.uniform(0.3, 1.5), count=10)
@@ -453,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = args.duration if args.duration is not None else profile.duration
     objects = args.objects if args.objects is not None else profile.objects
     if duration < 20:
-        parser.error(f'--duration={duration} is too short for the kills and restarts: use 20 seconds or more.')
+        parser.error(f'--duration={duration} is too short for the kills and restarts: use 20 or more.')
     if objects < 1:
         parser.error(f'--objects={objects} must be positive.')
     workdir = args.workdir or pathlib.Path(tempfile.mkdtemp(prefix='kopf-soak-'))

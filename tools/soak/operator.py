@@ -50,6 +50,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.error_backoffs = [0.2, 0.5, 1, 1, 2]  # the faults are short: retry soon
     settings.networking.request_timeout = 15
     settings.watching.client_timeout = 45
+    settings.posting.loggers = True  # the log messages become k8s-events: the credentials check covers them
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
