@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 CHANGE_HANDLERS = ('create_fn', 'update_fn', 'field_fn', 'delete_fn')
-SIGKILL_WINDOW = 5.0  # a call this close before a SIGKILL of its process may have lost its outcome's write
+SIGKILL_WINDOW = 10.0  # a call this close before a SIGKILL of its process may have lost its outcome's write
 LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<message>.*)$')
 # The reports of what the soak injects: the failures, the throttling, the emulator's restarts.
 INJECTED = re.compile(r'emulator injected a failure|throttled by the server|connection refused|'
@@ -217,13 +217,13 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
     results.append(Result('RSS after the run within 20% of after the warm-up', rss_holds,
                           f'{warm} kB after the warm-up, {after} kB after the run ({growth})'))
 
-    terminated = [i for i in soak.incarnations if i.ended_by == 'sigterm']
+    terminated = [i for i in soak.incarnations if i.ended_by in ('sigterm', 'sigint')]
     honoured = [i for i in terminated if i.exit_code == 0 and i.exited_at is not None
                 and i.signal_sent_at is not None and i.exited_at - i.signal_sent_at <= 15.0]
     slowest = max((i.exited_at - i.signal_sent_at for i in terminated
                    if i.exited_at is not None and i.signal_sent_at is not None), default=0.0)
     results.append(Result('signals honoured within the grace period', len(honoured) == len(terminated) > 0,
-                          f'{len(honoured)} of {len(terminated)} SIGTERMs (exit code 0 within 15 s; '
+                          f'{len(honoured)} of {len(terminated)} SIGTERMs/SIGINTs (exit code 0 within 15 s; '
                           f'the slowest took {slowest:.1f} s); {len(soak.world.kills)} SIGKILLs'))
 
     tracebacks, continuations, faults, above_warning, leaks, trace_examples, fault_examples = (
