@@ -151,6 +151,21 @@ def _duplicates(soak: 'Soak') -> tuple[int, int, list[str]]:
     return around_kills, unexpected, examples
 
 
+def _after_deletion(soak: 'Soak') -> list[str]:
+    """The timers and daemons that ran for an object after its deletion was handled (its end)."""
+    deleted_at: dict[str, float] = {}
+    for record in soak.journal.records:
+        if record['handler'] == 'delete_fn' and record['outcome'] == 'ok':
+            deleted_at.setdefault(record['object'], record['time'])
+    late = []
+    for record in soak.journal.records:
+        name = record['object']
+        is_activity = record['handler'] == 'timer_fn' or record['outcome'] == 'started'
+        if is_activity and name in deleted_at and record['time'] > deleted_at[name]:
+            late.append(f'{record["handler"]} of {name} {record["time"] - deleted_at[name]:.2f} s after')
+    return late
+
+
 def _log_problems(soak: 'Soak') -> tuple[int, int, int, int, int, list[str], list[str]]:
     """
     What the logs show: tracebacks, lines outside the log format (multi-line reports), the reports
@@ -210,6 +225,11 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
                           f'{len(unseen)} of {len(final_state)} remaining objects changed in the middle of '
                           f'a handling cycle, after some of its handlers had finished'
                           f'{"; e.g. " + ", ".join(unseen[:5]) if unseen else ""}'))
+
+    late = _after_deletion(soak)
+    results.append(Result('no timers or daemons start after the deletion', not late,
+                          f'{len(late)} calls after the deletion handler'
+                          f'{"; e.g. " + ", ".join(late[:5]) if late else ""}'))
 
     warm, after = soak.rss_after_warmup, soak.rss_after_run
     rss_holds = warm is not None and after is not None and after <= warm * 1.2

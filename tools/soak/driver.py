@@ -243,6 +243,9 @@ class Soak:
     async def terminate_operator(self, signum: signal.Signals = signal.SIGTERM) -> None:
         """Stop the operator gracefully (as Kubernetes stops a pod, or Ctrl+C), as a process manager does."""
         incarnation = self.current
+        # A signal before the operator has installed its handlers gets Python's default reaction;
+        # that is not what is checked here. The operator is up once it has logged in.
+        await self._wait_for_log(incarnation, 'Initial authentication has finished.', within=30)
         incarnation.ended_by = signum.name.lower()
         incarnation.signal_sent_at = time.monotonic()
         incarnation.popen.send_signal(signum)
@@ -254,6 +257,13 @@ class Soak:
         took = (incarnation.exited_at or time.monotonic()) - incarnation.signal_sent_at
         print(f'[{self.elapsed:6.1f}s] operator #{incarnation.number} stopped by {signum.name} '
               f'in {took:.1f}s (exit code {incarnation.exit_code})', flush=True)
+
+    async def _wait_for_log(self, incarnation: Incarnation, text: str, within: float) -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and incarnation.popen.poll() is None:
+            if text in incarnation.log_path.read_text(errors='replace'):
+                return
+            await asyncio.sleep(0.1)
 
     async def _wait_exit(self, incarnation: Incarnation, within: float) -> None:
         deadline = time.monotonic() + within
