@@ -158,7 +158,7 @@ def _after_deletion(soak: 'Soak') -> list[str]:
         if record['handler'] == 'delete_fn' and record['outcome'] == 'ok':
             deleted_at.setdefault(record['object'], record['time'])
     late = []
-    for record in soak.journal.records:
+    for record in soak.journal.activities:
         name = record['object']
         is_activity = record['handler'] == 'timer_fn' or record['outcome'] == 'started'
         if is_activity and name in deleted_at and record['time'] > deleted_at[name]:
@@ -262,7 +262,8 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
                           f'{leaks} in {len(soak.incarnations)} operator logs ({debug_logs} with --debug), '
                           f'{leaks_in_events} in {len(events)} events'))
 
-    calls = collections.Counter(record['handler'] for record in soak.journal.records)
+    all_records = soak.journal.records + soak.journal.activities
+    calls = collections.Counter(record['handler'] for record in all_records)
     injected = ', '.join(f'{count} {kind}' for kind, count in sorted(soak.world.faults.items()))
     print(f'Handler calls: {dict(sorted(calls.items()))}')
     print(f'Faults: {injected}; {soak.world.emulator_restarts} emulator restarts; '

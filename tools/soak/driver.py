@@ -129,7 +129,8 @@ class Journal:
 
     def __init__(self, path: pathlib.Path) -> None:
         self.path = path
-        self.records: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []  # the calls of the change handlers
+        self.activities: list[dict[str, Any]] = []  # the calls of the timers & daemons (many more)
         self._offset = 0
         self._partial = b''
         self.created_ok: set[str] = set()
@@ -146,6 +147,9 @@ class Journal:
         *lines, self._partial = data.split(b'\n')
         for line in lines:
             record = json.loads(line)
+            if record['handler'] in ('timer_fn', 'daemon_fn'):
+                self.activities.append(record)
+                continue
             self.records.append(record)
             if record['handler'] == 'create_fn':
                 self.create_attempted.add(record['object'])
