@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 CHANGE_HANDLERS = ('create_fn', 'update_fn', 'field_fn', 'delete_fn')
 SIGKILL_WINDOW = 10.0  # a call this close before a SIGKILL of its process may have lost its outcome's write
+CONFLICT_FALLBACK = 'The object has changed meanwhile'  # the operator's debug message after a 409
 LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<message>.*)$')
 # The reports of what the soak injects: the failures, the throttling, the emulator's restarts.
 INJECTED = re.compile(r'emulator injected a failure|throttled by the server|connection refused|'
@@ -266,8 +267,11 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
     calls = collections.Counter(record['handler'] for record in all_records)
     injected = ', '.join(f'{count} {kind}' for kind, count in sorted(soak.world.faults.items()))
     print(f'Handler calls: {dict(sorted(calls.items()))}')
+    operator_conflicts = sum(i.log_path.read_text(errors='replace').count(CONFLICT_FALLBACK)
+                             for i in soak.incarnations)
     print(f'Faults: {injected}; {soak.world.emulator_restarts} emulator restarts; '
-          f'{soak.world.writes_by_writer} concurrent writes ({soak.world.conflicts_seen_by_writer} got 409)')
+          f'{soak.world.writes_by_writer} concurrent writes ({soak.world.conflicts_seen_by_writer} got 409; '
+          f'the operator got {operator_conflicts} on its guarded writes of the finalizer)')
     return results
 
 

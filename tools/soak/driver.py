@@ -9,6 +9,7 @@ subprocess, one per incarnation, each logging to its own file in the work direct
 
 import argparse
 import asyncio
+import collections
 import dataclasses
 import json
 import os
@@ -113,6 +114,8 @@ class World:
     created: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # name -> its spec
     deleted: set[str] = dataclasses.field(default_factory=set)
     stubborn: set[str] = dataclasses.field(default_factory=set)  # never succeed the creation
+    # Just created or deleted: the operator is about to write their finalizers (guarded by resourceVersion).
+    recent: collections.deque[str] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=4))
     updates: int = 0
     writes_by_writer: int = 0
     conflicts_seen_by_writer: int = 0
@@ -386,6 +389,7 @@ class Soak:
                 'metadata': {'name': name, 'labels': labels}, 'spec': spec}
         await self.request('POST', self.object_path(), body, ok_statuses=(409,))  # 409: a retried success
         self.world.created[name] = spec
+        self.world.recent.append(name)
         if failures == 1000:
             self.world.stubborn.add(name)
 
@@ -404,19 +408,22 @@ class Soak:
     async def delete_object(self, name: str) -> None:
         self.world.deleted.add(name)
         await self.request('DELETE', self.object_path(name), ok_statuses=(404,))
+        self.world.recent.append(name)
 
     async def write_concurrently(self) -> None:
         """Another writer of the same objects: status updates with its resourceVersion, as controllers do."""
         while self.elapsed < self.duration * 0.95:
             await asyncio.sleep(0.1)
             live = [name for name in self.world.created if name not in self.world.deleted]
-            if not live:
+            # Mostly the objects whose finalizers the operator is adding or removing right now.
+            candidates = list(self.world.recent) if self.rng.random() < 0.6 else live
+            if not candidates:
                 continue
-            name = self.rng.choice(live)
+            name = self.rng.choice(candidates)
             status, body = await self.request('GET', self.object_path(name), ok_statuses=(404,))
             if status == 404:
                 continue
-            await asyncio.sleep(self.rng.uniform(0, 0.2))  # the operator may write in between
+            await asyncio.sleep(self.rng.uniform(0, 0.1))  # the operator may write in between
             body.setdefault('status', {})['writer'] = self.world.writes_by_writer
             status, _ = await self.request('PUT', self.object_path(name) + '/status', body,
                                            ok_statuses=(404, 409))
