@@ -168,6 +168,7 @@ class Soak:
         self.objects = objects
         self.seed = seed
         self.rng = random.Random(seed)
+        self.errors_rng = random.Random(seed + 1)  # used at its own pace, so the main plan stays the same
         self.workdir = workdir
         self.token = f'soak-token-{secrets.token_hex(16)}'  # must never appear in the logs
         self.journal = Journal(workdir / 'journal.jsonl')
@@ -298,6 +299,7 @@ class Soak:
                 await self.run_schedule()
                 await asyncio.gather(*tasks)
                 faults.cancel()
+                await asyncio.gather(faults, return_exceptions=True)
                 self.emulator.clear_faults()
                 await self.settle()
                 self.rss_after_run = checks.rss_of(self.current.popen.pid)
@@ -434,32 +436,47 @@ class Soak:
     async def inject_faults(self) -> None:
         """Random faults, once a second, from the warm-up to 90% of the run."""
         await asyncio.sleep(3)
+        errors = asyncio.create_task(self.fail_some_requests())
+        try:
+            while self.elapsed < self.duration * 0.9:
+                await asyncio.sleep(1)
+                self.inject_a_random_fault()
+        finally:
+            errors.cancel()
+
+    async def fail_some_requests(self) -> None:
+        """~5% of the requests fail with 500/503: armed one at a time, so that the retries mostly pass."""
         last_total = self.emulator.requests.total
-        while self.elapsed < self.duration * 0.9:
-            await asyncio.sleep(1)
+        credit = 0.0
+        while True:
+            await asyncio.sleep(0.1)
             total = self.emulator.requests.total
-            failing = round((total - last_total) * 0.05)  # ~5% of the requests fail
+            credit += (total - last_total) * 0.05
             last_total = total
-            if failing:
-                self.emulator.fail_requests(failing, status=self.rng.choice([500, 503]))
-                self.world.count_fault('500/503 planned', failing)
-            roll = self.rng.random()
-            if roll < 0.10:
-                abort = self.rng.random() < 0.5
-                dropped = self.emulator.drop_watches(abort=abort)
-                self.world.count_fault('watch streams aborted' if abort else 'watch streams dropped', dropped)
-            elif roll < 0.15:
-                self.emulator.forget_history()  # the next watch from a past version gets 410 Gone
-                self.emulator.drop_watches()
-                self.world.count_fault('410 Gone (history compacted)')
-            elif roll < 0.22:
-                # The driver never lists nor watches: these 429s are for the operator alone.
-                self.emulator.fail_requests(1, status=429, retry_after=1, verb='watch')
-                self.emulator.drop_watches()
-                self.world.count_fault('429 with Retry-After')
-            elif roll < 0.30:
-                self.emulator.add_latency(self.rng.uniform(0.3, 1.5), count=10)
-                self.world.count_fault('latency spikes')
+            if credit >= 1:
+                credit -= 1
+                self.emulator.fail_requests(1, status=self.errors_rng.choice([500, 503]))
+                self.world.count_fault('500/503')
+
+    def inject_a_random_fault(self) -> None:
+        """One of the faults, at random: watch streams dropped, 410 Gone, 429, a latency spike, or none."""
+        roll = self.rng.random()
+        if roll < 0.10:
+            abort = self.rng.random() < 0.5
+            dropped = self.emulator.drop_watches(abort=abort)
+            self.world.count_fault('watch streams aborted' if abort else 'watch streams dropped', dropped)
+        elif roll < 0.15:
+            self.emulator.forget_history()  # the next watch from a past version gets 410 Gone
+            self.emulator.drop_watches()
+            self.world.count_fault('410 Gone (history compacted)')
+        elif roll < 0.22:
+            # The driver never lists nor watches: these 429s are for the operator alone.
+            self.emulator.fail_requests(1, status=429, retry_after=1, verb='watch')
+            self.emulator.drop_watches()
+            self.world.count_fault('429 with Retry-After')
+        elif roll < 0.30:
+            self.emulator.add_latency(self.rng.uniform(0.3, 1.5), count=10)
+            self.world.count_fault('latency spikes')
 
     async def settle(self) -> None:
         """Wait until the operator has caught up with the final state, or the settling time is over."""
