@@ -510,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f'--objects={objects} must be positive.')
     workdir = args.workdir or pathlib.Path(tempfile.mkdtemp(prefix='kopf-soak-'))
     workdir.mkdir(parents=True, exist_ok=True)
+    if (workdir / 'journal.jsonl').exists():
+        # Two runs in one directory would mix their journals, logs and kubeconfigs (and so their operators).
+        parser.error(f'--workdir={workdir} has the journal of another run: give a new or an empty directory.')
     print(f'Soak: profile={args.profile} duration={duration}s objects={objects} seed={args.seed} '
           f'workdir={workdir}', flush=True)
     soak = Soak(profile=profile, duration=duration, objects=objects, seed=args.seed, workdir=workdir)
