@@ -1,5 +1,6 @@
 """Objects: create, read, list, update, the status subresource, generations, resource versions."""
 
+import random
 import re
 from typing import Any
 
@@ -52,6 +53,18 @@ async def test_create_with_generate_name(api) -> None:
     )
     assert reply.status == 201
     assert re.fullmatch(r'cm-[a-z0-9]{5}', reply.body['metadata']['name'])
+
+
+async def test_generated_name_taken_already_is_generated_again(api, monkeypatch) -> None:
+    # As real servers do since Kubernetes 1.30: the client never sees a 409 for a generated name.
+    # The random choices are made predictable: the first generated name is taken, the second is not.
+    suffixes = iter(['bbbbb', 'bbbbb', 'ccccc'])
+    monkeypatch.setattr(random, 'choices', lambda population, k: list(next(suffixes)))
+    body = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'generateName': 'cm-'}}
+    assert (await api.post(CMS, body)).body['metadata']['name'] == 'cm-bbbbb'
+    reply = await api.post(CMS, body)
+    assert reply.status == 201
+    assert reply.body['metadata']['name'] == 'cm-ccccc'
 
 
 async def test_duplicates_conflict(api) -> None:

@@ -55,6 +55,7 @@ _SYSTEM_METADATA = (
 )
 _UNDELETABLE_NAMESPACES = frozenset({'default', 'kube-system', 'kube-public'})
 _GENERATED_NAME_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789'
+_GENERATED_NAME_ATTEMPTS = 8
 _MAX_ATTEMPTS = 10  # of re-applying an update when the object changed during the admission calls
 
 
@@ -136,9 +137,14 @@ class Operations:
             and isinstance(metadata.get('generateName'), str)
             and metadata['generateName']
         ):
-            metadata['name'] = metadata['generateName'] + ''.join(
-                random.choices(_GENERATED_NAME_ALPHABET, k=5)
-            )
+            # Like real servers since Kubernetes 1.30 (RetryGenerateName): a generated name that is
+            # taken already is generated again, so that the clients do not get 409 for it.
+            for _ in range(_GENERATED_NAME_ATTEMPTS):
+                metadata['name'] = metadata['generateName'] + ''.join(
+                    random.choices(_GENERATED_NAME_ALPHABET, k=5)
+                )
+                if self.store.get(info.storage_key, namespace, metadata['name']) is None:
+                    break
         for field in (*_SYSTEM_METADATA, 'managedFields', 'selfLink'):
             metadata.pop(field, None)
         body = {**body, 'apiVersion': info.api_version, 'kind': info.kind, 'metadata': metadata}

@@ -100,6 +100,7 @@ class KubernetesEmulator:
             watch_settings=self.watch_settings,
         )
         self._runner: web.ServerRunner | None = None
+        self._restarting = False
         self._port: int | None = None
         self._kubeconfig_path: pathlib.Path | None = None
         self._temporary_directory: str | None = None
@@ -204,7 +205,32 @@ class KubernetesEmulator:
         self._runner = runner
         self._port = sock.getsockname()[1]
         self._handler.server_address = f'{self.host}:{self._port}'
-        self._write_kubeconfig()
+        if not self._restarting:  # a restart keeps the kubeconfig (and its temporary directory)
+            self._write_kubeconfig()
+
+    async def restart(self, downtime: float = 0.0) -> None:
+        """
+        Stop serving and serve again on the same port, keeping the stored objects and the history.
+
+        As an API server restarting does: the watch streams and the connections break, the
+        requests during the ``downtime`` are refused, and the clients reconnect to the same URL
+        with the same kubeconfig; the objects, the resourceVersions and the watch history stay.
+        """
+        if self._runner is None:
+            raise RuntimeError('The emulator is not started, so it cannot be restarted.')
+        port = self.port
+        for watcher in self.store.watchers():
+            watcher.close(abort=True)
+        await self._runner.cleanup()
+        self._runner = None
+        await asyncio.sleep(downtime)
+        requested_port, self._requested_port = self._requested_port, port
+        self._restarting = True
+        try:
+            await self.start()
+        finally:
+            self._requested_port = requested_port
+            self._restarting = False
 
     async def stop(self) -> None:
         """Close all watches, stop listening, and remove the kubeconfig if it was a temporary one."""

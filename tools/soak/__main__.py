@@ -1,0 +1,5 @@
+import sys
+
+from tools.soak.driver import main
+
+sys.exit(main())

@@ -1,0 +1,92 @@
+"""
+The operator under the soak: ``python -m kopf run --standalone -n NAMESPACE tools/soak/operator.py``.
+
+Every handler call appends one JSON line to the journal file named by ``SOAK_JOURNAL``:
+the object, the change (the handler's kind), the resourceVersion, the handler, the version of the
+spec it saw (``spec.version``, bumped by every change of the churn), the labels, the outcome, and
+the pid (so that the checker knows which incarnation of the operator made the call).
+A line is written with one ``write()`` to a file opened with ``O_APPEND``: the lines of concurrent
+calls (threads, and even processes) never interleave.
+
+Objects with ``spec.failures: N`` fail their creation N times (``TemporaryError``, a 0.5 s delay)
+before it succeeds: the soak deletes some of them while the creation is still retrying.
+"""
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+import kopf
+
+GROUP, VERSION, PLURAL = 'soak.kopf.dev', 'v1', 'soakobjects'
+JOURNAL_PATH = os.environ['SOAK_JOURNAL']
+_journal_fd = os.open(JOURNAL_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def journal(handler: str, body: kopf.Body, outcome: str = 'ok', **extra: Any) -> None:
+    record = {
+        'object': body.metadata.name,
+        'uid': body.metadata.uid,
+        'change': handler.split('_')[0],
+        'handler': handler,
+        'rv': body.metadata.get('resourceVersion'),
+        'version': body.spec.get('version'),
+        'field': body.spec.get('field'),
+        'labels': dict(body.metadata.labels),
+        'outcome': outcome,
+        'pid': os.getpid(),
+        'time': time.time(),
+        **extra,
+    }
+    os.write(_journal_fd, (json.dumps(record, sort_keys=True) + '\n').encode())
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.queueing.exit_timeout = float(os.environ.get('SOAK_EXIT_TIMEOUT', '5'))
+    settings.watching.server_timeout = 30  # the watches are also re-established by the server
+    settings.networking.error_backoffs = [0.2, 0.5, 1, 1, 2]  # the faults are short: retry soon
+    settings.networking.request_timeout = 15
+    settings.watching.client_timeout = 45
+    settings.posting.loggers = True  # the log messages become k8s-events: the credentials check covers them
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+async def create_fn(body: kopf.Body, retry: int, **_: Any) -> None:
+    failures = int(body.spec.get('failures', 0))
+    if retry < failures:
+        journal('create_fn', body, outcome='retry', retry=retry)
+        raise kopf.TemporaryError(f'Failing on purpose ({retry + 1} of {failures}).', delay=0.5)
+    await asyncio.sleep(0)
+    journal('create_fn', body)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def update_fn(body: kopf.Body, **_: Any) -> None:
+    journal('update_fn', body)
+
+
+@kopf.on.field(GROUP, VERSION, PLURAL, field='spec.field')
+def field_fn(body: kopf.Body, old: Any, new: Any, **_: Any) -> None:
+    journal('field_fn', body, old=old, new=new)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def delete_fn(body: kopf.Body, **_: Any) -> None:
+    await asyncio.sleep(0)
+    journal('delete_fn', body)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=3.0, idle=1.0)
+async def timer_fn(body: kopf.Body, **_: Any) -> None:
+    journal('timer_fn', body)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=2.0)
+async def daemon_fn(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    journal('daemon_fn', body, outcome='started')
+    while not stopped:
+        await stopped.wait(5.0)
+    journal('daemon_fn', body, outcome='stopped')
