@@ -169,19 +169,13 @@ def _after_deletion(soak: 'Soak') -> list[str]:
 
 @dataclasses.dataclass
 class LogFindings:
-    tracebacks: int = 0  # the log records with a traceback (except the known bug's)
-    known_slot_errors: int = 0  # the tracebacks of the known bug of the request slots
+    tracebacks: int = 0  # the log records with a traceback
     multiline: int = 0  # the log records with extra lines but no traceback
     faults: int = 0  # the one-line reports of the injected faults
     above_warning: int = 0  # ... of them above WARNING
     leaks: int = 0  # the token's occurrences
     trace_examples: list[str] = dataclasses.field(default_factory=list)
     fault_examples: list[str] = dataclasses.field(default_factory=list)
-
-
-def _is_known_slot_error(block: list[str]) -> bool:
-    """The known bug of ``RequestSlots.take()`` (see the README): a cancelled waiter fails with ValueError."""
-    return any('is not in deque' in line for line in block) and any('in take' in line for line in block)
 
 
 def _log_problems(soak: 'Soak') -> LogFindings:
@@ -204,9 +198,7 @@ def _log_problems(soak: 'Soak') -> LogFindings:
             where = f'operator-{incarnation.number}.log:{number}'
             parsed = LOG_LINE.match(block[0])
             if len(block) > 1 or parsed is None:
-                if _is_known_slot_error(block):
-                    findings.known_slot_errors += 1
-                elif any(line.startswith('Traceback') for line in block):
+                if any(line.startswith('Traceback') for line in block):
                     findings.tracebacks += 1
                     findings.trace_examples.append(f'{where}: {block[0][:200]} ... {block[-1][:200]}')
                 else:
@@ -278,10 +270,6 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
     results.append(Result('no tracebacks in the operator logs', logs.tracebacks == 0 and logs.multiline == 0,
                           f'{logs.tracebacks} tracebacks, {logs.multiline} other multi-line records'
                           + _examples(logs.trace_examples, ' | ')))
-    results.append(Result('no cancelled request-slot waiters failing with ValueError',
-                          logs.known_slot_errors == 0,
-                          f'{logs.known_slot_errors} tracebacks of "<Future cancelled> is not in deque" '
-                          f'in RequestSlots.take()'))
     results.append(Result('injected faults reported at WARNING, one line each', logs.above_warning == 0,
                           f'{logs.faults} one-line reports of the injected faults, '
                           f'{logs.above_warning} above WARNING' + _examples(logs.fault_examples, ' | ', 2)))
