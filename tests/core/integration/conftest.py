@@ -12,6 +12,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import pathlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -328,6 +331,18 @@ class ThreadedOperator:
         self.stop_flag.set()
         await self.wait(within)
         assert self.errors == []
+
+
+@pytest.fixture
+def start_kopf_process() -> Callable[..., subprocess.Popen[bytes]]:
+    """``kopf run ARGS`` as a subprocess (e.g. to be killed with SIGKILL), its output going to a file."""
+
+    def start(args: list[str], env: dict[str, str], output: pathlib.Path) -> subprocess.Popen[bytes]:
+        with open(output, 'w') as stdout:
+            return subprocess.Popen([sys.executable, '-m', 'kopf', 'run', *args],
+                                    env=env, stdout=stdout, stderr=subprocess.STDOUT)
+
+    return start
 
 
 @pytest.fixture

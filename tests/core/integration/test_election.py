@@ -10,8 +10,6 @@ import datetime
 import os
 import pathlib
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -149,13 +147,6 @@ async def test_a_leader_that_cannot_renew_stops_handling_before_the_lease_expire
         await eventually(lambda: handled[('only', 'kex1')] == 1, within=5)
 
 
-def start_process(args: list[str], env: dict[str, str], output: pathlib.Path) -> subprocess.Popen[bytes]:
-    """``kopf run`` as a subprocess (to be killed with SIGKILL), its output going to a file."""
-    with open(output, 'w') as stdout:
-        return subprocess.Popen([sys.executable, '-m', 'kopf', 'run', *args],
-                                env=env, stdout=stdout, stderr=subprocess.STDOUT)
-
-
 OPERATOR_SOURCE = '''
 import kopf
 
@@ -174,13 +165,14 @@ def created(name, **_):
 
 async def test_a_killed_leader_is_replaced_after_the_lease_duration(
         cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
-        tmp_path: pathlib.Path,
+        tmp_path: pathlib.Path, start_kopf_process: Any,
 ) -> None:
     source = tmp_path / 'operator.py'
     source.write_text(textwrap.dedent(OPERATOR_SOURCE))
     output = tmp_path / 'output.txt'
     env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path))
-    process = start_process(['-n', 'default', '--lease', 'default/my-operator', str(source)], env, output)
+    args = ['-n', 'default', '--lease', 'default/my-operator', str(source)]
+    process = start_kopf_process(args, env, output)
     try:
         await eventually(lambda: holder(cluster) is not None, within=15)
         async with make_operator('follower'):

@@ -252,13 +252,6 @@ async def test_server_errors_and_conflicts_on_keepalives_are_retried(
     assert set(handled.values()) == {1}
 
 
-def start_process(args: list[str], env: dict[str, str], output: pathlib.Path) -> subprocess.Popen[bytes]:
-    """``kopf run`` as a subprocess (to be killed with SIGKILL), its output going to a file."""
-    with open(output, 'w') as stdout:
-        return subprocess.Popen([sys.executable, '-m', 'kopf', 'run', *args],
-                                env=env, stdout=stdout, stderr=subprocess.STDOUT)
-
-
 OPERATOR_SOURCE = '''
 import os
 import kopf
@@ -276,13 +269,13 @@ def created(name, **_):
 
 async def test_a_killed_higher_one_is_replaced_after_its_lifetime(
         cluster: Any, default_peering: None, make_operator: Any, handled: Handled, eventually: Any,
-        tmp_path: pathlib.Path, quiet: Any,
+        tmp_path: pathlib.Path, quiet: Any, start_kopf_process: Any,
 ) -> None:
     source = tmp_path / 'operator.py'
     source.write_text(textwrap.dedent(OPERATOR_SOURCE))
     output = tmp_path / 'output.txt'
     env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path), PEERING_LIFETIME='2')
-    process = start_process(['-n', 'default', '--priority', '100', str(source)], env, output)
+    process = start_kopf_process(['-n', 'default', '--priority', '100', str(source)], env, output)
     try:
         async with make_operator('low', priority=0):
             await eventually(lambda: len(peers(cluster)) == 2, within=15)
