@@ -172,6 +172,38 @@ async def test_initial_delay_postpones_the_first_call(
     assert min(-call for call in calls if call < 0) - created >= 0.7
 
 
+async def test_initial_delay_counts_from_when_the_object_was_seen_not_processed(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    # One object at a time: the second one's processing (where its timer starts) waits for the first
+    # one's slow handler; its timer must count its initial delay from the listing, as the first one's.
+    settings.queueing.worker_limit = 1
+    handled: list[tuple[str, float]] = []
+    ticks: dict[str, float] = {}
+
+    @kopf.on.resume('kopfexamples', registry=registry)
+    @kopf.on.create('kopfexamples', registry=registry)
+    async def slow_first(name: str, **_: Any) -> None:
+        handled.append((name, time.monotonic()))
+        if len(handled) == 1:
+            await asyncio.sleep(2.0)
+
+    @kopf.timer('kopfexamples', registry=registry, interval=10, initial_delay=1.0)
+    async def ticker(name: str, **_: Any) -> None:
+        ticks.setdefault(name, time.monotonic())
+
+    await cluster.create('kex1')
+    await cluster.create('kex2')
+    started = time.monotonic()
+    async with operator(registry, settings):
+        await eventually(lambda: len(ticks) == 2 and len(handled) == 2, within=10)
+    first, second = handled[0][0], handled[1][0]
+    assert handled[1][1] - started >= 2.0  # the second object's processing has waited indeed
+    assert 1.0 <= ticks[first] - started < 2.0
+    # At once when its processing starts (its delay is over by then), not 1 s later than that.
+    assert 2.0 <= ticks[second] - started < 2.7
+
+
 async def test_calls_of_one_timer_never_overlap(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
         operator: Operator, eventually: Eventually) -> None:

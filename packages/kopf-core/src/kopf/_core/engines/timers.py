@@ -101,15 +101,21 @@ class Timers:
         """How many timers' functions run now."""
         return len(self._tasks)
 
-    def start(self, spawns: ObjectSpawns, handler: TimerHandler) -> Timer:
-        """Start a timer for the object (the caller ensures there is none of this handler already)."""
+    def start(self, spawns: ObjectSpawns, handler: TimerHandler, *, since: float | None = None) -> Timer:
+        """
+        Start a timer for the object (the caller ensures there is none of this handler already).
+
+        The first call is due ``initial_delay`` after ``since`` (when the object became visible or matching;
+        now if not known), or at once if that moment has passed already.
+        """
         timer = Timer(handler=handler, spawns=spawns)
         spawns.timers[handler.id] = timer
         delay = 0.0
         if handler.initial_delay is not None:
             logger = loggers.LocalObjectLogger(body=spawns.body, settings=self.settings)
             delay = initial_delay_of(handler, lambda: self._kwargs_for(timer), logger)
-        self._schedule(timer, asyncio.get_running_loop().time() + delay)
+        now = asyncio.get_running_loop().time()
+        self._schedule(timer, (min(since, now) if since is not None else now) + delay)
         return timer
 
     def stop(self, timer: Timer) -> None:

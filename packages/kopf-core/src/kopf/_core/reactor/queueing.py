@@ -57,6 +57,7 @@ from kopf._cogs.configs.networking import iter_backoffs
 from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
+from kopf._core.engines import spawning
 from kopf._core.engines.indexing import IndexingReadiness, ReadinessToggle
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor import pacing
@@ -127,6 +128,7 @@ class _Stream:
     pending: RawEvent | None = None
     worker: asyncio.Task[None] | None = None
     events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
+    received_at: float = 0.0  # when the pending event has arrived (the loop's time)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -235,6 +237,7 @@ class ObjectStreams:
             else:
                 self._start(key, stream)
         stream.pending = raw_event
+        stream.received_at = asyncio.get_running_loop().time()
         stream.events += 1
         stream.pressure.set()
 
@@ -318,6 +321,7 @@ class ObjectStreams:
                 if processed_at is not None and loop.time() - processed_at < window:
                     await self._wait_for_silence(stream)
                 raw_event, stream.pending = stream.pending, None
+                received_at = stream.received_at
                 stream.pressure.clear()
 
                 if self._indexer is not None:
@@ -326,8 +330,11 @@ class ObjectStreams:
                     latest = await self._wait_for_readiness(key, raw_event, stream)
                     if latest is None:
                         break  # closing while waiting: the handlers never ran, nothing to finish.
-                    raw_event = latest
+                    if latest is not raw_event:
+                        raw_event, received_at = latest, stream.received_at
 
+                # For the processing (of this task only): the timers count from when the object was seen.
+                spawning.event_received_at.set(received_at)
                 await self._process(key, raw_event, stream)
                 processed_at = loop.time()
 
