@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import kopf
+from kopf._core.engines.timers import MAX_CALLS_IN_HANDS
 
 Cluster = Any  # the conftest's raw client of the emulator
 Operator = Callable[..., Any]  # the conftest's factory of running operators (async context managers)
@@ -202,6 +203,28 @@ async def test_initial_delay_counts_from_when_the_object_was_seen_not_processed(
     assert 1.0 <= ticks[first] - started < 2.0
     # At once when its processing starts (its delay is over by then), not 1 s later than that.
     assert 2.0 <= ticks[second] - started < 2.7
+
+
+async def test_timers_due_at_once_are_started_by_the_limit_of_calls_in_hands(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    count = MAX_CALLS_IN_HANDS + 300
+    calls: set[str] = set()
+    max_calls = [0]
+
+    @kopf.timer('kopfexamples', registry=registry, interval=60, initial_delay=0.5)
+    async def ticker(name: str, **_: Any) -> str:
+        calls.add(name)
+        running = sum(1 for task in asyncio.all_tasks() if task.get_coro().__qualname__ == 'Timers._run')
+        max_calls[0] = max(max_calls[0], running)
+        return 'ticked'  # a result: every call patches the object's status (slowly, see below)
+
+    await asyncio.gather(*(cluster.create(f'kex{i}') for i in range(count)))
+    cluster.emulator.add_latency(0.2, verb='patch', path='/status')
+    async with operator(registry, settings):
+        await eventually(lambda: len(calls) == count, within=30)
+    # All due at once; without the limit, all the calls would be waiting for the API at once.
+    assert max_calls[0] <= MAX_CALLS_IN_HANDS + 1
 
 
 async def test_calls_of_one_timer_never_overlap(
