@@ -227,6 +227,25 @@ async def test_timers_due_at_once_are_started_by_the_limit_of_calls_in_hands(
     assert max_calls[0] <= MAX_CALLS_IN_HANDS + 1
 
 
+async def test_slow_timer_functions_are_not_limited_by_the_calls_in_hands(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    count = MAX_CALLS_IN_HANDS + 50
+    running: set[str] = set()
+    max_running = [0]
+
+    @kopf.timer('kopfexamples', registry=registry, interval=60)
+    async def slow(name: str, **_: Any) -> None:
+        running.add(name)
+        max_running[0] = max(max_running[0], len(running))
+        await asyncio.sleep(1.0)  # long enough to leave the framework's hands for others
+        running.discard(name)
+
+    await asyncio.gather(*(cluster.create(f'kex{i}') for i in range(count)))
+    async with operator(registry, settings):
+        await eventually(lambda: max_running[0] == count, within=10)
+
+
 async def test_calls_of_one_timer_never_overlap(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
         operator: Operator, eventually: Eventually) -> None:

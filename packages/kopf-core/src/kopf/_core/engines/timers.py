@@ -72,8 +72,8 @@ _COMPACTION_THRESHOLD = 1000
 class Timer:
     """One timer of one object: its schedule and its retrying state (no task while it waits)."""
 
-    __slots__ = ('due', 'finished', 'fns', 'handler', 'held', 'idle_mark', 'lending', 'spawns', 'state',
-                 'stopped', 'task')
+    __slots__ = ('due', 'finished', 'fns', 'handler', 'held', 'idle_mark', 'spawns', 'state', 'stopped',
+                 'task')
 
     def __init__(self, *, handler: TimerHandler, spawns: ObjectSpawns) -> None:
         super().__init__()
@@ -87,7 +87,6 @@ class Timer:
         self.stopped = False  # by the framework: the object is deleted, does not match, etc.
         self.finished = False  # failed for good: never again for this object
         self.held = False  # its call is in the framework's hands now (counted in the limit)
-        self.lending: asyncio.TimerHandle | None = None  # to leave the hands if its function runs long
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} {self.handler.id!r} due={self.due} running={self.task is not None}>'
@@ -109,6 +108,8 @@ class Timers:
         self._tasks: set[asyncio.Task[None]] = set()
         self._ready: collections.deque[Timer] = collections.deque()  # due, waiting for room in the hands
         self._in_hands = 0
+        self._in_functions: dict[Timer, float] = {}  # the held calls in their functions, since when
+        self._sweeper: asyncio.TimerHandle | None = None  # one for all: no timer handle per call
         self._refill: asyncio.Handle | None = None
         self._closed = False
 
@@ -161,6 +162,9 @@ class Timers:
         if self._refill is not None:
             self._refill.cancel()
             self._refill = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         self._ready.clear()
         tasks = list(self._tasks)
         for task in tasks:
@@ -253,22 +257,34 @@ class Timers:
                 self._refill = asyncio.get_running_loop().call_soon(self._start_ready)
 
     def _calling(self, timer: Timer) -> None:
-        timer.lending = asyncio.get_running_loop().call_later(LENDING_DELAY, self._leave_hands, timer)
+        if timer.held:
+            loop = asyncio.get_running_loop()
+            self._in_functions[timer] = loop.time()
+            if self._sweeper is None and not self._closed:
+                self._sweeper = loop.call_later(LENDING_DELAY, self._sweep)
 
     def _called(self, timer: Timer) -> None:
-        if timer.lending is not None:
-            timer.lending.cancel()
-            timer.lending = None
+        self._in_functions.pop(timer, None)
         if not timer.held:  # back to the framework's own steps after a long function: no waiting for room
             timer.held = True
             self._in_hands += 1
 
+    def _sweep(self) -> None:
+        """The functions that run for too long leave the hands to others (see the module's description)."""
+        self._sweeper = None
+        now = asyncio.get_running_loop().time()
+        for timer, since in list(self._in_functions.items()):
+            if now - since >= LENDING_DELAY - _CLOCK_SLACK:
+                del self._in_functions[timer]
+                self._leave_hands(timer)
+        if self._in_functions and not self._closed:
+            earliest = min(self._in_functions.values())
+            self._sweeper = asyncio.get_running_loop().call_at(earliest + LENDING_DELAY, self._sweep)
+
     def _finished(self, timer: Timer, task: asyncio.Task[None]) -> None:
         # Normally, the call cleans up after itself; but a task cancelled before it starts runs no code.
         self._tasks.discard(task)
-        if timer.lending is not None:
-            timer.lending.cancel()
-            timer.lending = None
+        self._in_functions.pop(timer, None)
         self._leave_hands(timer)
         if timer.task is task:
             timer.task = None
