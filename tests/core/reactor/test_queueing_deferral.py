@@ -151,3 +151,27 @@ async def test_room_is_reported_when_half_of_the_backlog_is_seated() -> None:
 async def test_room_at_once_when_below_the_backlog() -> None:
     pacer = pacing.Pacer(seats=1)
     await asyncio.wait_for(pacer.wait_for_room(1), timeout=0.001)
+
+
+async def test_pressure_flag_behaves_as_an_asyncio_event() -> None:
+    from kopf._core.reactor.queueing import _Pressure
+    pressure = _Pressure()
+    assert isinstance(pressure, asyncio.Event)
+    assert not pressure.is_set()
+    waiters = [asyncio.create_task(pressure.wait()) for _ in range(3)]
+    cancelled = asyncio.create_task(pressure.wait())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    assert not any(waiter.done() for waiter in waiters)
+    pressure.set()
+    assert await asyncio.gather(*waiters) == [True, True, True]
+    assert await pressure.wait() is True  # at once while set
+    pressure.clear()
+    assert not pressure.is_set()
+    waiter = asyncio.create_task(pressure.wait())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    pressure.set()
+    assert await waiter is True
+    assert 'set' in repr(pressure)

@@ -33,7 +33,7 @@ __all__ = ['CannotConnect', 'ConnectionPool', 'Disconnected', 'HTTPTransport', '
            'NetworkError', 'Response', 'StreamResponse', 'StreamedResponse', 'Timeouts']
 
 # How many bytes of a streamed body can wait for the consumer before the reading from the socket pauses.
-_STREAM_HIGH_WATER = 1024 * 1024
+_STREAM_HIGH_WATER = 128 * 1024
 
 # How much of the consumed response data may stay in the buffer before it is cut off (for chunks).
 _COMPACTION_THRESHOLD = 1024 * 1024
@@ -110,6 +110,12 @@ class Response:
         self.url = url
 
 
+def _copy(buffer: bytearray, start: int, end: int) -> bytes:
+    """A part of the buffer as bytes, copied once (slicing a bytearray would copy it twice)."""
+    with memoryview(buffer) as view:
+        return bytes(view[start:end])
+
+
 # A response as parsed: the status, the headers, the body, whether the connection can be reused.
 _Outcome = tuple[int, dict[str, str], bytes, bool]
 
@@ -149,7 +155,7 @@ class _Connection(asyncio.Protocol):
         self._length = 0
         self._position = 0  # where the parsing continues in the buffer
         self._chunks: list[bytes] = []
-        self._chunk_left = -1  # the unread bytes of the current chunk; -1: a size line is next
+        self._chunk_left = -1  # the unread bytes of the current chunk; 0: its line end; -1: a size line
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -160,7 +166,7 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             if self._framing == 'close' and not self._streaming:
-                body = bytes(self._buffer[self._position:])
+                body = _copy(self._buffer, self._position, len(self._buffer))
                 self._buffer.clear()
                 waiter.set_result((self._status, self._headers, body, False))
             elif not self._received:
@@ -252,7 +258,7 @@ class _Connection(asyncio.Protocol):
         if self._framing == 'length':
             count = min(len(buffer), self._length)
             if count:
-                self._deliver(bytes(buffer[:count]))
+                self._deliver(_copy(buffer, 0, count))
                 del buffer[:count]
                 self._length -= count
             if self._length == 0:
@@ -294,7 +300,7 @@ class _Connection(asyncio.Protocol):
             if self._framing == 'length':
                 if len(buffer) < self._length:
                     return
-                body = bytes(buffer[:self._length])
+                body = _copy(buffer, 0, self._length)
                 extra = len(buffer) > self._length
                 buffer.clear()
                 self._finish(body, extra=extra)
@@ -346,7 +352,12 @@ class _Connection(asyncio.Protocol):
         return True
 
     def _parse_chunks(self) -> bool:
-        """Consume the complete chunks in the buffer; True when the last one (and the trailers) is read."""
+        """
+        Consume the chunks in the buffer, even the incomplete last one; True when the body is read.
+
+        The data of an incomplete chunk is taken as it comes, so that a huge chunk (e.g. a server writing
+        thousands of watch-events at once) does not have to be buffered in full before it is streamed.
+        """
         buffer = self._buffer
         position = self._position
         try:
@@ -371,10 +382,17 @@ class _Connection(asyncio.Protocol):
                     if trailer_is_empty:
                         return True
                     continue
-                if len(buffer) < position + self._chunk_left + 2:
+                if self._chunk_left > 0:  # the chunk's data, maybe only the part that has come so far
+                    available = min(len(buffer) - position, self._chunk_left)
+                    if available > 0:
+                        self._chunks.append(_copy(buffer, position, position + available))
+                        position += available
+                        self._chunk_left -= available
+                    if self._chunk_left > 0:
+                        return False
+                if len(buffer) < position + 2:  # the line end after the chunk's data
                     return False
-                self._chunks.append(bytes(buffer[position:position + self._chunk_left]))
-                position += self._chunk_left + 2
+                position += 2
                 self._chunk_left = -1
         finally:
             self._position = position

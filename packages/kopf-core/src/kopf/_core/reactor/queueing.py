@@ -48,7 +48,7 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Awaitable, Hashable, Iterator, Mapping
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, Literal, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
 from kopf._clients.vault import Vault
@@ -118,6 +118,52 @@ class ObjectIdentity(NamedTuple):
 
 def _shared(value: Any) -> Any:
     return sys.intern(value) if type(value) is str else value
+
+
+class _Pressure(asyncio.Event):
+    """
+    An :class:`asyncio.Event` as small as a flag: the list of its waiters exists only while it is waited for.
+
+    Every active object has one (the "stream pressure"), but only the sleeping processors wait for it;
+    the standard one makes a queue of waiters (~600 bytes) for every object of a burst of thousands.
+    All the methods are its own (none of the base class's internals is used), so it behaves the same.
+    """
+
+    def __init__(self) -> None:  # not the base class's: no queue of waiters in advance
+        self._flag = False
+        self._futures: list[asyncio.Future[bool]] | None = None
+
+    def __repr__(self) -> str:
+        waiters = len(self._futures) if self._futures else 0
+        return f'<{type(self).__name__} [{"set" if self._flag else "unset"}, waiters:{waiters}]>'
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        if not self._flag:
+            self._flag = True
+            for future in self._futures or ():
+                if not future.done():
+                    future.set_result(True)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    async def wait(self) -> Literal[True]:
+        if self._flag:
+            return True
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self._futures is None:
+            self._futures = []
+        self._futures.append(future)
+        try:
+            await future
+            return True
+        finally:
+            self._futures.remove(future)
+            if not self._futures:
+                self._futures = None
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -230,7 +276,7 @@ class ObjectStreams:
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
         stream = self._streams.get(key)
         if stream is None:
-            stream = _Stream(pressure=asyncio.Event())
+            stream = _Stream(pressure=_Pressure())
             self._streams[key] = stream
             if self._is_crowded():
                 self._defer(key)
