@@ -33,11 +33,12 @@ accept the deleted objects), once per operator lifetime.
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from kopf._clients.vault import Vault
+from kopf._cogs.structs import dicts
 from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
@@ -45,7 +46,7 @@ from kopf._core.actions import application, execution, lifecycles, loggers, prog
 from kopf._core.engines.spawning import SpawningEngine
 from kopf._core.intents import causes
 from kopf._core.intents.configuration import OperatorSettings
-from kopf._core.intents.handlers import HANDLER_REASONS, Reason
+from kopf._core.intents.handlers import HANDLER_REASONS, ChangingHandler, HandlerId, Reason
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.persistence import finalizers
 from kopf._core.reactor import pacing
@@ -472,13 +473,20 @@ async def _process_handlers(
     if cause.diff and cause.old is not None:
         logger.debug('%s diff: %r', title, cause.diff)
 
+    memory = context.memory
+    if memory.cycle_purpose != state.purpose or state.purpose != cause.reason:
+        memory.cycle_purpose = memory.cycle_essences = None  # not the cycle the essences belong to
+
     state = state.with_purpose(cause.reason).with_handlers(cause_handlers)
+    runnable: Sequence[ChangingHandler] = cause_handlers
+    if memory.cycle_essences:
+        state, runnable = _restart_outdated(context, state=state, handlers=cause_handlers, essence=new)
     async with context.lending(pacing.LENDING_DELAY):
         outcomes = await execution.execute_handlers_once(
             lifecycle=(context.lifecycle if context.lifecycle is not None else
                        lifecycles.get_default_lifecycle()),
             settings=context.settings,
-            handlers=cause_handlers,
+            handlers=runnable,
             cause=cause,
             state=state,
             logger=logger,
@@ -486,6 +494,11 @@ async def _process_handlers(
     state = state.with_outcomes(outcomes)
     state.store(body=body, patch=patch, storage=storage)
     execution.deliver_results(outcomes=outcomes, patch=patch)
+
+    if state.done:
+        memory.cycle_purpose = memory.cycle_essences = None
+    else:
+        _remember_essences(memory, purpose=cause.reason, outcomes=outcomes, essence=new)
 
     if state.done:
         if cause_handlers:
@@ -499,6 +512,73 @@ async def _process_handlers(
     storage.touch(body=body, patch=patch, value=None)
     storage.flush()
     return state.done, state.delays
+
+
+def _remember_essences(
+        memory: ResourceMemory,
+        *,
+        purpose: str,
+        outcomes: Mapping[HandlerId, progression.Outcome],
+        essence: BodyEssence,
+) -> None:
+    """Remember which essence the handlers that have just succeeded were called with (for the next steps)."""
+    seen = memory.cycle_essences
+    for key, outcome in outcomes.items():
+        if outcome.final and outcome.exception is None:
+            if seen is None:
+                seen = memory.cycle_essences = {}
+                memory.cycle_purpose = purpose
+            seen[key] = essence  # the same object for all of them: a reference, not a copy
+
+
+def _restart_outdated(
+        context: _Context,
+        *,
+        state: progression.State,
+        handlers: Sequence[ChangingHandler],
+        essence: BodyEssence,
+) -> tuple[progression.State, Sequence[ChangingHandler]]:
+    """
+    Start anew the handlers finished in this cycle with an essence other than the object's current one.
+
+    The object has changed in the middle of the cycle (between its steps): without this, those handlers
+    would never see the change, since the diff-base stored at the cycle's end already contains it.
+    The field handlers are started anew only if their field has changed. The handlers that have failed
+    for good are not: a permanent failure is a decision, not an accident. The handlers finished before
+    the operator's restart are unknown here (not remembered), and are not started anew (as in Kopf).
+
+    Returns the new state and the handlers that can run in this step: a restarted handler with
+    sub-handlers waits for the next step, when the sub-handlers' records (removed now) are gone from
+    the object, so that the sub-handlers run anew too.
+    """
+    seen = context.memory.cycle_essences or {}
+    restarted: list[HandlerId] = []
+    waiting: set[HandlerId] = set()
+    for handler in handlers:
+        handler_state = state.get(handler.id)
+        if handler_state is None or not handler_state.success:
+            continue
+        old_essence = seen.get(handler.id)
+        if old_essence is None or old_essence is essence:
+            continue
+        if handler.field:  # only the field is compared: the field handlers are about it, not the rest
+            field = handler.field
+            changed = dicts.resolve(old_essence, field, None) != dicts.resolve(essence, field, None)
+        else:
+            changed = old_essence != essence
+        if not changed:
+            continue
+        context.logger.info(f'Handler {handler.id!r} is re-run: the object has changed since it ran.')
+        restarted.append(handler.id)
+        storage = context.settings.persistence.progress_storage
+        for subref in handler_state.subrefs:
+            storage.purge(key=subref, body=context.body, patch=context.patch)
+            waiting.add(handler.id)
+    if not restarted:
+        return state, handlers
+    state = state.with_restarted(restarted)
+    runnable = [handler for handler in handlers if handler.id not in waiting] if waiting else handlers
+    return state, runnable
 
 
 #
