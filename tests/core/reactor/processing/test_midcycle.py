@@ -295,3 +295,29 @@ async def test_changes_in_every_step_rerun_until_all_have_seen_the_last_one(
     assert len(calls) == len(set(calls))  # no handler is called twice with the same essence
     assert calls.count(('create_c', 'v3')) == 1
     assert diffbase(cluster) == {'spec': {'field': 'v3'}}
+
+
+async def test_deletion_handlers_are_not_rerun(
+        registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource,
+        messages: Callable[[], list[str]]) -> None:
+    calls: list[tuple[str, Any]] = []
+
+    @kopf.on.delete(kex.plural, registry=registry)
+    def delete_a(spec: Any, **_: Any) -> None:
+        calls.append(('delete_a', spec['field']))
+
+    @kopf.on.delete(kex.plural, registry=registry)
+    def delete_b(spec: Any, **_: Any) -> None:
+        calls.append(('delete_b', spec['field']))
+
+    await cluster.create(spec={'field': 'v1'})
+    await operator.settle(first='ADDED')
+    await cluster.delete('kex1')
+    await operator.process()  # the first step of the deletion: delete_a only
+    await cluster.patch('kex1', {'spec': {'field': 'v2'}})
+    await operator.settle(first='MODIFIED')
+
+    # The object is going away: the cleanups done are not repeated (as in Kopf).
+    assert calls == [('delete_a', 'v1'), ('delete_b', 'v2')]
+    assert cluster.get() is None
+    assert not any('is re-run' in message for message in messages())

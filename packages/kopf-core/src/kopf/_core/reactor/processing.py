@@ -25,6 +25,12 @@ Until then, or until ``settings.persistence.consistency_timeout`` passes since t
 waits; a newer event of the object (the ``stream_pressure``) interrupts the wait, and the newer
 event is processed instead. The event-watching handlers are never delayed by this.
 
+A handling cycle of several handlers takes several steps (events): the default lifecycle runs one
+handler per step, with a patch of the progress after each. If the object's essence changes between
+the steps, the handlers done before the change are started anew in the same cycle (unlike Kopf,
+nolar/kopf#641), so that every handler's last call got the essence stored as the diff-base at the end.
+Which essence each handler got is remembered in memory only, for the current cycle (see :mod:`.inventory`).
+
 The reasons of the change handling are described in :mod:`kopf._core.intents.causes`.
 The objects seen in the initial listing get their resuming handlers mixed into their first
 update or resuming cycle (but not into their creation, nor into their deletion unless the handlers
@@ -497,7 +503,7 @@ async def _process_handlers(
 
     if state.done:
         memory.cycle_purpose = memory.cycle_essences = None
-    else:
+    elif cause.reason != Reason.DELETE:  # the object is going away: its cleanups are not repeated
         _remember_essences(memory, purpose=cause.reason, outcomes=outcomes, essence=new)
 
     if state.done:
