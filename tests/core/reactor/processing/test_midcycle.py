@@ -321,3 +321,36 @@ async def test_deletion_handlers_are_not_rerun(
     assert calls == [('delete_a', 'v1'), ('delete_b', 'v2')]
     assert cluster.get() is None
     assert not any('is re-run' in message for message in messages())
+
+
+async def test_subhandlers_done_before_the_change_are_rerun_while_the_parent_is_unfinished(
+        registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource,
+        messages: Callable[[], list[str]]) -> None:
+    calls: list[tuple[str, Any]] = []
+
+    @kopf.on.create(kex.plural, registry=registry)
+    def parent_fn(spec: Any, **_: Any) -> None:
+        calls.append(('parent_fn', spec['field']))
+
+        @kopf.subhandler()
+        def child_a(spec: Any, **_: Any) -> None:
+            calls.append(('child_a', spec['field']))
+
+        @kopf.subhandler()
+        def child_b(spec: Any, **_: Any) -> None:
+            calls.append(('child_b', spec['field']))
+
+    await cluster.create(spec={'field': 'v1'})
+    await operator.process(type='ADDED')  # one sub-handler per call of the parent
+    assert calls == [('parent_fn', 'v1'), ('child_a', 'v1')]
+
+    await cluster.patch('kex1', {'spec': {'field': 'v2'}})
+    await operator.settle(first='MODIFIED')
+
+    children = [call for call in calls if call[0] != 'parent_fn']
+    assert children == [('child_a', 'v1'), ('child_a', 'v2'), ('child_b', 'v2')]
+    assert calls[-1] == ('child_b', 'v2')
+    assert diffbase(cluster) == {'spec': {'field': 'v2'}}
+    assert progress_keys(cluster) == []
+    assert messages().count(RERUN.format('parent_fn/child_a')) == 1
+    assert not any(RERUN.format('parent_fn') in message for message in messages())

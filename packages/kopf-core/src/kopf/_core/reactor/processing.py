@@ -527,10 +527,17 @@ def _remember_essences(
         outcomes: Mapping[HandlerId, progression.Outcome],
         essence: BodyEssence,
 ) -> None:
-    """Remember which essence the handlers that have just succeeded were called with (for the next steps)."""
+    """
+    Remember which essence the handlers have just been called with (for the next steps of the cycle).
+
+    Only for those that have succeeded, and for the unfinished parents of sub-handlers (some of
+    their sub-handlers may have succeeded in this call); the failed ones have nothing to repeat.
+    """
     seen = memory.cycle_essences
     for key, outcome in outcomes.items():
-        if outcome.final and outcome.exception is None:
+        succeeded = outcome.final and outcome.exception is None
+        parent_in_progress = not outcome.final and bool(outcome.subrefs)
+        if succeeded or parent_in_progress:
             if seen is None:
                 seen = memory.cycle_essences = {}
                 memory.cycle_purpose = purpose
@@ -553,17 +560,21 @@ def _restart_outdated(
     for good are not: a permanent failure is a decision, not an accident. The handlers finished before
     the operator's restart are unknown here (not remembered), and are not started anew (as in Kopf).
 
-    Returns the new state and the handlers that can run in this step: a restarted handler with
-    sub-handlers waits for the next step, when the sub-handlers' records (removed now) are gone from
-    the object, so that the sub-handlers run anew too.
+    The same goes for the succeeded sub-handlers of the restarted handlers and of the unfinished ones:
+    their records are removed, and their parents wait for the next step (so that the sub-handlers'
+    execution does not see the records, which are still on the object in this step).
+
+    Returns the new state and the handlers that can run in this step.
     """
     seen = context.memory.cycle_essences or {}
     restarted: list[HandlerId] = []
     waiting: set[HandlerId] = set()
     for handler in handlers:
         handler_state = state.get(handler.id)
-        if handler_state is None or not handler_state.success:
+        if handler_state is None or handler_state.failure:
             continue
+        if not handler_state.success and not handler_state.subrefs:
+            continue  # pending, and it will get the current essence anyway.
         old_essence = seen.get(handler.id)
         if old_essence is None or old_essence is essence:
             continue
@@ -574,17 +585,33 @@ def _restart_outdated(
             changed = old_essence != essence
         if not changed:
             continue
-        context.logger.info(f'Handler {handler.id!r} is re-run: the object has changed since it ran.')
-        restarted.append(handler.id)
-        storage = context.settings.persistence.progress_storage
-        for subref in handler_state.subrefs:
-            storage.purge(key=subref, body=context.body, patch=context.patch)
+        if handler_state.success:
+            context.logger.info(f'Handler {handler.id!r} is re-run: the object has changed since it ran.')
+            restarted.append(handler.id)
+        if _restart_subhandlers(context, subrefs=handler_state.subrefs):
             waiting.add(handler.id)
-    if not restarted:
-        return state, handlers
-    state = state.with_restarted(restarted)
-    runnable = [handler for handler in handlers if handler.id not in waiting] if waiting else handlers
-    return state, runnable
+    if restarted:
+        state = state.with_restarted(restarted)
+    if waiting:
+        return state, [handler for handler in handlers if handler.id not in waiting]
+    return state, handlers
+
+
+def _restart_subhandlers(context: _Context, *, subrefs: Sequence[HandlerId]) -> bool:
+    """Remove the records of the succeeded sub-handlers (so that they run anew); True if there were any."""
+    storage = context.settings.persistence.progress_storage
+    body, patch = context.body, context.patch
+    removed = False
+    for subref in subrefs:
+        try:
+            record = storage.fetch(key=subref, body=body)
+        except ValueError:  # unreadable: the sub-handler starts anew anyway (see the progression)
+            continue
+        if isinstance(record, Mapping) and record.get('success') is True:
+            context.logger.info(f'Handler {subref!r} is re-run: the object has changed since it ran.')
+            storage.purge(key=subref, body=body, patch=patch)
+            removed = True
+    return removed
 
 
 #
