@@ -49,7 +49,8 @@ class ResourceMemory:
     expected_since: float  # when that patch was made (the event loop's time)
     daemons: Any  # the daemons' & timers' per-object state, owned by their engine
     cycle_purpose: str | None  # the reason of the unfinished handling cycle that the essences belong to
-    cycle_essences: dict[str, Any] | None  # by handler id: the essence its successful call got in that cycle
+    cycle_essences: dict[str, Any] | None  # by handler id: the essence of its last success in that cycle
+                                           # (of its last call for the unfinished parents of sub-handlers)
 
     def __init__(self, *, memo: Any = None, noticed_by_listing: bool = False) -> None:
         super().__init__()
