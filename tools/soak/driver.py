@@ -79,12 +79,6 @@ PROFILES: dict[str, Profile] = {
         duration=45, objects=60, settle=40, warmup=8,
         events=((0.25, 'sigkill'), (0.40, 'sigterm'), (0.47, 'sigint'), (0.55, 'emulator-restart'),
                 (0.62, 'sigkill')),
-        # Found by the soak (see tools/soak/README.md, "Known failures"): a change in the middle of
-        # a multi-handler cycle is not seen by the handlers done before it (as in Kopf 1.45.2,
-        # nolar/kopf#641); it depends on timing, so it fails only in some runs.
-        known_failures=frozenset({
-            'every handler saw the final state',
-        }),
     ),
     'long': Profile(duration=1800, objects=1000, settle=180, warmup=60, events=()),
 }

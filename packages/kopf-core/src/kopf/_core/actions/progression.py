@@ -322,6 +322,21 @@ class State(Mapping[HandlerId, HandlerState]):
             states[handler.id] = known
         return type(self)(states, purpose=self._purpose)
 
+    def with_restarted(self, keys: Iterable[HandlerId]) -> 'State':
+        """
+        The same progress, but these handlers start anew, as if they had never run in this cycle.
+
+        E.g. the handlers finished before the object changed in the middle of the cycle. Their records
+        are overwritten when stored (the old ones are kept as ``stored``, to compare the new ones with).
+        """
+        states = dict(self._states)
+        for key in keys:
+            known = states.get(key)
+            if known is not None:
+                fresh = HandlerState.from_scratch(purpose=self._purpose)
+                states[key] = dataclasses.replace(fresh, stored=known.stored)
+        return type(self)(states, purpose=self._purpose)
+
     def with_outcomes(self, outcomes: Mapping[HandlerId, Outcome]) -> 'State':
         """The state after the handlers' attempts; the outcomes of unknown handlers are ignored."""
         states = dict(self._states)

@@ -10,7 +10,11 @@ handled essence), so that it survives restarts. But some things are only for thi
   only once per operator lifetime, and only for such objects;
 * the resource version of our own latest patch and the time of it: until this version comes back
   via the watch-stream, the object's state is inconsistent (see :mod:`.processing`);
-* the places where the daemons and the indices keep their per-object state (filled by their engines).
+* the places where the daemons and the indices keep their per-object state (filled by their engines);
+* while a handling cycle of several steps is in progress: which essence each finished handler was
+  called with, so that the handlers done before a change in the middle of the cycle are called again
+  with it (see :mod:`.processing`). It is forgotten when the cycle ends, and lost on restarts: then,
+  the handlers done before a restart are not called again in that cycle (as in Kopf).
 
 There can be many thousands of idle objects, so a memory is a small slotted record with no tasks,
 no locks, and no copies of the bodies. It is created on the first event of an object, and forgotten
@@ -28,6 +32,8 @@ class ResourceMemory:
     """The in-memory state of one object (see the module's description)."""
 
     __slots__ = (
+        'cycle_essences',
+        'cycle_purpose',
         'daemons',
         'expected_since',
         'expected_version',
@@ -42,6 +48,9 @@ class ResourceMemory:
     expected_version: str | None  # the resourceVersion of our latest patch that has not arrived yet
     expected_since: float  # when that patch was made (the event loop's time)
     daemons: Any  # the daemons' & timers' per-object state, owned by their engine
+    cycle_purpose: str | None  # the reason of the unfinished handling cycle that the essences belong to
+    cycle_essences: dict[str, Any] | None  # by handler id: the essence of its last success in that cycle
+                                           # (of its last call for the unfinished parents of sub-handlers)
 
     def __init__(self, *, memo: Any = None, noticed_by_listing: bool = False) -> None:
         super().__init__()
@@ -51,6 +60,8 @@ class ResourceMemory:
         self.expected_version = None
         self.expected_since = 0.0
         self.daemons = None
+        self.cycle_purpose = None
+        self.cycle_essences = None
 
     def __repr__(self) -> str:
         return (f'<{type(self).__name__} listed={self.noticed_by_listing} '

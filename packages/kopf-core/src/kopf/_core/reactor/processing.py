@@ -25,6 +25,12 @@ Until then, or until ``settings.persistence.consistency_timeout`` passes since t
 waits; a newer event of the object (the ``stream_pressure``) interrupts the wait, and the newer
 event is processed instead. The event-watching handlers are never delayed by this.
 
+A handling cycle of several handlers takes several steps (events): the default lifecycle runs one
+handler per step, with a patch of the progress after each. If the object's essence changes between
+the steps, the handlers done before the change are started anew in the same cycle (unlike Kopf,
+nolar/kopf#641), so that every handler's last call got the essence stored as the diff-base at the end.
+Which essence each handler got is remembered in memory only, for the current cycle (see :mod:`.inventory`).
+
 The reasons of the change handling are described in :mod:`kopf._core.intents.causes`.
 The objects seen in the initial listing get their resuming handlers mixed into their first
 update or resuming cycle (but not into their creation, nor into their deletion unless the handlers
@@ -33,11 +39,12 @@ accept the deleted objects), once per operator lifetime.
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from kopf._clients.vault import Vault
+from kopf._cogs.structs import dicts
 from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
@@ -45,7 +52,7 @@ from kopf._core.actions import application, execution, lifecycles, loggers, prog
 from kopf._core.engines.spawning import SpawningEngine
 from kopf._core.intents import causes
 from kopf._core.intents.configuration import OperatorSettings
-from kopf._core.intents.handlers import HANDLER_REASONS, Reason
+from kopf._core.intents.handlers import HANDLER_REASONS, ChangingHandler, HandlerId, Reason
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.persistence import finalizers
 from kopf._core.reactor import pacing
@@ -472,13 +479,20 @@ async def _process_handlers(
     if cause.diff and cause.old is not None:
         logger.debug('%s diff: %r', title, cause.diff)
 
+    memory = context.memory
+    if memory.cycle_purpose != state.purpose or state.purpose != cause.reason:
+        memory.cycle_purpose = memory.cycle_essences = None  # not the cycle the essences belong to
+
     state = state.with_purpose(cause.reason).with_handlers(cause_handlers)
+    runnable: Sequence[ChangingHandler] = cause_handlers
+    if memory.cycle_essences:
+        state, runnable = _restart_outdated(context, state=state, handlers=cause_handlers, essence=new)
     async with context.lending(pacing.LENDING_DELAY):
         outcomes = await execution.execute_handlers_once(
             lifecycle=(context.lifecycle if context.lifecycle is not None else
                        lifecycles.get_default_lifecycle()),
             settings=context.settings,
-            handlers=cause_handlers,
+            handlers=runnable,
             cause=cause,
             state=state,
             logger=logger,
@@ -486,6 +500,11 @@ async def _process_handlers(
     state = state.with_outcomes(outcomes)
     state.store(body=body, patch=patch, storage=storage)
     execution.deliver_results(outcomes=outcomes, patch=patch)
+
+    if state.done:
+        memory.cycle_purpose = memory.cycle_essences = None
+    elif cause.reason != Reason.DELETE:  # the object is going away: its cleanups are not repeated
+        _remember_essences(memory, purpose=cause.reason, outcomes=outcomes, essence=new)
 
     if state.done:
         if cause_handlers:
@@ -499,6 +518,100 @@ async def _process_handlers(
     storage.touch(body=body, patch=patch, value=None)
     storage.flush()
     return state.done, state.delays
+
+
+def _remember_essences(
+        memory: ResourceMemory,
+        *,
+        purpose: str,
+        outcomes: Mapping[HandlerId, progression.Outcome],
+        essence: BodyEssence,
+) -> None:
+    """
+    Remember which essence the handlers have just been called with (for the next steps of the cycle).
+
+    Only for those that have succeeded, and for the unfinished parents of sub-handlers (some of
+    their sub-handlers may have succeeded in this call); the failed ones have nothing to repeat.
+    """
+    seen = memory.cycle_essences
+    for key, outcome in outcomes.items():
+        succeeded = outcome.final and outcome.exception is None
+        parent_in_progress = not outcome.final and bool(outcome.subrefs)
+        if succeeded or parent_in_progress:
+            if seen is None:
+                seen = memory.cycle_essences = {}
+                memory.cycle_purpose = purpose
+            seen[key] = essence  # the same object for all of them: a reference, not a copy
+
+
+def _restart_outdated(
+        context: _Context,
+        *,
+        state: progression.State,
+        handlers: Sequence[ChangingHandler],
+        essence: BodyEssence,
+) -> tuple[progression.State, Sequence[ChangingHandler]]:
+    """
+    Start anew the handlers finished in this cycle with an essence other than the object's current one.
+
+    The object has changed in the middle of the cycle (between its steps): without this, those handlers
+    would never see the change, since the diff-base stored at the cycle's end already contains it.
+    The field handlers are started anew only if their field has changed. The handlers that have failed
+    for good are not: a permanent failure is a decision, not an accident. The handlers finished before
+    the operator's restart are unknown here (not remembered), and are not started anew (as in Kopf).
+
+    The same goes for the succeeded sub-handlers of the restarted handlers and of the unfinished ones:
+    their records are removed, and their parents wait for the next step (so that the sub-handlers'
+    execution does not see the records, which are still on the object in this step).
+
+    Returns the new state and the handlers that can run in this step.
+    """
+    seen = context.memory.cycle_essences or {}
+    restarted: list[HandlerId] = []
+    waiting: set[HandlerId] = set()
+    for handler in handlers:
+        handler_state = state.get(handler.id)
+        if handler_state is None or handler_state.failure:
+            continue
+        if not handler_state.success and not handler_state.subrefs:
+            continue  # pending, and it will get the current essence anyway.
+        old_essence = seen.get(handler.id)
+        if old_essence is None or old_essence is essence:
+            continue
+        if handler.field:  # only the field is compared: the field handlers are about it, not the rest
+            field = handler.field
+            changed = dicts.resolve(old_essence, field, None) != dicts.resolve(essence, field, None)
+        else:
+            changed = old_essence != essence
+        if not changed:
+            continue
+        if handler_state.success:
+            context.logger.info(f'Handler {handler.id!r} is re-run: the object has changed since it ran.')
+            restarted.append(handler.id)
+        if _restart_subhandlers(context, subrefs=handler_state.subrefs):
+            waiting.add(handler.id)
+    if restarted:
+        state = state.with_restarted(restarted)
+    if waiting:
+        return state, [handler for handler in handlers if handler.id not in waiting]
+    return state, handlers
+
+
+def _restart_subhandlers(context: _Context, *, subrefs: Sequence[HandlerId]) -> bool:
+    """Remove the records of the succeeded sub-handlers (so that they run anew); True if there were any."""
+    storage = context.settings.persistence.progress_storage
+    body, patch = context.body, context.patch
+    removed = False
+    for subref in subrefs:
+        try:
+            record = storage.fetch(key=subref, body=body)
+        except ValueError:  # unreadable: the sub-handler starts anew anyway (see the progression)
+            continue
+        if isinstance(record, Mapping) and record.get('success') is True:
+            context.logger.info(f'Handler {subref!r} is re-run: the object has changed since it ran.')
+            storage.purge(key=subref, body=body, patch=patch)
+            removed = True
+    return removed
 
 
 #
