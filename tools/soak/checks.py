@@ -50,9 +50,16 @@ def _ok_calls(soak: 'Soak', handler: str) -> dict[str, list[dict[str, Any]]]:
     return calls
 
 
-def pending(soak: 'Soak', final_state: list[dict[str, Any]]) -> bool:
+def pending(soak: 'Soak', final_state: list[dict[str, Any]], final_namespaces: list[dict[str, Any]]) -> bool:
     """Whether the operator has something left to do (so the settling goes on)."""
-    return bool(_lost(soak, final_state)[1] or _stuck(soak, final_state) or _stale(soak, final_state))
+    return bool(_lost(soak, final_state)[1] or _stuck(soak, final_state) or _stale(soak, final_state)
+                or _remaining_namespaces(soak, final_namespaces))
+
+
+def _remaining_namespaces(soak: 'Soak', final_namespaces: list[dict[str, Any]]) -> list[str]:
+    """The short-lived namespaces deleted by the churn but still present (e.g. Terminating)."""
+    return [ns['metadata']['name'] for ns in final_namespaces
+            if ns['metadata']['name'] in soak.world.deleted_namespaces]
 
 
 def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
@@ -216,7 +223,42 @@ def _examples(examples: list[str], separator: str = ', ', limit: int = 3) -> str
     return f'; e.g. {separator.join(examples[:limit])}' if examples else ''
 
 
-def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[Result]:
+def _namespace_churn(soak: 'Soak', final_state: list[dict[str, Any]],
+                     final_namespaces: list[dict[str, Any]]) -> list[Result]:
+    """The objects deleted with their namespaces: each handled and released; each namespace gone."""
+    results = []
+    deletes = _ok_calls(soak, 'delete_fn')
+    remaining = {obj['metadata']['name']: obj for obj in final_state}
+    cascaded = sorted(soak.world.deleted_with_namespace)
+    unhandled = [name for name in cascaded if name not in deletes]
+    held = [name for name in cascaded if name in remaining]
+    held_by_us = [name for name in held if FINALIZER in remaining[name]['metadata'].get('finalizers', [])]
+    retrying = [name for name in cascaded if name in soak.world.stubborn]
+    all_in_tmp = sum(len(names) for names in soak.world.tmp_namespaces.values())
+    figures = (f'{len(unhandled)} without the deletion handler, {len(held)} still present '
+               f'({len(held_by_us)} with our finalizer), of {len(cascaded)} objects deleted with '
+               f'{len(soak.world.deleted_namespaces)} namespaces ({len(retrying)} of them while their '
+               f'creation was being retried; {all_in_tmp - len(cascaded)} deleted before their namespace)')
+    results.append(Result('objects in deleted namespaces handled and released', not unhandled and not held,
+                          figures + _examples(sorted(set(unhandled) | set(held)), limit=5)))
+
+    left = _remaining_namespaces(soak, final_namespaces)
+    by_name = {ns['metadata']['name']: ns for ns in final_namespaces}
+    details = [f'{name} ({by_name[name].get("status", {}).get("phase", "?")}, '
+               f'{sum(1 for obj in final_state if obj["metadata"].get("namespace") == name)} objects left)'
+               for name in left]
+    never_deleted = sorted(set(soak.world.tmp_namespaces) - soak.world.deleted_namespaces)
+    holds = not left and not never_deleted and len(soak.world.tmp_namespaces) == soak.profile.tmp_namespaces
+    results.append(Result('deleted namespaces fully gone', holds,
+                          f'{len(left)} of {len(soak.world.deleted_namespaces)} deleted namespaces remain; '
+                          f'{len(soak.world.tmp_namespaces)} of {soak.profile.tmp_namespaces} planned were '
+                          f'created, {len(never_deleted)} never deleted'
+                          + _examples(details + never_deleted, limit=5)))
+    return results
+
+
+def check_all(soak: 'Soak', final_state: list[dict[str, Any]], final_namespaces: list[dict[str, Any]],
+              events: list[dict[str, Any]]) -> list[Result]:
     results = []
     lost_figures, lost_total = _lost(soak, final_state)
     results.append(Result('none lost', lost_total == 0, lost_figures))
@@ -245,6 +287,8 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
                           f'{len(unseen)} of {len(final_state)} remaining objects changed in the middle of '
                           f'a handling cycle, after some of its handlers had finished'
                           f'{"; e.g. " + ", ".join(unseen[:5]) if unseen else ""}'))
+
+    results.extend(_namespace_churn(soak, final_state, final_namespaces))
 
     late = _after_deletion(soak)
     results.append(Result('no timers or daemons start after the deletion', not late,

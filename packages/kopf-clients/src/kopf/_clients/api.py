@@ -94,8 +94,8 @@ async def _retrying(
     for attempt in itertools.count(1):
         try:
             return await fn()
-        except errors.APINotFoundError:
-            raise
+        except (errors.APINotFoundError, errors.APINamespaceTerminatingError):
+            raise  # final: the namespace or the object will not appear by retrying
         except errors.APITooManyRequestsError as e:
             own_delay = next(delays, None)
             if own_delay is None:
