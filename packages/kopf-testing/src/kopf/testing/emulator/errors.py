@@ -126,7 +126,7 @@ def forbidden(plural: str, group: str, name: str, explanation: str) -> ApiError:
 
 
 def namespace_terminating(plural: str, group: str, name: str, namespace: str) -> ApiError:
-    """Creating in a namespace being deleted: 403, the ``NamespaceTerminating`` cause , as in Kubernetes."""
+    """Creating in a namespace being deleted: 403 with the ``NamespaceTerminating`` cause, as Kubernetes."""
     details = {
         **_resource_details(plural, group, name),
         'causes': [{
