@@ -267,7 +267,11 @@ async def _fetch_with(
             response.release()
     finally:
         slots.give()
-    return _decode(body)
+    try:
+        return _decode(body)
+    except ValueError:  # incl. UnicodeDecodeError
+        raise errors.APINonJSONResponseError(body, status=response.status, method=method,
+                                             url=str(response.url.with_query(None))) from None
 
 
 _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}
@@ -281,12 +285,8 @@ def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, Ma
 
 
 def _decode(body: bytes) -> Any:
-    if not body:
-        return None
-    try:
-        return jsons.loads(body)
-    except ValueError:  # incl. UnicodeDecodeError
-        return body.decode('utf-8', errors='replace')
+    """The JSON of a successful response (None if empty); ValueError if it is not JSON."""
+    return jsons.loads(body) if body else None
 
 
 async def request(

@@ -106,6 +106,19 @@ class APIServerError(APIError):
     """The server failed to process the request (HTTP 5xx); it is presumably temporary."""
 
 
+class APINonJSONResponseError(APIServerError):
+    """
+    A successful HTTP status, but the body is not JSON (e.g. an HTML page of a proxy in front of the API).
+
+    The server (or whatever answers in its name) misbehaves: like the 5xx errors, it is retried.
+    """
+
+    def __init__(self, body: bytes, *, status: int,
+                 method: str | None = None, url: str | None = None) -> None:
+        text = f'the response is not JSON: {body[:200]!r}'
+        super().__init__(None, status=status, method=method, url=url, text=text)
+
+
 class APIUnauthorizedError(APIClientError):
     """HTTP 401: the credentials are invalid or expired; new credentials are needed."""
 
