@@ -149,12 +149,17 @@ class Scene:
             self.plugin_token_path.write_text(new)
 
     def wait_for_call(self, handler: str, spec: Any) -> None:
-        deadline = time.monotonic() + WAIT_TIMEOUT
-        while (handler, spec) not in self.calls:
-            if time.monotonic() > deadline:
-                raise AssertionError(f'{handler} has not been called with {str(spec)[:200]}; '
-                                     f'the calls: {[(h, str(s)[:100]) for h, s in self.calls]}')
-            time.sleep(0.02)
+        _wait_until(lambda: (handler, spec) in self.calls,
+                    f'{handler} has not been called with {str(spec)[:200]}; '
+                    f'the calls: {[(h, str(s)[:100]) for h, s in self.calls]}')
+
+
+def _wait_until(condition: Callable[[], bool], failure: str) -> None:
+    deadline = time.monotonic() + WAIT_TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(failure)
+        time.sleep(0.02)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +170,8 @@ class BadInput:
     A row either breaks the kubeconfig (``kubeconfig``: the operator cannot start; ``message`` is the
     cause after "Cannot log in to the Kubernetes cluster: "), or disturbs a running operator
     (``disturb``: called after the object's creation has been handled, then the object's ``spec``
-    is changed to ``changed``; ``message`` is logged at ``level``, as is, ``count`` times or more).
+    is changed to ``changed``; ``message`` is logged at ``level`` as is; or, if the operator ``exits``
+    for it, ``message`` is the cause of its exit, as for the kubeconfigs).
     """
 
     id: str
@@ -177,6 +183,7 @@ class BadInput:
     changed: Any = dataclasses.field(default_factory=lambda: {'field': 'changed'})
     # The handler calls after the disturbance: (handler, spec); the update with the changed spec by default.
     calls_after: Callable[['BadInput'], list[tuple[str, Any]]] | None = None
+    exits: bool = False  # the disturbance cannot be survived: the operator exits with the message
 
     @property
     def refuses_to_start(self) -> bool:
@@ -241,6 +248,11 @@ BAD_INPUTS: list[BadInput] = [
     BadInput('exec-plugin-token-rotated', 'Re-authentication has finished.', level='INFO',
              user=lambda scene: scene.exec_user('token-1'),
              disturb=lambda scene: scene.rotate_tokens('token-1', 'token-2')),
+    BadInput('exec-plugin-token-expired-for-good',
+             "The exec credential plugin '{python}' (user 'u' in {kubeconfig}) failed with exit code 3: "
+             'fake-cloud: the session has expired; run `fake-cloud login`',
+             user=lambda scene: scene.exec_user('token-1'),
+             disturb=lambda scene: scene.rotate_tokens('token-1', 'fail'), exits=True),
 
     # The kubeconfig: the operator cannot start at all.
     BadInput('kubeconfig-missing',
@@ -278,6 +290,21 @@ BAD_INPUTS: list[BadInput] = [
     BadInput('kubeconfig-no-server',
              """The cluster 'c' in {path} has no server URL; set its "server" field.""",
              kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {}}])),
+    BadInput('kubeconfig-server-not-a-url',
+             """The "server" field of the cluster 'c' in {path} is not an http:// or https:// URL: """
+             "'127.0.0.1 6443'; set it to the API server's URL, e.g. https://127.0.0.1:6443.",
+             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {'server': '127.0.0.1 6443'}}])),
+    BadInput('kubeconfig-server-of-another-scheme',
+             """The "server" field of the cluster 'c' in {path} is not an http:// or https:// URL: """
+             "'ftp://127.0.0.1:6443'; set it to the API server's URL, e.g. https://127.0.0.1:6443.",
+             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {'server': 'ftp://127.0.0.1:6443'}}])),
+    BadInput('kubeconfig-insecure-not-a-boolean',
+             """The "insecure-skip-tls-verify" field of the cluster 'c' in {path} must be true or false.""",
+             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {
+                 'server': 'https://127.0.0.1:1', 'insecure-skip-tls-verify': 'maybe'}}])),
+    BadInput('kubeconfig-token-not-a-string',
+             """The "token" field of the user 'u' in {path} must be a string.""",
+             kubeconfig=_kubeconfig(users=[{'name': 'u', 'user': {'token': 12345}}])),
     BadInput('kubeconfig-bad-base64',
              """The "client-certificate-data" field of the user 'u' in {path} is not valid base64.""",
              kubeconfig=_kubeconfig(users=[{'name': 'u', 'user': {
@@ -384,12 +411,22 @@ def _check_survived_input(row: BadInput, emulator: KubernetesEmulator, tmp_path:
         scene.wait_for_call('create_fn', initial)
         assert row.disturb is not None
         row.disturb(scene)
-        for handler, spec in expected_after:
+        if row.exits:
+            scene.change(row.changed)
+            _wait_until(lambda: runner.finished, 'The operator has not exited.')
+        for handler, spec in [] if row.exits else expected_after:
             scene.change(spec)
             scene.wait_for_call(handler, spec)
 
-    assert runner.exit_code == 0, runner.output[-3000:]
     assert 'Traceback' not in runner.output
+    if row.exits:
+        message = (row.message or '').format(python=sys.executable, kubeconfig=kubeconfig_path)
+        assert runner.exit_code == 1
+        assert runner.stderr.splitlines()[-1] == f'Error: Cannot log in to the Kubernetes cluster: {message}'
+        assert scene.calls[0] == ('create_fn', initial)
+        return
+
+    assert runner.exit_code == 0, runner.output[-3000:]
     assert SECRET not in runner.output and 'token-2' not in runner.output
     # Nothing lost, nothing repeated: each change handled once, in order.
     assert scene.calls == [('create_fn', initial), *expected_after]

@@ -16,6 +16,7 @@ import binascii
 import dataclasses
 import datetime
 import os
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,12 @@ def _parse_cluster(cluster: KubeconfigEntry) -> _ClusterEndpoint:
     server = body.get('server')
     if not isinstance(server, str) or not server:
         raise LoginError(f'The {cluster.where} has no server URL; set its "server" field.')
+    parsed = urllib.parse.urlsplit(server)
+    if parsed.scheme not in ('http', 'https') or not parsed.hostname or any(c.isspace() for c in server):
+        raise LoginError(
+            f'The "server" field of the {cluster.where} is not an http:// or https:// URL: {server!r}; '
+            f"set it to the API server's URL, e.g. https://127.0.0.1:6443."
+        )
 
     insecure = body.get('insecure-skip-tls-verify')
     if insecure is not None and not isinstance(insecure, bool):
