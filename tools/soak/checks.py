@@ -68,14 +68,17 @@ def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
     for handler in ('create_fn', 'update_fn', 'field_fn'):
         for name, calls in _ok_calls(soak, handler).items():
             handled_versions[name].update(call['version'] for call in calls)
+    # The objects deleted with their namespaces while their creation was being retried never finish it.
+    cut_short = _deleted_while_retrying(soak, creates)
     lost_creates = [name for name in soak.world.created
-                    if name not in soak.world.stubborn and name not in creates]
+                    if name not in soak.world.stubborn and name not in creates and name not in cut_short]
     lost_deletes = [name for name in soak.world.deleted if name not in deletes]
     lost_updates = [obj['metadata']['name'] for obj in final_state
                     if obj['metadata']['name'] not in soak.world.stubborn
                     and obj['spec']['version'] not in handled_versions[obj['metadata']['name']]]
     total = len(lost_creates) + len(lost_deletes) + len(lost_updates)
-    figures = (f'{len(lost_creates)} creations of {len(soak.world.created) - len(soak.world.stubborn)}, '
+    expected_creates = len(soak.world.created) - len(soak.world.stubborn | cut_short)
+    figures = (f'{len(lost_creates)} creations of {expected_creates}, '
                f'{len(lost_deletes)} deletions of {len(soak.world.deleted)}, '
                f'{len(lost_updates)} final versions of {len(final_state)} remaining objects '
                f'({soak.world.updates} updates made)')
@@ -83,6 +86,12 @@ def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
     if examples:
         figures += f'; e.g. {", ".join(examples)}'
     return figures, total
+
+
+def _deleted_while_retrying(soak: 'Soak', creates: dict[str, list[dict[str, Any]]]) -> set[str]:
+    """The objects deleted with their namespaces after their creation was tried, but before it succeeded."""
+    return {name for name in soak.world.deleted_with_namespace
+            if name in soak.journal.create_attempted and name not in creates}
 
 
 def _stuck(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
@@ -233,7 +242,7 @@ def _namespace_churn(soak: 'Soak', final_state: list[dict[str, Any]],
     unhandled = [name for name in cascaded if name not in deletes]
     held = [name for name in cascaded if name in remaining]
     held_by_us = [name for name in held if FINALIZER in remaining[name]['metadata'].get('finalizers', [])]
-    retrying = [name for name in cascaded if name in soak.world.stubborn]
+    retrying = _deleted_while_retrying(soak, _ok_calls(soak, 'create_fn'))
     all_in_tmp = sum(len(names) for names in soak.world.tmp_namespaces.values())
     figures = (f'{len(unhandled)} without the deletion handler, {len(held)} still present '
                f'({len(held_by_us)} with our finalizer), of {len(cascaded)} objects deleted with '
