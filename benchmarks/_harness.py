@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -43,6 +43,36 @@ CRD: dict[str, Any] = {
         }],
     },
 }
+
+
+class RequestLog:
+    """
+    What the emulator's counters do not tell: when the objects were first listed; optionally,
+    every request as text (``--trace``). It wraps the emulator's request handler (a private
+    attribute: the emulator has no public hook for it), which costs the same for every implementation.
+    """
+
+    def __init__(self, *, trace: bool, collection: str) -> None:
+        self.collection = collection  # the path of the objects' collection, whose first LIST is timed
+        self.listed_at: float | None = None
+        self.lines: list[str] | None = [] if trace else None
+
+    def wrap(self, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def logged(request: Any) -> Any:
+            if self.listed_at is None and request.method == 'GET' and request.path == self.collection \
+                    and 'watch' not in request.query:
+                self.listed_at = time.monotonic()
+            if self.lines is not None:
+                body = (await request.read()).decode(errors='replace') if request.can_read_body else ''
+                line = f'{time.monotonic():.6f} {request.method} {request.path_qs} {body}'
+                self.lines.append(line.rstrip())
+            return await handler(request)
+        return logged
+
+    def reset(self) -> None:
+        self.listed_at = None
+        if self.lines is not None:
+            self.lines.clear()
 
 
 def make_crd(plural: str, kind: str, *, status_subresource: bool = True) -> dict[str, Any]:

@@ -49,7 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -60,6 +60,7 @@ from _harness import (
     OURS_NAME,
     Operator,
     OperatorFailed,
+    RequestLog,
     install_kopf,
     populate,
     read_proc_status,
@@ -135,35 +136,6 @@ class Result:
         return self.cpu_seconds * 1000 / self.scenario.objects
 
 
-class RequestLog:
-    """
-    What the emulator's counters do not tell: when the objects were first listed; optionally,
-    every request as text (``--trace``). It wraps the emulator's request handler (a private
-    attribute: the emulator has no public hook for it), which costs the same for every implementation.
-    """
-
-    def __init__(self, *, trace: bool) -> None:
-        self.listed_at: float | None = None
-        self.lines: list[str] | None = [] if trace else None
-
-    def wrap(self, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
-        async def logged(request: Any) -> Any:
-            if self.listed_at is None and request.method == 'GET' and request.path == COLLECTION \
-                    and 'watch' not in request.query:
-                self.listed_at = time.monotonic()
-            if self.lines is not None:
-                body = (await request.read()).decode(errors='replace') if request.can_read_body else ''
-                line = f'{time.monotonic():.6f} {request.method} {request.path_qs} {body}'
-                self.lines.append(line.rstrip())
-            return await handler(request)
-        return logged
-
-    def reset(self) -> None:
-        self.listed_at = None
-        if self.lines is not None:
-            self.lines.clear()
-
-
 def is_handled(obj: dict[str, Any]) -> bool:
     """Handled: the result is in the status and the diff-base is stored, no progress is left."""
     annotations = obj.get('metadata', {}).get('annotations', {})
@@ -211,7 +183,7 @@ async def delete_all(url: str) -> None:
 def measure(implementation: Implementation, scenario: Scenario, *, timeout: float,
             status_subresource: bool, trace_path: pathlib.Path | None = None) -> Result:
     count = scenario.objects
-    log = RequestLog(trace=trace_path is not None)
+    log = RequestLog(trace=trace_path is not None, collection=COLLECTION)
     emulator = KubernetesEmulator(history_limit=max(10_000, count * 20))
     emulator._handler = log.wrap(emulator._handler)  # type: ignore[assignment]
     name = implementation.name

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import kopf
+from kopf._core.engines.timers import MAX_CALLS_IN_HANDS
 
 Cluster = Any  # the conftest's raw client of the emulator
 Operator = Callable[..., Any]  # the conftest's factory of running operators (async context managers)
@@ -170,6 +171,79 @@ async def test_initial_delay_postpones_the_first_call(
         await eventually(lambda: any(call > 0 for call in calls) and any(call < 0 for call in calls))
     assert min(call for call in calls if call > 0) - created >= 0.5
     assert min(-call for call in calls if call < 0) - created >= 0.7
+
+
+async def test_initial_delay_counts_from_when_the_object_was_seen_not_processed(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    # One object at a time: the second one's processing (where its timer starts) waits for the first
+    # one's slow handler; its timer must count its initial delay from the listing, as the first one's.
+    settings.queueing.worker_limit = 1
+    handled: list[tuple[str, float]] = []
+    ticks: dict[str, float] = {}
+
+    @kopf.on.resume('kopfexamples', registry=registry)
+    @kopf.on.create('kopfexamples', registry=registry)
+    async def slow_first(name: str, **_: Any) -> None:
+        handled.append((name, time.monotonic()))
+        if len(handled) == 1:
+            await asyncio.sleep(2.0)
+
+    @kopf.timer('kopfexamples', registry=registry, interval=10, initial_delay=1.0)
+    async def ticker(name: str, **_: Any) -> None:
+        ticks.setdefault(name, time.monotonic())
+
+    await cluster.create('kex1')
+    await cluster.create('kex2')
+    started = time.monotonic()
+    async with operator(registry, settings):
+        await eventually(lambda: len(ticks) == 2 and len(handled) == 2, within=10)
+    first, second = handled[0][0], handled[1][0]
+    assert handled[1][1] - started >= 2.0  # the second object's processing has waited indeed
+    assert 1.0 <= ticks[first] - started < 2.0
+    # At once when its processing starts (its delay is over by then), not 1 s later than that.
+    assert 2.0 <= ticks[second] - started < 2.7
+
+
+async def test_timers_due_at_once_are_started_by_the_limit_of_calls_in_hands(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    count = MAX_CALLS_IN_HANDS + 300
+    calls: set[str] = set()
+    max_calls = [0]
+
+    @kopf.timer('kopfexamples', registry=registry, interval=60, initial_delay=0.5)
+    async def ticker(name: str, **_: Any) -> str:
+        calls.add(name)
+        running = sum(1 for task in asyncio.all_tasks() if task.get_coro().__qualname__ == 'Timers._run')
+        max_calls[0] = max(max_calls[0], running)
+        return 'ticked'  # a result: every call patches the object's status (slowly, see below)
+
+    await asyncio.gather(*(cluster.create(f'kex{i}') for i in range(count)))
+    cluster.emulator.add_latency(0.2, verb='patch', path='/status')
+    async with operator(registry, settings):
+        await eventually(lambda: len(calls) == count, within=30)
+    # All due at once; without the limit, all the calls would be waiting for the API at once.
+    assert max_calls[0] <= MAX_CALLS_IN_HANDS + 1
+
+
+async def test_slow_timer_functions_are_not_limited_by_the_calls_in_hands(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    count = MAX_CALLS_IN_HANDS + 50
+    running: set[str] = set()
+    max_running = [0]
+
+    @kopf.timer('kopfexamples', registry=registry, interval=60)
+    async def slow(name: str, **_: Any) -> None:
+        running.add(name)
+        max_running[0] = max(max_running[0], len(running))
+        await asyncio.sleep(1.0)  # long enough to leave the framework's hands for others
+        running.discard(name)
+
+    await asyncio.gather(*(cluster.create(f'kex{i}') for i in range(count)))
+    async with operator(registry, settings):
+        await eventually(lambda: max_running[0] == count, within=10)
 
 
 async def test_calls_of_one_timer_never_overlap(

@@ -256,15 +256,27 @@ async def _fetch_with(
     if not slots.take_nowait():
         await slots.take()
     try:
-        full_url = context.request_url(url(context) if callable(url) else url)
-        response = await context.session.request(method, full_url, data=data, headers=headers, params=params,
-                                                 timeout=client_timeout, proxy=context.proxy_url)
-        try:
+        path = url(context) if callable(url) else url
+        pool = context.pool
+        if pool is not None and path.startswith('/'):
+            response = await pool.request(method, path, data=data, headers=headers, params=params,
+                                          timeouts=client_timeout)
             if response.status >= 400:
-                await errors.check_response(response)
-            body = await response.read()
-        finally:
-            response.release()
+                text = response.body.decode('utf-8', errors='replace')
+                raise errors.error_of_response(response.status, text, method=method, url=response.url,
+                                               retry_after=response.headers.get('retry-after'))
+            body = response.body
+        else:
+            full_url = context.request_url(path)
+            aio_response = await context.session.request(method, full_url, data=data, headers=headers,
+                                                         params=params, timeout=client_timeout,
+                                                         proxy=context.proxy_url)
+            try:
+                if aio_response.status >= 400:
+                    await errors.check_response(aio_response)
+                body = await aio_response.read()
+            finally:
+                aio_response.release()
     finally:
         slots.give()
     try:

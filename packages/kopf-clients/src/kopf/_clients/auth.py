@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import aiohttp
 import yarl  # aiohttp's own URLs: given to it pre-parsed
 
+from kopf._clients.connections import ConnectionPool
 from kopf._cogs.structs.credentials import ConnectionInfo
 
 DEFAULT_USER_AGENT = 'kopf'
@@ -175,6 +176,7 @@ class APIContext:
     default_namespace: str | None
     proxy_url: str | None
     session: aiohttp.ClientSession
+    pool: ConnectionPool | None
     slots: RequestSlots
 
     def __init__(
@@ -195,13 +197,22 @@ class APIContext:
         if self.server.startswith('https:'):
             ssl_context = make_ssl_context(info)
 
+        headers = make_headers(info, user_agent=user_agent)
+        trusting_env = bool(trust_env or info.trust_env)
         connector = aiohttp.TCPConnector(limit=0, ssl=ssl_context if ssl_context is not None else True)
         self.session = aiohttp.ClientSession(
             connector=connector,
-            headers=make_headers(info, user_agent=user_agent),
-            trust_env=bool(trust_env or info.trust_env),
+            headers=headers,
+            trust_env=trusting_env,
             timeout=aiohttp.ClientTimeout(total=None),
         )
+
+        # The regular requests go via the lean client, unless a proxy is involved (explicit or from
+        # the environment), or the server URL is not a plain http(s) one: then aiohttp does it all.
+        self.pool = None
+        if self.proxy_url is None and not trusting_env and self.server.startswith(('http:', 'https:')):
+            with contextlib.suppress(ValueError):
+                self.pool = ConnectionPool(self.server, ssl_context=ssl_context, headers=headers)
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} server={self.server!r}>'
@@ -223,4 +234,6 @@ class APIContext:
 
     async def close(self) -> None:
         """Close the HTTP session and its connections."""
+        if self.pool is not None:
+            await self.pool.close()
         await self.session.close()

@@ -246,12 +246,17 @@ async def check_response(response: aiohttp.ClientResponse) -> None:
         text = await response.text(errors='replace')
     except aiohttp.ClientError:
         text = ''  # the status is what matters; the body is only a bonus for explanations.
-    payload = parse_status(text)
     # The URL without the query string: the query has no secrets either, but it can be long and noisy.
     url = str(response.url.with_query(None))
-    retry_after = parse_retry_after(response.headers.get('Retry-After'))
-    raise make_error(response.status, payload, method=response.method, url=url, text=text,
-                     retry_after=retry_after)
+    raise error_of_response(response.status, text, method=response.method, url=url,
+                            retry_after=response.headers.get('Retry-After'))
+
+
+def error_of_response(status: int, text: str, *, method: str, url: str, retry_after: str | None) -> APIError:
+    """The most specific :class:`APIError` for an error response: its status, body, and headers."""
+    payload = parse_status(text)
+    return make_error(status, payload, method=method, url=url, text=text,
+                      retry_after=parse_retry_after(retry_after))
 
 
 def describe_network_error(error: BaseException) -> str:

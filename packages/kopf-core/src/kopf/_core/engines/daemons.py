@@ -318,13 +318,15 @@ async def execute_and_apply(
         state: HandlerState,
         logger: loggers.ObjectLogger,
         daemon: Daemon | None = None,
+        calling: Callable[[], None] | None = None,
         called: Callable[[], None] | None = None,
 ) -> Outcome:
     """
     Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
 
-    ``called`` is notified when the function is over, before its patch is applied (e.g. for the timers
-    to measure their intervals from the function's end, not from the API's answer).
+    ``calling`` is notified right before the function is called; ``called`` when the function is over,
+    before its patch is applied (e.g. for the timers to measure their intervals from the function's end,
+    not from the API's answer, and to know when the call is in the framework's own steps).
 
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object
@@ -335,6 +337,8 @@ async def execute_and_apply(
     """
     if daemon is not None:
         daemon.calling = True
+    if calling is not None:
+        calling()
     try:
         outcome = await execution.execute_handler_once(
             settings=settings, handler=handler, cause=cause, state=state, logger=logger)

@@ -20,6 +20,7 @@ stopped) and resumed (everything started again as if the objects were new), e.g.
 and shut down when the operator exits (``OPERATOR_EXITING``): nothing is left running after that.
 """
 import asyncio
+import contextvars
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -37,7 +38,14 @@ from kopf._core.intents.handlers import DaemonHandler, HandlerId, SpawningHandle
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.persistence.finalizers import is_deletion_ongoing
 
-__all__ = ['SpawningEngine', 'daemon_killer']
+__all__ = ['SpawningEngine', 'daemon_killer', 'event_received_at']
+
+# When the event being processed has arrived (the loop's time), as the reactor's queueing sets it for
+# the processing of every event: a new object's timers count their ``initial_delay`` (and the idle
+# ones their quiet period) from when the object became visible to the operator, not from when its
+# processing could start (e.g. the last of 10,000 listed objects is processed seconds after the first).
+event_received_at: contextvars.ContextVar[float | None] = contextvars.ContextVar('event_received_at',
+                                                                                default=None)
 
 
 class ObjectMemory(Protocol):
@@ -95,17 +103,20 @@ class SpawningEngine:
             spawns = None  # e.g. memories shared with a previous operator: its records are not ours.
 
         deleted = gone or is_deletion_ongoing(raw_body)
+        now = asyncio.get_running_loop().time()
+        received_at = event_received_at.get()
+        if received_at is not None and received_at < now:
+            now = received_at
         if spawns is None:
             if deleted or self._closed:
                 return False
-            now = asyncio.get_running_loop().time()
             spawns = ObjectSpawns(owner=self, body=Body(raw_body), resource=resource, memo=memory.memo,
                                   changed_at=now)
             memory.daemons = spawns
             self._objects[id(spawns)] = spawns
         else:
             spawns.body._replace_with(raw_body)
-            spawns.changed_at = asyncio.get_running_loop().time()
+            spawns.changed_at = now
 
         if deleted:
             self._stop_everything(spawns, DaemonStoppingReason.RESOURCE_DELETED)
@@ -114,7 +125,7 @@ class SpawningEngine:
                 self._objects.pop(id(spawns), None)
             return False
         elif not self._paused and not self._closed:
-            needed = self._respawn(spawns, logger=logger)
+            needed = self._respawn(spawns, logger=logger, since=now)
             self.timers.notice_change(spawns)
             return needed
         else:
@@ -208,9 +219,11 @@ class SpawningEngine:
         return ResourceSpawningCause(resource=spawns.resource, body=spawns.body, logger=logger,
                                      patch=Patch(body=spawns.body), memo=spawns.memo, indices=self.indices)
 
-    def _respawn(self, spawns: ObjectSpawns, *, logger: Logger) -> bool:
+    def _respawn(self, spawns: ObjectSpawns, *, logger: Logger, since: float | None = None) -> bool:
         """
         Start the matching daemons & timers that do not run yet; stop those that do not match anymore.
+
+        ``since`` is when the object became matching (its event's arrival); the new timers count from it.
 
         Returns whether any of the matching ones keeps the object from deletion (needs our finalizer).
         """
@@ -231,7 +244,7 @@ class SpawningEngine:
             if isinstance(handler, DaemonHandler) and handler.id not in spawns.daemons:
                 self.daemons.spawn(spawns, handler)
             elif isinstance(handler, TimerHandler) and handler.id not in spawns.timers:
-                self.timers.start(spawns, handler)
+                self.timers.start(spawns, handler, since=since)
 
         for handler_id, daemon in list(spawns.daemons.items()):
             if handler_id not in matching:

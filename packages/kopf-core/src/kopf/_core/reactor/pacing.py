@@ -59,6 +59,7 @@ class Pacer:
         self._free = seats
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._room_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
     def free(self) -> int:
@@ -86,6 +87,8 @@ class Pacer:
             raise
 
     def release(self) -> None:
+        if self._room_waiters:
+            self._notify_room()
         for queue in (self._urgent, self._normal):
             while queue:
                 waiter = queue.popleft()
@@ -93,6 +96,33 @@ class Pacer:
                     waiter.set_result(None)
                     return
         self._free += 1
+
+    async def wait_for_room(self, backlog: int) -> None:
+        """
+        Wait until there is room for more newcomers: at once if fewer than ``backlog`` wait for seats,
+        else until only half of it waits (so that the newcomers are let in by batches, not one by one).
+        """
+        if self.waiting < backlog:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._room_waiters.append((backlog // 2, waiter))
+        try:
+            await waiter
+        finally:
+            if not waiter.done():
+                self._room_waiters = [item for item in self._room_waiters if item[1] is not waiter]
+
+    def _notify_room(self) -> None:
+        waiting = self.waiting - 1  # as it will be after this release (if someone waits at all)
+        remaining = []
+        for low_water, waiter in self._room_waiters:
+            if waiter.done():
+                continue
+            if waiting <= low_water:
+                waiter.set_result(None)
+            else:
+                remaining.append((low_water, waiter))
+        self._room_waiters = remaining
 
     def seat(self) -> 'Seat':
         return Seat(self)

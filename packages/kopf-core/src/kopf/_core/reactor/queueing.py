@@ -42,6 +42,7 @@ is turned on when the last object of its initial listing is indexed (see :mod:`k
 The processor is pluggable: see :class:`Processor`.
 """
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -57,10 +58,15 @@ from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
+from kopf._core.engines import spawning
 from kopf._core.engines.indexing import IndexingReadiness, ReadinessToggle
 from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor import pacing
 
 logger = logging.getLogger(__name__)
+
+# How many objects may wait for the pacer's seats before the new objects' workers are deferred.
+_BACKLOG = pacing.DEFAULT_SEATS
 
 
 class Processor(Protocol):
@@ -123,6 +129,7 @@ class _Stream:
     pending: RawEvent | None = None
     worker: asyncio.Task[None] | None = None
     events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
+    received_at: float = 0.0  # when the pending event has arrived (the loop's time)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -152,9 +159,17 @@ class ObjectStreams:
             indexer: Processor | None = None,
             readiness: IndexingReadiness | None = None,
             toggle: ReadinessToggle | None = None,
+            pacer: pacing.Pacer | None = None,
     ) -> None:
         super().__init__()
         self._processor = processor
+        # The pacer of the processing (the same as the processor's), to hold the new workers back while
+        # many objects wait for its seats already; not for the indexed resources: every listed object
+        # must be indexed before any is processed, so the indexing of none can be held back.
+        self._pacer = pacer if indexer is None else None
+        self._deferred: collections.deque[Hashable] = collections.deque()  # no worker yet: in this order
+        self._starter: asyncio.Task[None] | None = None  # starts the deferred workers when there is room
+        self._unstarted = 0  # the workers created but not running yet (so not waiting for seats yet)
         self._resource = resource
         self._namespace = namespace
         self._settings = settings
@@ -218,10 +233,53 @@ class ObjectStreams:
         if stream is None:
             stream = _Stream(pressure=asyncio.Event())
             self._streams[key] = stream
-            stream.worker = asyncio.create_task(self._worker(key, stream), name=f'worker for {key!r}')
+            if self._is_crowded():
+                self._defer(key)
+            else:
+                self._start(key, stream)
         stream.pending = raw_event
+        stream.received_at = asyncio.get_running_loop().time()
         stream.events += 1
         stream.pressure.set()
+
+    def _start(self, key: Hashable, stream: _Stream) -> None:
+        self._unstarted += 1
+        stream.worker = asyncio.create_task(self._worker(key, stream), name=f'worker for {key!r}')
+
+    def _is_crowded(self) -> bool:
+        """
+        Whether a new object's worker should wait for its start: too many objects wait for the pacer's seats.
+
+        E.g. an initial listing of 10,000 objects would otherwise start 10,000 workers at once, each
+        suspended deep in the processing until a seat is free: ~3 KB of stacks each, for nothing.
+        A deferred object costs only its stream (the latest event, which is kept anyway).
+        """
+        pacer = self._pacer
+        return pacer is not None and (bool(self._deferred) or pacer.waiting + self._unstarted >= _BACKLOG)
+
+    def _defer(self, key: Hashable) -> None:
+        self._deferred.append(key)
+        if self._starter is None:
+            self._starter = asyncio.create_task(self._start_deferred(), name=f'starter of {self._resource!r}')
+
+    async def _start_deferred(self) -> None:
+        """Start the deferred workers in their order, by batches, as the waiters for seats get seated."""
+        assert self._pacer is not None
+        try:
+            while self._deferred:
+                await self._pacer.wait_for_room(_BACKLOG)
+                self._start_some(_BACKLOG - self._pacer.waiting - self._unstarted)
+                await asyncio.sleep(0)  # let the started workers run up to the pacer
+        finally:
+            self._starter = None
+
+    def _start_some(self, count: int) -> None:
+        while count > 0 and self._deferred:
+            key = self._deferred.popleft()
+            stream = self._streams.get(key)
+            if stream is not None and stream.worker is None:
+                self._start(key, stream)
+                count -= 1
 
     async def close(self, *, exit_timeout: float | None = None) -> None:
         """
@@ -230,6 +288,9 @@ class ObjectStreams:
         The idle workers exit at once; the busy ones see the pressure (as if new events arrived).
         """
         self._closing.set()
+        if self._starter is not None:
+            self._starter.cancel()
+        self._start_some(len(self._deferred))  # as if never deferred: they process what they have
         for stream in self._streams.values():
             stream.pressure.set()
         workers = [stream.worker for stream in self._streams.values() if stream.worker is not None]
@@ -243,6 +304,7 @@ class ObjectStreams:
             await asyncio.wait(pending)
 
     async def _worker(self, key: Hashable, stream: _Stream) -> None:
+        self._unstarted -= 1
         loop = asyncio.get_running_loop()
         processed_at: float | None = None  # when the latest processing has ended (in the loop's time)
         try:
@@ -260,6 +322,7 @@ class ObjectStreams:
                 if processed_at is not None and loop.time() - processed_at < window:
                     await self._wait_for_silence(stream)
                 raw_event, stream.pending = stream.pending, None
+                received_at = stream.received_at
                 stream.pressure.clear()
 
                 if self._indexer is not None:
@@ -268,8 +331,11 @@ class ObjectStreams:
                     latest = await self._wait_for_readiness(key, raw_event, stream)
                     if latest is None:
                         break  # closing while waiting: the handlers never ran, nothing to finish.
-                    raw_event = latest
+                    if latest is not raw_event:
+                        raw_event, received_at = latest, stream.received_at
 
+                # For the processing (of this task only): the timers count from when the object was seen.
+                spawning.event_received_at.set(received_at)
                 await self._process(key, raw_event, stream)
                 processed_at = loop.time()
 
@@ -411,6 +477,7 @@ async def watcher(
         limiter: asyncio.Semaphore | None = None,
         indexer: Processor | None = None,
         readiness: IndexingReadiness | None = None,
+        pacer: pacing.Pacer | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
@@ -427,7 +494,7 @@ async def watcher(
     toggle = readiness.expect(f'{name} {scope}') if readiness is not None and indexer is not None else None
     streams = ObjectStreams(processor=processor, resource=resource, namespace=namespace,
                             settings=settings, limiter=limiter,
-                            indexer=indexer, readiness=readiness, toggle=toggle)
+                            indexer=indexer, readiness=readiness, toggle=toggle, pacer=pacer)
     logger.debug(f'Starting the watch-stream for {name} {scope}.')
     try:
         delays = iter_backoffs(settings.queueing.error_delays)

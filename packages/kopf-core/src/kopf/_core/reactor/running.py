@@ -516,7 +516,8 @@ def _spawn_core_tasks(
     # The daemons & timers are stopped by their core task (one of the "others"): after the watchers,
     # before the poster & the credentials, so that they can still patch the objects and post the events.
     spawner = spawning.SpawningEngine(registry=registry, settings=settings, vault=vault, indices=indices)
-    processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories,
+    pacer = pacing.Pacer()
+    processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories, pacer=pacer,
                                registry=registry, settings=settings, vault=vault, memo=memo, spawner=spawner)
     tasks.others.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
     indexer = make_indexer(indexers=indexers, memories=memories, registry=registry,
@@ -538,7 +539,7 @@ def _spawn_core_tasks(
             return coordination.make_peering_coordinator(settings=settings, vault=vault, gate=gate,
                                                          identity=identity, namespace=namespace)
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
-                                processor=processor, limiter=limiter, readiness=readiness,
+                                processor=processor, limiter=limiter, readiness=readiness, pacer=pacer,
                                 indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
     tasks.observers = [

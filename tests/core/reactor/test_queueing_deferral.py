@@ -1,0 +1,153 @@
+"""
+The deferral of new workers while many objects wait for the pacer's seats (e.g. a big initial listing).
+
+Without it, every listed object gets a worker at once, suspended deep in the processing until a seat
+is free; with it, the objects beyond the backlog have only their streams until there is room.
+"""
+import asyncio
+from typing import Any
+
+import pytest
+
+from kopf._cogs.structs.bodies import RawEvent
+from kopf._cogs.structs.references import Resource
+from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor import pacing
+from kopf._core.reactor.queueing import ObjectStreams
+
+pytestmark = pytest.mark.looptime
+
+KEX = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample', namespaced=True)
+BACKLOG = pacing.DEFAULT_SEATS
+
+
+def listed(name: str) -> RawEvent:
+    body = {'metadata': {'name': name, 'namespace': 'ns1', 'uid': f'uid-{name}'}, 'spec': {}}
+    return {'type': None, 'object': body}  # type: ignore[typeddict-item]
+
+
+def workers() -> int:
+    return sum(1 for task in asyncio.all_tasks() if task.get_name().startswith('worker for'))
+
+
+class SeatedProcessor:
+    """A processor that takes a seat of the pacer for some time, as the real processing does."""
+
+    def __init__(self, pacer: pacing.Pacer, duration: float = 0.1) -> None:
+        self.pacer = pacer
+        self.duration = duration
+        self.order: list[str] = []
+        self.max_workers = 0
+        self.processed = asyncio.Event()
+        self.expected = 0
+
+    async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
+                       resource: Resource, namespace: str | None) -> None:
+        self.max_workers = max(self.max_workers, workers())
+        async with self.pacer.seat():
+            self.order.append(raw_event['object']['metadata']['name'])
+            await asyncio.sleep(self.duration)
+        if len(self.order) >= self.expected:
+            self.processed.set()
+
+
+def make_streams(processor: Any, settings: OperatorSettings, pacer: pacing.Pacer) -> ObjectStreams:
+    return ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings, pacer=pacer)
+
+
+@pytest.fixture
+def settings() -> OperatorSettings:
+    settings = OperatorSettings()
+    settings.queueing.idle_timeout = 0.5
+    settings.queueing.exit_timeout = 100
+    return settings
+
+
+async def test_big_listing_gets_workers_by_the_backlog_not_all_at_once(settings: OperatorSettings) -> None:
+    pacer = pacing.Pacer(seats=10)
+    processor = SeatedProcessor(pacer)
+    streams = make_streams(processor, settings, pacer)
+    names = [f'obj-{i:05d}' for i in range(BACKLOG * 5)]
+    for name in names:
+        streams.feed(listed(name))
+    assert workers() <= BACKLOG + 1
+    processor.expected = len(names)
+    await processor.processed.wait()
+    assert processor.order == names  # every object once, in the listing's order
+    assert processor.max_workers <= 2 * BACKLOG  # the seated, the waiting, and the idle ones; not 2000
+    await streams.close(exit_timeout=1)
+
+
+async def test_without_pacer_every_object_gets_a_worker_at_once(settings: OperatorSettings) -> None:
+    pacer = pacing.Pacer(seats=10)
+    processor = SeatedProcessor(pacer)
+    streams = ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings)
+    for i in range(BACKLOG * 2):
+        streams.feed(listed(f'obj-{i:05d}'))
+    assert workers() == BACKLOG * 2  # the old way, kept when no pacer is known (e.g. in custom set-ups)
+    await streams.close(exit_timeout=100)
+    assert len(processor.order) == BACKLOG * 2
+
+
+async def test_deferred_objects_get_their_latest_events(settings: OperatorSettings) -> None:
+    pacer = pacing.Pacer(seats=1)
+    seen: dict[str, list[object]] = {}
+    last = f'obj-{BACKLOG + 49:05d}'  # surely deferred
+    last_seen = asyncio.Event()
+
+    async def processor(*, raw_event: RawEvent, stream_pressure: asyncio.Event,
+                        resource: Resource, namespace: str | None) -> None:
+        async with pacer.seat():
+            name = raw_event['object']['metadata']['name']
+            seen.setdefault(name, []).append(raw_event['object']['spec'].get('v'))
+            await asyncio.sleep(0.01)
+        if name == last:
+            last_seen.set()
+
+    streams = make_streams(processor, settings, pacer)
+    for i in range(BACKLOG + 50):
+        streams.feed(listed(f'obj-{i:05d}'))
+    for value in [1, 2, 3]:
+        event = listed(last)
+        event['object']['spec']['v'] = value
+        event['type'] = 'MODIFIED'  # type: ignore[typeddict-item]
+        streams.feed(event)
+    await last_seen.wait()
+    assert seen[last] == [3]  # batched while deferred: only the latest one
+    await streams.close(exit_timeout=100)
+
+
+async def test_closing_starts_the_deferred_ones_to_finish_them(settings: OperatorSettings) -> None:
+    pacer = pacing.Pacer(seats=100)
+    processor = SeatedProcessor(pacer, duration=0)
+    streams = make_streams(processor, settings, pacer)
+    for i in range(BACKLOG * 3):
+        streams.feed(listed(f'obj-{i:05d}'))
+    await streams.close(exit_timeout=100)
+    assert len(processor.order) == BACKLOG * 3
+    assert workers() == 0
+
+
+async def test_room_is_reported_when_half_of_the_backlog_is_seated() -> None:
+    pacer = pacing.Pacer(seats=1)
+    await pacer.acquire()
+    waiters = [asyncio.create_task(pacer.acquire()) for _ in range(10)]
+    await asyncio.sleep(0)
+    assert pacer.waiting == 10
+    room = asyncio.create_task(pacer.wait_for_room(10))
+    await asyncio.sleep(0)
+    released = 0
+    while not room.done():
+        pacer.release()
+        released += 1
+        await asyncio.sleep(0)
+    assert released == 5  # 10 waited; room when only 5 wait
+    assert pacer.waiting == 5
+    for task in waiters:
+        task.cancel()
+    await asyncio.wait(waiters)
+
+
+async def test_room_at_once_when_below_the_backlog() -> None:
+    pacer = pacing.Pacer(seats=1)
+    await asyncio.wait_for(pacer.wait_for_room(1), timeout=0.001)
