@@ -265,7 +265,7 @@ async def _fetch_with(
                 text = response.body.decode('utf-8', errors='replace')
                 raise errors.error_of_response(response.status, text, method=method, url=response.url,
                                                retry_after=response.headers.get('retry-after'))
-            body = response.body
+            body, status, where = response.body, response.status, response.url
         else:
             full_url = context.request_url(path)
             aio_response = await context.session.request(method, full_url, data=data, headers=headers,
@@ -275,6 +275,7 @@ async def _fetch_with(
                 if aio_response.status >= 400:
                     await errors.check_response(aio_response)
                 body = await aio_response.read()
+                status, where = aio_response.status, str(aio_response.url.with_query(None))
             finally:
                 aio_response.release()
     finally:
@@ -282,8 +283,7 @@ async def _fetch_with(
     try:
         return _decode(body)
     except ValueError:  # incl. UnicodeDecodeError
-        raise errors.APINonJSONResponseError(body, status=response.status, method=method,
-                                             url=str(response.url.with_query(None))) from None
+        raise errors.APINonJSONResponseError(body, status=status, method=method, url=where) from None
 
 
 _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}
