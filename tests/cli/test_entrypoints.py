@@ -146,7 +146,7 @@ def test_unreachable_cluster_with_debug_shows_the_traceback(
     result = run_kopf(PYTHON_M_KOPF, 'run', '-A', '--standalone', '--debug', str(path), env=dict(os.environ))
     assert result.returncode == 1
     assert not any(line.startswith('Error:') for line in result.stderr.splitlines())
-    assert result.stderr.splitlines()[-1].startswith('aiohttp.client_exceptions.ClientConnectorError: ')
+    assert result.stderr.splitlines()[-1].startswith('kopf._clients.connections.CannotConnect: ')
     assert 'kopf/_cli/commands.py' in result.stderr  # propagated through the command, not reported by it
 
 

@@ -2,11 +2,11 @@ import asyncio
 import logging
 from typing import Any
 
-import aiohttp
 import kmock
 import pytest
 
 from kopf._clients import api, auth, errors
+from kopf._clients.connections import CannotConnect
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import StandaloneClientSettings
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
@@ -239,7 +239,7 @@ async def test_network_errors_retried(settings: StandaloneClientSettings, loopti
                                       unused_tcp_port: int) -> None:
     # Nothing listens on this port: the connection is refused every time.
     async with Vault({'main': ConnectionInfo(server=f'http://127.0.0.1:{unused_tcp_port}')}) as vault:
-        with pytest.raises(aiohttp.ClientConnectionError):
+        with pytest.raises(CannotConnect):
             await api.request('GET', '/api', settings=settings, vault=vault)
     assert looptime == 1 + 2 + 3
 

@@ -7,11 +7,17 @@ the keep-alive decisions, and the failures are what the test says, not what a se
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 import pytest
 
 from kopf._clients import api, auth
-from kopf._clients.connections import ConnectionPool
+from kopf._clients.connections import (
+    CannotConnect,
+    ConnectionPool,
+    Disconnected,
+    MalformedResponse,
+    NetworkError,
+    Timeouts,
+)
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import StandaloneClientSettings
 from kopf._cogs.structs.credentials import ConnectionInfo
@@ -228,14 +234,14 @@ async def test_new_connection_closed_before_response_fails(server: RawServer, po
         await server.read_request(reader)
         writer.transport.abort()
     server.script = script
-    with pytest.raises(aiohttp.ServerDisconnectedError):
+    with pytest.raises(Disconnected):
         await pool.request('GET', '/')
     assert server.connections == 1  # not retried: a fresh connection is not stale
 
 
 async def test_connection_closed_mid_response_fails(server: RawServer, pool: ConnectionPool) -> None:
     server.script = serving(server, b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial', then_close=True)
-    with pytest.raises(aiohttp.ServerDisconnectedError):
+    with pytest.raises(Disconnected):
         await pool.request('GET', '/')
     assert server.connections == 1
     assert pool.idle == 0
@@ -250,7 +256,7 @@ async def test_connection_closed_mid_response_fails(server: RawServer, pool: Con
 async def test_malformed_response_fails_clearly(
         server: RawServer, pool: ConnectionPool, garbage: bytes) -> None:
     server.script = serving(server, garbage)
-    with pytest.raises(aiohttp.ClientPayloadError, match=r'Malformed HTTP response'):
+    with pytest.raises(MalformedResponse, match=r'Malformed HTTP response'):
         await pool.request('GET', '/')
     assert pool.idle == 0
 
@@ -270,7 +276,7 @@ async def test_total_timeout_aborts_the_connection(server: RawServer, pool: Conn
         await reader.read()  # never answers
     server.script = script
     with pytest.raises(asyncio.TimeoutError):
-        await pool.request('GET', '/', timeouts=aiohttp.ClientTimeout(total=0.05))
+        await pool.request('GET', '/', timeouts=Timeouts(total=0.05))
     assert pool.idle == 0
 
 
@@ -290,23 +296,22 @@ async def test_cancelled_request_is_not_reused(server: RawServer, pool: Connecti
     assert pool.idle == 0
 
 
-async def test_refused_connection_is_aiohttp_connector_error() -> None:
+async def test_refused_connection_says_where_and_why() -> None:
     probe = await asyncio.start_server(lambda r, w: None, '127.0.0.1', 0)
     port = probe.sockets[0].getsockname()[1]
     probe.close()
     await probe.wait_closed()
     pool = ConnectionPool(f'http://127.0.0.1:{port}', ssl_context=None, headers={})
-    with pytest.raises(aiohttp.ClientConnectorError) as err:
+    with pytest.raises(CannotConnect) as err:
         await pool.request('GET', '/')
-    assert err.value.host == '127.0.0.1'
-    assert err.value.port == port
+    assert err.value.address == f'http://127.0.0.1:{port}'
     assert isinstance(err.value.os_error, ConnectionRefusedError)
 
 
 async def test_closed_pool_refuses_new_requests(server: RawServer, pool: ConnectionPool) -> None:
     server.script = serving(server, OK_JSON)
     await pool.close()
-    with pytest.raises(aiohttp.ClientConnectionError, match='closed'):
+    with pytest.raises(NetworkError, match='closed'):
         await pool.request('GET', '/')
 
 
@@ -324,7 +329,7 @@ def test_unsupported_urls_are_refused(url: str) -> None:
 async def test_lean_client_only_without_proxies(info_kwargs: dict[str, object], lean: bool) -> None:
     context = auth.APIContext(ConnectionInfo(server='http://127.0.0.1:1', **info_kwargs))  # type: ignore[arg-type]
     try:
-        assert (context.pool is not None) == lean
+        assert isinstance(context.transport, ConnectionPool) == lean
     finally:
         await context.close()
 
@@ -342,3 +347,99 @@ async def test_api_errors_from_the_lean_client(server: RawServer) -> None:
     assert err.value.message == 'slow down'
     assert err.value.url == server.url + '/api/v1/pods'
     assert err.value.method == 'GET'
+
+
+async def test_stream_is_read_as_it_comes(server: RawServer, pool: ConnectionPool) -> None:
+    proceed = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nline1\n\r\n')
+        await writer.drain()
+        await proceed.wait()
+        writer.write(b'6\r\nline2\n\r\n0\r\n\r\n')
+        await writer.drain()
+        await reader.read()
+    server.script = script
+    response = await pool.stream('GET', '/watch', params={'watch': 'true'})
+    try:
+        assert response.status == 200
+        assert await response.readany() == b'line1\n'  # before the rest is even sent
+        proceed.set()
+        assert await response.read() == b'line2\n'
+        assert await response.readany() == b''  # the end, and stays so
+    finally:
+        response.close()
+    assert server.heads[0].startswith(b'GET /watch?watch=true HTTP/1.1\r\n')
+
+
+async def test_stream_until_close(server: RawServer, pool: ConnectionPool) -> None:
+    server.script = serving(server, b'HTTP/1.1 200 OK\r\n\r\nall of it', then_close=True)
+    response = await pool.stream('GET', '/')
+    try:
+        assert await response.read() == b'all of it'
+    finally:
+        response.close()
+
+
+async def test_stream_broken_midway_fails_the_reading(server: RawServer, pool: ConnectionPool) -> None:
+    server.script = serving(server, b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n',
+                            then_close=True)
+    response = await pool.stream('GET', '/')
+    try:
+        assert await response.readany() == b'abc'
+        with pytest.raises(Disconnected):
+            await response.readany()
+    finally:
+        response.close()
+
+
+async def test_stream_pauses_the_socket_while_the_consumer_lags(
+        server: RawServer, pool: ConnectionPool) -> None:
+    sent = asyncio.Event()
+    total = 8 * 1024 * 1024
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n' % total)
+        for _ in range(total // 65536):
+            writer.write(b'x' * 65536)
+            await writer.drain()  # blocks when the client stops reading (the kernel buffers fill up)
+        sent.set()
+        await reader.read()
+    server.script = script
+    response = await pool.stream('GET', '/')
+    try:
+        first = await response.readany()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await sent.wait()  # not all is sent while we do not read: the back-pressure works
+        received = len(first)
+        while chunk := await response.readany():
+            received += len(chunk)
+        assert received == total
+    finally:
+        response.close()
+
+
+async def test_stream_total_timeout_limits_the_reading(server: RawServer, pool: ConnectionPool) -> None:
+    server.script = serving(server, b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n')
+    response = await pool.stream('GET', '/', timeouts=Timeouts(total=0.1))
+    try:
+        with pytest.raises(TimeoutError):
+            await response.readany()
+    finally:
+        response.close()
+
+
+async def test_stream_error_status_is_an_api_error(server: RawServer) -> None:
+    status = b'{"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}'
+    head = b'HTTP/1.1 410 Gone\r\nContent-Length: %d\r\n\r\n' % len(status)
+    server.script = serving(server, head + status)
+    settings = StandaloneClientSettings()
+    settings.networking.error_backoffs = []
+    async with Vault({'main': ConnectionInfo(server=server.url)}) as vault:
+        with pytest.raises(api.errors.APIGoneError, match='too old'):
+            async with api.stream('GET', '/api/v1/pods', params={'watch': 'true'}, settings=settings,
+                                  vault=vault):
+                pass

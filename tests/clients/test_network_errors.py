@@ -8,7 +8,14 @@ import socket
 import aiohttp
 import pytest
 
-from kopf._clients import api, errors
+from kopf._clients import api, errors, fallback
+from kopf._clients.connections import (
+    CannotConnect,
+    ConnectionPool,
+    Disconnected,
+    MalformedResponse,
+    NetworkError,
+)
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import StandaloneClientSettings
 from kopf._cogs.structs.credentials import ConnectionInfo
@@ -23,29 +30,46 @@ def _closed_port() -> int:
 
 
 async def _connection_error(url: str) -> BaseException:
+    """The error of the lean client, and the same of aiohttp (as translated for the proxied requests)."""
+    pool = ConnectionPool(url, ssl_context=None, headers={})
+    try:
+        await pool.request('GET', '/api')
+    except NetworkError as e:
+        return e
+    finally:
+        await pool.close()
+    raise AssertionError(f'{url} has unexpectedly answered.')
+
+
+async def _aiohttp_error(url: str) -> BaseException:
     async with aiohttp.ClientSession() as session:
         try:
             await session.get(url, ssl=False)
         except aiohttp.ClientError as e:
-            return e
+            return fallback.translate(e)
     raise AssertionError(f'{url} has unexpectedly answered.')
 
 
 @pytest.mark.parametrize('scheme', ['http', 'https'])
 async def test_refused_connection_names_the_url(scheme: str) -> None:
     port = _closed_port()
-    error = await _connection_error(f'{scheme}://127.0.0.1:{port}/api')
-    assert errors.describe_network_error(error) == f'connection refused to {scheme}://127.0.0.1:{port}'
-    assert errors.describe_error(error) == f'connection refused to {scheme}://127.0.0.1:{port}'
+    for error in [await _connection_error(f'{scheme}://127.0.0.1:{port}'),
+                  await _aiohttp_error(f'{scheme}://127.0.0.1:{port}/api')]:
+        assert errors.describe_network_error(error) == f'connection refused to {scheme}://127.0.0.1:{port}'
+        assert errors.describe_error(error) == f'connection refused to {scheme}://127.0.0.1:{port}'
 
 
 @pytest.mark.parametrize('error, expected', [
-    (aiohttp.ServerDisconnectedError(), 'the server has closed the connection unexpectedly'),
+    (Disconnected(), 'the server has closed the connection unexpectedly'),
+    (fallback.translate(aiohttp.ServerDisconnectedError()),
+     'the server has closed the connection unexpectedly'),
     (TimeoutError(), 'timed out'),
-    (aiohttp.ServerTimeoutError('Timeout on reading data from socket'),
+    (fallback.translate(aiohttp.ServerTimeoutError('Timeout on reading data from socket')),
      'timed out: Timeout on reading data from socket'),
-    (aiohttp.ClientPayloadError('Response payload is not completed'),
-     "ClientPayloadError('Response payload is not completed')"),
+    (MalformedResponse('Malformed HTTP response: not an HTTP/1.x status line'),
+     'Malformed HTTP response: not an HTTP/1.x status line'),
+    (fallback.translate(aiohttp.ClientPayloadError('Response payload is not completed')),
+     'Response payload is not completed'),
 ])
 def test_other_network_errors(error: BaseException, expected: str) -> None:
     assert errors.describe_network_error(error) == expected
@@ -63,7 +87,7 @@ async def test_retry_lines_are_short_and_say_the_delay(caplog: pytest.LogCapture
     settings.networking.error_backoffs = [1, 2.5]
     info = ConnectionInfo(server=f'http://127.0.0.1:{port}', token=SECRET_TOKEN)
     async with Vault({'main': info}) as vault:
-        with pytest.raises(aiohttp.ClientConnectorError):
+        with pytest.raises(CannotConnect):
             await api.request('GET', '/api', settings=settings, vault=vault)
     assert [m for m in caplog.messages if 'will retry' in m] == [
         f'Request attempt #1 failed; will retry: GET /api -> connection refused to http://127.0.0.1:{port}, '

@@ -378,5 +378,5 @@ def test_connect_timeout_fallbacks(settings: StandaloneClientSettings, watch_con
     settings.networking.request_timeout = request_timeout
     settings.watching.client_timeout = 99
     timeout = watching.get_watch_timeout(settings)
-    assert timeout.sock_connect == expected
+    assert timeout.connect == expected
     assert timeout.total == 99

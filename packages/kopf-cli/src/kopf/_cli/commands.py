@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
-import aiohttp
 import click
 
 from kopf._cli.controls import RunControls
@@ -402,7 +401,7 @@ def _describe_operator_failure(exception: Exception) -> str:
         return (f'The Kubernetes API has denied the access (403 Forbidden) for {exception.method} '
                 f'{exception.url}: {exception.message or "no explanation"}; grant the RBAC permissions '
                 f'to the operator\'s user or service account (see https://docs.kopf.dev/en/stable/deployment/).')
-    if isinstance(exception, (aiohttp.ClientConnectionError, ConnectionError)):
+    if isinstance(exception, ConnectionError):  # incl. the client's network errors
         return f'Cannot reach the Kubernetes API: {describe_network_error(exception)}'
     if isinstance(exception, APIError):
         return f'The Kubernetes API has failed a request: {exception}'

@@ -26,9 +26,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
-import aiohttp
-
 from kopf._clients import auth, errors
+from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
 from kopf._cogs.helpers import jsons
@@ -46,8 +45,7 @@ URLSpec = str | Callable[[auth.APIContext], str]
 
 # Presumably temporary problems that are worth repeating the request for.
 _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
-    aiohttp.ClientConnectionError,
-    aiohttp.ClientPayloadError,
+    NetworkError,
     asyncio.TimeoutError,
 )
 
@@ -70,13 +68,8 @@ def _context_factory(settings: ClientSettings) -> tuple[Callable[[ConnectionInfo
     return _make_context, 'kopf-api-context(trust_env=False)'
 
 
-def _request_timeout(settings: ClientSettings) -> aiohttp.ClientTimeout:
-    return _make_timeout(settings.networking.request_timeout, settings.networking.connect_timeout)
-
-
-@functools.lru_cache(maxsize=64)
-def _make_timeout(total: float | None, sock_connect: float | None) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=total, sock_connect=sock_connect)  # immutable, so shareable
+def _request_timeout(settings: ClientSettings) -> Timeouts:
+    return Timeouts(total=settings.networking.request_timeout, connect=settings.networking.connect_timeout)
 
 
 async def _retrying(
@@ -128,34 +121,6 @@ async def _retrying(
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 
 
-async def _send(
-        context: auth.APIContext,
-        method: str,
-        url: URLSpec,
-        *,
-        data: bytes | None,
-        headers: Mapping[str, str] | None,
-        params: Mapping[str, str] | None,
-        client_timeout: aiohttp.ClientTimeout,
-) -> aiohttp.ClientResponse:
-    """Send one request with these credentials; HTTP errors escalate as APIErrors (the response released)."""
-    full_url = context.request_url(url(context) if callable(url) else url)
-    response = await context.session.request(
-        method, full_url,
-        data=data,
-        headers=headers,
-        params=params,
-        timeout=client_timeout,
-        proxy=context.proxy_url,
-    )
-    try:
-        await errors.check_response(response)
-    except BaseException:
-        response.release()
-        raise
-    return response
-
-
 async def _open(
         stack: contextlib.AsyncExitStack,
         method: str,
@@ -163,12 +128,11 @@ async def _open(
         *,
         settings: ClientSettings,
         vault: Vault,
-        data: bytes | None,
         headers: Mapping[str, str] | None,
         params: Mapping[str, str] | None,
-        client_timeout: aiohttp.ClientTimeout,
+        timeouts: Timeouts,
         logger: Logger,
-) -> tuple[auth.APIContext, aiohttp.ClientResponse]:
+) -> StreamedResponse:
     """
     Open a streaming response with the best credentials, switching the credentials on HTTP 401.
 
@@ -178,15 +142,25 @@ async def _open(
     factory, purpose = _context_factory(settings)
     credentials = await stack.enter_async_context(contextlib.aclosing(vault.extended(factory, purpose)))
     async for key, info, context in credentials:
-        try:
-            response = await _send(context, method, url, data=data, headers=headers, params=params,
-                                   client_timeout=client_timeout)
-        except errors.APIUnauthorizedError as e:
-            await _reject(vault, key, info, e, logger=logger)
-            continue
+        path = url(context) if callable(url) else url
+        response = await context.transport.stream(method, path, headers=headers, params=params,
+                                                  timeouts=timeouts)
+        if response.status >= 400:
+            try:
+                text = (await response.read()).decode('utf-8', errors='replace')
+            except NetworkError:
+                text = ''  # the status is what matters; the body is only a bonus for explanations.
+            finally:
+                response.close()
+            error = errors.error_of_response(response.status, text, method=method, url=response.url,
+                                             retry_after=response.headers.get('retry-after'))
+            if isinstance(error, errors.APIUnauthorizedError):
+                await _reject(vault, key, info, error, logger=logger)
+                continue
+            raise error
         # An unfinished stream must be closed, not returned to the pool with the unread data in it.
         stack.callback(response.close)
-        return context, response
+        return response
     # The vault yields each credential once; all of them were rejected but are still there (a race).
     raise LoginError('Ran out of valid credentials: all of them were rejected by the server.')
 
@@ -200,7 +174,7 @@ async def _fetch(
         data: bytes | None,
         headers: Mapping[str, str] | None,
         params: Mapping[str, str] | None,
-        client_timeout: aiohttp.ClientTimeout,
+        timeouts: Timeouts,
         logger: Logger,
 ) -> Any:
     """
@@ -216,7 +190,7 @@ async def _fetch(
     if lease is not None:
         try:
             return await _fetch_with(lease.obj, method, url, data=data, headers=headers, params=params,
-                                     client_timeout=client_timeout)
+                                     timeouts=timeouts)
         except errors.APIUnauthorizedError as e:
             await _reject(vault, lease.key, lease.info, e, logger=logger)
         finally:
@@ -226,7 +200,7 @@ async def _fetch(
         async for key, info, context in credentials:
             try:
                 return await _fetch_with(context, method, url, data=data, headers=headers, params=params,
-                                         client_timeout=client_timeout)
+                                         timeouts=timeouts)
             except errors.APIUnauthorizedError as e:
                 await _reject(vault, key, info, e, logger=logger)
     # The vault yields each credential once; all of them were rejected but are still there (a race).
@@ -248,42 +222,27 @@ async def _fetch_with(
         data: bytes | None,
         headers: Mapping[str, str] | None,
         params: Mapping[str, str] | None,
-        client_timeout: aiohttp.ClientTimeout,
+        timeouts: Timeouts,
 ) -> Any:
     """Send a request with one credential's context and read the response, in one of its request slots."""
-    # The same as _send(), but inline, with the reading: this is the path of every regular request.
     slots = context.slots
     if not slots.take_nowait():
         await slots.take()
     try:
         path = url(context) if callable(url) else url
-        pool = context.pool
-        if pool is not None and path.startswith('/'):
-            response = await pool.request(method, path, data=data, headers=headers, params=params,
-                                          timeouts=client_timeout)
-            if response.status >= 400:
-                text = response.body.decode('utf-8', errors='replace')
-                raise errors.error_of_response(response.status, text, method=method, url=response.url,
-                                               retry_after=response.headers.get('retry-after'))
-            body, status, where = response.body, response.status, response.url
-        else:
-            full_url = context.request_url(path)
-            aio_response = await context.session.request(method, full_url, data=data, headers=headers,
-                                                         params=params, timeout=client_timeout,
-                                                         proxy=context.proxy_url)
-            try:
-                if aio_response.status >= 400:
-                    await errors.check_response(aio_response)
-                body = await aio_response.read()
-                status, where = aio_response.status, str(aio_response.url.with_query(None))
-            finally:
-                aio_response.release()
+        response = await context.transport.request(method, path, data=data, headers=headers, params=params,
+                                                   timeouts=timeouts)
     finally:
         slots.give()
+    if response.status >= 400:
+        text = response.body.decode('utf-8', errors='replace')
+        raise errors.error_of_response(response.status, text, method=method, url=response.url,
+                                       retry_after=response.headers.get('retry-after'))
     try:
-        return _decode(body)
+        return _decode(response.body)
     except ValueError:  # incl. UnicodeDecodeError
-        raise errors.APINonJSONResponseError(body, status=status, method=method, url=where) from None
+        raise errors.APINonJSONResponseError(response.body, status=response.status, method=method,
+                                             url=response.url) from None
 
 
 _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}
@@ -328,11 +287,11 @@ async def request(
     """
     actual_logger: Logger = logger if logger is not None else default_logger
     data, headers = _encode(payload, content_type)
-    timeout = _request_timeout(settings)
+    timeouts = _request_timeout(settings)
     what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
 
     attempt = functools.partial(_fetch, method, url, settings=settings, vault=vault, data=data,
-                                headers=headers, params=params, client_timeout=timeout, logger=actual_logger)
+                                headers=headers, params=params, timeouts=timeouts, logger=actual_logger)
     return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
                            no_retry_statuses=no_retry_statuses, backoffs=backoffs, best_effort=best_effort)
 
@@ -345,27 +304,28 @@ async def stream(
         settings: ClientSettings,
         vault: Vault,
         params: Mapping[str, str] | None = None,
-        client_timeout: aiohttp.ClientTimeout | None = None,
+        timeouts: Timeouts | None = None,
         logger: Logger | None = None,
-) -> AsyncIterator[aiohttp.ClientResponse]:
+) -> AsyncIterator[StreamedResponse]:
     """
     Open a long-living response (e.g. a watch-stream) and keep it open while in the context.
 
     Establishing the connection is retried as for regular requests (see the module's description);
-    once the response is given to the caller, what happens to the stream is the caller's business.
-    The credentials remain in use (their session is not closed) until the context is exited.
+    once the response is given to the caller, what happens to the stream is the caller's business
+    (its ``readany()`` raises the network errors as :class:`~kopf._clients.connections.NetworkError`).
+    The credentials remain in use (their transport is not closed) until the context is exited.
     """
     actual_logger: Logger = logger if logger is not None else default_logger
     _, headers = _encode(None, None)
-    actual_timeout = client_timeout if client_timeout is not None else _request_timeout(settings)
+    actual_timeouts = timeouts if timeouts is not None else _request_timeout(settings)
     what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
 
-    async def attempt() -> tuple[contextlib.AsyncExitStack, aiohttp.ClientResponse]:
+    async def attempt() -> tuple[contextlib.AsyncExitStack, StreamedResponse]:
         stack = contextlib.AsyncExitStack()
         try:
-            _, response = await _open(stack, method, url, settings=settings, vault=vault,
-                                      data=None, headers=headers, params=params,
-                                      client_timeout=actual_timeout, logger=actual_logger)
+            response = await _open(stack, method, url, settings=settings, vault=vault,
+                                   headers=headers, params=params, timeouts=actual_timeouts,
+                                   logger=actual_logger)
         except BaseException:
             await stack.aclose()
             raise

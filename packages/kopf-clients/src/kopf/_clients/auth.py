@@ -1,8 +1,8 @@
 """
-Turning credentials (:class:`ConnectionInfo`) into ready-to-use HTTP sessions.
+Turning credentials (:class:`ConnectionInfo`) into ready-to-use HTTP transports.
 
 One :class:`APIContext` exists per credential in the vault (see ``Vault.extended``): it holds
-an ``aiohttp`` session configured for that credential — the TLS context with the server's CA
+an HTTP transport configured for that credential — the TLS context with the server's CA
 and the client's certificate, the ``Authorization`` header, the proxy — and is reused by all
 requests made with that credential. It is closed when the credential is dropped.
 
@@ -19,10 +19,7 @@ import ssl
 import tempfile
 from collections.abc import Iterator
 
-import aiohttp
-import yarl  # aiohttp's own URLs: given to it pre-parsed
-
-from kopf._clients.connections import ConnectionPool
+from kopf._clients.connections import ConnectionPool, HTTPTransport
 from kopf._cogs.structs.credentials import ConnectionInfo
 
 DEFAULT_USER_AGENT = 'kopf'
@@ -163,20 +160,20 @@ class RequestSlots:
 
 class APIContext:
     """
-    Everything needed to make requests with one credential: the server URL and an HTTP session.
+    Everything needed to make requests with one credential: the server URL and an HTTP transport.
 
-    The session has an unlimited connection pool (watch-streams hold their connections for long)
-    and is shared by all requests with the same credential; the regular requests take a place
-    in ``slots`` (:data:`MAX_CONCURRENT_REQUESTS`) for the time of the request, so they reuse
-    the pooled connections instead of opening new ones in bursts.
-    Timeouts are not set on the session: they are given per request.
+    The transport is the lean client's pool of keep-alive connections (:mod:`.connections`), or an
+    aiohttp session (:mod:`.fallback`, imported only then) when a proxy is involved: explicitly in
+    the credentials, or from the environment (``trust_env``). It is shared by all requests with
+    the same credential; the regular requests take a place in ``slots`` (:data:`MAX_CONCURRENT_REQUESTS`)
+    for the time of the request, so they reuse the pooled connections instead of opening new ones
+    in bursts. Timeouts are given per request.
     """
 
     server: str
     default_namespace: str | None
     proxy_url: str | None
-    session: aiohttp.ClientSession
-    pool: ConnectionPool | None
+    transport: HTTPTransport
     slots: RequestSlots
 
     def __init__(
@@ -191,28 +188,22 @@ class APIContext:
         self.default_namespace = info.default_namespace
         self.proxy_url = info.proxy_url
         self.slots = RequestSlots(MAX_CONCURRENT_REQUESTS)
-        self._encoded_server = str(yarl.URL(self.server))  # normalised & encoded once, not per request
 
         ssl_context: ssl.SSLContext | None = None
         if self.server.startswith('https:'):
             ssl_context = make_ssl_context(info)
-
         headers = make_headers(info, user_agent=user_agent)
         trusting_env = bool(trust_env or info.trust_env)
-        connector = aiohttp.TCPConnector(limit=0, ssl=ssl_context if ssl_context is not None else True)
-        self.session = aiohttp.ClientSession(
-            connector=connector,
-            headers=headers,
-            trust_env=trusting_env,
-            timeout=aiohttp.ClientTimeout(total=None),
-        )
 
-        # The regular requests go via the lean client, unless a proxy is involved (explicit or from
-        # the environment), or the server URL is not a plain http(s) one: then aiohttp does it all.
-        self.pool = None
-        if self.proxy_url is None and not trusting_env and self.server.startswith(('http:', 'https:')):
-            with contextlib.suppress(ValueError):
-                self.pool = ConnectionPool(self.server, ssl_context=ssl_context, headers=headers)
+        transport: HTTPTransport | None = None
+        if self.proxy_url is None and not trusting_env:
+            with contextlib.suppress(ValueError):  # e.g. not a plain http(s) URL: aiohttp will tell
+                transport = ConnectionPool(self.server, ssl_context=ssl_context, headers=headers)
+        if transport is None:
+            from kopf._clients import fallback  # aiohttp: only when needed (memory & start-up)
+            transport = fallback.FallbackSession(self.server, ssl_context=ssl_context, headers=headers,
+                                                 trust_env=trusting_env, proxy_url=self.proxy_url)
+        self.transport = transport
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} server={self.server!r}>'
@@ -221,19 +212,6 @@ class APIContext:
         """The absolute URL for a path on this server (the server URL can have its own path prefix)."""
         return self.server + path if path.startswith('/') else path
 
-    def request_url(self, path: str) -> yarl.URL | str:
-        """
-        The same as :meth:`url`, but pre-parsed for the HTTP client, which would parse it on every request.
-
-        The paths on the server are quoted already (see ``Resource.get_url``), so only the server's
-        part needs the encoding, and it is encoded once. Other URLs are left to the HTTP client.
-        """
-        if path.startswith('/'):
-            return yarl.URL(self._encoded_server + path, encoded=True)
-        return path
-
     async def close(self) -> None:
-        """Close the HTTP session and its connections."""
-        if self.pool is not None:
-            await self.pool.close()
-        await self.session.close()
+        """Close the HTTP transport and its connections."""
+        await self.transport.close()

@@ -1,5 +1,5 @@
 """
-A lean HTTP/1.1 client for the regular (non-streaming) requests: keep-alive connections per server.
+A lean HTTP/1.1 client for all API requests: keep-alive connections per server, and the streams.
 
 Every change of every object costs the operator a few regular requests (the finalizer, the results,
 the diff-base), so the client's own cost per request is on the hottest path of the framework.
@@ -10,53 +10,90 @@ transports, with the TLS done by the ssl module's C code.
 
 What it supports: ``http`` and ``https`` servers (with a path prefix), keep-alive connections
 (one request at a time each, no pipelining), responses framed by ``Content-Length``, by chunks,
-or by closing the connection; the total and connect timeouts. What it leaves to aiohttp (see
-``auth.APIContext``): proxies, the environment's settings (``trust_env``), and the streams
-(watch-requests), which live long and are few.
+or by closing the connection; the total and connect timeouts; streamed responses (watch-streams)
+on connections of their own, read as the bytes come, with back-pressure (the socket's reading
+pauses while more than :data:`_STREAM_HIGH_WATER` bytes wait for the consumer). What it leaves to
+aiohttp (:mod:`.fallback`, imported only then): the proxies, explicit or from the environment.
 
 A connection that the server has closed while it was idle in the pool is noticed when it fails
 before any byte of the response has come; the request is then sent once more over a new connection
 (it has not reached the server's handling; this is what every keep-alive client must do anyway).
-Other failures escalate as aiohttp's network errors, so the callers' retries treat them alike.
+Other failures escalate as :class:`NetworkError` (or ``TimeoutError``): the callers retry them.
 """
 import asyncio
+import collections
 import contextlib
 import socket
 import ssl
 import urllib.parse
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-import aiohttp
+__all__ = ['CannotConnect', 'ConnectionPool', 'Disconnected', 'HTTPTransport', 'MalformedResponse',
+           'NetworkError', 'Response', 'StreamResponse', 'StreamedResponse', 'Timeouts']
 
-__all__ = ['ConnectionPool', 'Response']
-
-# A timeout of establishing a connection (a subclass of asyncio's TimeoutError, as aiohttp's own).
-_CONNECTION_TIMEOUT_ERROR: type[aiohttp.ServerTimeoutError] = getattr(
-    aiohttp, 'ConnectionTimeoutError', aiohttp.ServerTimeoutError)  # aiohttp>=3.10
+# How many bytes of a streamed body can wait for the consumer before the reading from the socket pauses.
+_STREAM_HIGH_WATER = 1024 * 1024
 
 # How much of the consumed response data may stay in the buffer before it is cut off (for chunks).
 _COMPACTION_THRESHOLD = 1024 * 1024
 
 
-class _ConnectionKey(NamedTuple):
-    """What aiohttp's connection errors need to know of the connection (as its own connection key)."""
-    host: str
-    port: int
-    is_ssl: bool
-    ssl: ssl.SSLContext | bool
+class Timeouts(NamedTuple):
+    """The timeouts of a request: of the whole exchange, and of establishing a connection (None: none)."""
+    total: float | None = None
+    connect: float | None = None
 
 
-def _connection_error(key: _ConnectionKey, error: OSError) -> aiohttp.ClientConnectorError:
-    """The same errors as aiohttp's own connector raises, so that the callers treat & describe them alike."""
-    if isinstance(error, ssl.SSLCertVerificationError):
-        return aiohttp.ClientConnectorCertificateError(key, error)  # type: ignore[arg-type]
-    if isinstance(error, ssl.SSLError):
-        return aiohttp.ClientConnectorSSLError(key, error)
-    dns_error_class = getattr(aiohttp, 'ClientConnectorDNSError', None)  # aiohttp>=3.10
-    if isinstance(error, socket.gaierror) and dns_error_class is not None:
-        return dns_error_class(key, error)  # type: ignore[no-any-return]
-    return aiohttp.ClientConnectorError(key, error)  # type: ignore[arg-type]
+class HTTPTransport(Protocol):
+    """What the API calls need of an HTTP client: the lean one here, or aiohttp for the proxies."""
+
+    async def request(self, method: str, path: str, *, data: bytes | None, headers: Mapping[str, str] | None,
+                      params: Mapping[str, str] | None, timeouts: Timeouts | None) -> 'Response': ...
+
+    async def stream(self, method: str, path: str, *, headers: Mapping[str, str] | None,
+                     params: Mapping[str, str] | None, timeouts: Timeouts | None) -> 'StreamedResponse': ...
+
+    async def close(self) -> None: ...
+
+
+class StreamedResponse(Protocol):
+    """A response whose body is read as it comes; see :class:`StreamResponse`."""
+
+    status: int
+    headers: Mapping[str, str]
+    method: str
+    url: str
+
+    async def readany(self) -> bytes: ...
+
+    async def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class NetworkError(ConnectionError):
+    """A failure of the network or of the HTTP exchange (not an HTTP error status): worth retrying."""
+
+
+class CannotConnect(NetworkError):
+    """A connection cannot be established: refused, the host unresolved, the TLS handshake failed, etc."""
+
+    def __init__(self, address: str, os_error: OSError) -> None:
+        super().__init__(f'Cannot connect to {address}: {os_error}')
+        self.address = address  # e.g. https://127.0.0.1:6443
+        self.os_error = os_error
+
+
+class Disconnected(NetworkError):
+    """The server has closed the connection in the middle of a response (or before it)."""
+
+    def __init__(self, message: str = 'The server has closed the connection unexpectedly.') -> None:
+        super().__init__(message)
+
+
+class MalformedResponse(NetworkError):
+    """The server's response is not valid HTTP/1.x (the connection is dropped)."""
 
 
 class Response:
@@ -95,6 +132,14 @@ class _Connection(asyncio.Protocol):
         self._no_body = False
         self._received = False  # any byte of the current response?
         self._reset_parser()
+        # The streamed body (e.g. a watch-stream): handed over as it comes, with back-pressure.
+        self._streaming = False
+        self._pieces: collections.deque[bytes] = collections.deque()
+        self._pieces_size = 0
+        self._stream_ended = False
+        self._stream_error: Exception | None = None
+        self._reader: asyncio.Future[None] | None = None
+        self._paused = False
 
     def _reset_parser(self) -> None:
         self._status = 0
@@ -114,22 +159,27 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            if self._framing == 'close':
+            if self._framing == 'close' and not self._streaming:
                 body = bytes(self._buffer[self._position:])
                 self._buffer.clear()
                 waiter.set_result((self._status, self._headers, body, False))
             elif not self._received:
                 waiter.set_exception(_Stale())
             else:
-                waiter.set_exception(aiohttp.ServerDisconnectedError())
+                waiter.set_exception(Disconnected())
+        if self._streaming and not self._stream_ended:
+            self._end_stream(None if self._framing == 'close' else Disconnected())
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost() finishes or fails the response
 
-    def send(self, head: bytes, body: bytes | None, *, no_body: bool) -> asyncio.Future[_Outcome]:
+    def send(self, head: bytes, body: bytes | None, *, no_body: bool,
+             streaming: bool = False) -> asyncio.Future[_Outcome]:
+        """Send a request; the future gets the whole response, or only its head if ``streaming``."""
         assert self.transport is not None
         waiter = asyncio.get_running_loop().create_future()
         self._waiter = waiter
+        self._streaming = streaming
         self._no_body = no_body
         self._received = False
         self._reset_parser()
@@ -143,7 +193,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         waiter = self._waiter
-        if waiter is None or waiter.done():
+        if waiter is None or (waiter.done() and not self._streaming):
             self.abort()  # nothing was asked: the connection is out of sync, never to be reused
             return
         self._received = True
@@ -151,9 +201,77 @@ class _Connection(asyncio.Protocol):
         try:
             self._parse()
         except ValueError as e:
-            self.abort()
+            error = MalformedResponse(f'Malformed HTTP response: {e}')
             if not waiter.done():
-                waiter.set_exception(aiohttp.ClientPayloadError(f'Malformed HTTP response: {e}'))
+                waiter.set_exception(error)
+            elif self._streaming and not self._stream_ended:
+                self._end_stream(error)
+            self.abort()
+
+    async def read_stream(self) -> bytes:
+        """The streamed body's bytes that have come so far (waiting for some); empty at its end."""
+        while True:
+            if self._pieces:
+                data = b''.join(self._pieces) if len(self._pieces) > 1 else self._pieces[0]
+                self._pieces.clear()
+                self._pieces_size = 0
+                if self._paused and self.transport is not None and not self.closed:
+                    self._paused = False
+                    self.transport.resume_reading()
+                return data
+            if self._stream_error is not None:
+                raise self._stream_error
+            if self._stream_ended:
+                return b''
+            self._reader = asyncio.get_running_loop().create_future()
+            try:
+                await self._reader
+            finally:
+                self._reader = None
+
+    def _deliver(self, data: bytes) -> None:
+        if data:
+            self._pieces.append(data)
+            self._pieces_size += len(data)
+            if self._pieces_size > _STREAM_HIGH_WATER and not self._paused and self.transport is not None:
+                self._paused = True
+                self.transport.pause_reading()  # until the consumer takes what has come
+            self._wake_reader()
+
+    def _end_stream(self, error: Exception | None = None) -> None:
+        self._stream_ended = True
+        self._stream_error = error
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        if self._reader is not None and not self._reader.done():
+            self._reader.set_result(None)
+
+    def _parse_streamed(self) -> None:
+        buffer = self._buffer
+        if self._framing == 'length':
+            count = min(len(buffer), self._length)
+            if count:
+                self._deliver(bytes(buffer[:count]))
+                del buffer[:count]
+                self._length -= count
+            if self._length == 0:
+                self._end_stream()
+                self.abort()  # not reused: the streams are few, and their connections are their own
+        elif self._framing == 'chunked':
+            done = self._parse_chunks()
+            if self._chunks:
+                self._deliver(b''.join(self._chunks))
+                self._chunks.clear()
+            if self._position:
+                del buffer[:self._position]
+                self._position = 0
+            if done:
+                self._end_stream()
+                self.abort()
+        elif buffer:  # 'close': everything until the connection closes
+            self._deliver(bytes(buffer))
+            buffer.clear()
 
     def _parse(self) -> None:
         buffer = self._buffer
@@ -168,6 +286,11 @@ class _Connection(asyncio.Protocol):
                 self._position = 0
                 if not self._parse_head(head):
                     continue  # an informational response (1xx): the real one follows
+                if self._streaming and self._waiter is not None and not self._waiter.done():
+                    self._waiter.set_result((self._status, self._headers, b'', False))
+            if self._streaming:
+                self._parse_streamed()
+                return
             if self._framing == 'length':
                 if len(buffer) < self._length:
                     return
@@ -268,6 +391,40 @@ class _Connection(asyncio.Protocol):
             waiter.set_result((self._status, self._headers, body, reusable))
 
 
+class StreamResponse:
+    """A response whose body is read as it comes (see :meth:`ConnectionPool.stream`); close it when done."""
+
+    __slots__ = ('_connection', '_deadline', '_pool', 'headers', 'method', 'status', 'url')
+
+    def __init__(self, status: int, headers: Mapping[str, str], method: str, url: str, *,
+                 connection: _Connection, pool: 'ConnectionPool', deadline: float | None) -> None:
+        super().__init__()
+        self.status = status
+        self.headers = headers
+        self.method = method
+        self.url = url
+        self._connection = connection
+        self._pool = pool
+        self._deadline = deadline
+
+    async def readany(self) -> bytes:
+        """The bytes that have come so far (waiting for some if none); empty at the end of the body."""
+        if self._deadline is None:
+            return await self._connection.read_stream()
+        async with asyncio.timeout_at(self._deadline):
+            return await self._connection.read_stream()
+
+    async def read(self) -> bytes:
+        """The rest of the body, until its end."""
+        chunks = []
+        while chunk := await self.readany():
+            chunks.append(chunk)
+        return b''.join(chunks)
+
+    def close(self) -> None:
+        self._pool._forget(self._connection)
+
+
 class ConnectionPool:
     """
     Keep-alive connections to one server (per credential), and the regular requests over them.
@@ -295,8 +452,8 @@ class ConnectionPool:
         if self._is_ssl and self._ssl_context is None:
             self._ssl_context = ssl.create_default_context()
         self._origin = f'{parsed.scheme}://{parsed.netloc}'
-        self._address = f'{self._host}:{self._port}'
-        self._key = _ConnectionKey(self._host, self._port, self._is_ssl, self._ssl_context or False)
+        host = f'[{self._host}]' if ':' in self._host else self._host
+        self._address = f'{parsed.scheme}://{host}:{self._port}'
         host_header = f'[{self._host}]' if ':' in self._host else self._host
         if parsed.port is not None:
             host_header = f'{host_header}:{parsed.port}'
@@ -322,9 +479,19 @@ class ConnectionPool:
             data: bytes | None = None,
             headers: Mapping[str, str] | None = None,
             params: Mapping[str, str] | None = None,
-            timeouts: aiohttp.ClientTimeout | None = None,
+            timeouts: Timeouts | None = None,
     ) -> Response:
         """Send a request to a path on the server (already quoted) and read its response in full."""
+        head, url = self._build_head(method, path, data=data, headers=headers, params=params)
+
+        connect_timeout = timeouts.connect if timeouts is not None else None
+        if timeouts is None or timeouts.total is None:
+            return await self._exchange(method, url, head, data, connect_timeout=connect_timeout)
+        async with asyncio.timeout(timeouts.total):
+            return await self._exchange(method, url, head, data, connect_timeout=connect_timeout)
+
+    def _build_head(self, method: str, path: str, *, data: bytes | None,
+                    headers: Mapping[str, str] | None, params: Mapping[str, str] | None) -> tuple[bytes, str]:
         target = self._prefix + path
         if params:
             target = f'{target}?{urllib.parse.urlencode(params)}'
@@ -335,14 +502,46 @@ class ConnectionPool:
         if data is not None or method in ('POST', 'PUT', 'PATCH'):
             head_lines.append(b'Content-Length: %d\r\n' % (len(data) if data is not None else 0))
         head_lines.append(b'\r\n')
-        head = b''.join(head_lines)
-        url = self._origin + target.partition('?')[0]
+        return b''.join(head_lines), self._origin + target.partition('?')[0]
 
-        connect_timeout = timeouts.sock_connect if timeouts is not None else None
-        if timeouts is None or timeouts.total is None:
-            return await self._exchange(method, url, head, data, connect_timeout=connect_timeout)
-        async with asyncio.timeout(timeouts.total):
-            return await self._exchange(method, url, head, data, connect_timeout=connect_timeout)
+    async def stream(
+            self,
+            method: str,
+            path: str,
+            *,
+            headers: Mapping[str, str] | None = None,
+            params: Mapping[str, str] | None = None,
+            timeouts: Timeouts | None = None,
+    ) -> 'StreamResponse':
+        """
+        Send a request over a connection of its own and return as soon as the response's head is there.
+
+        The body is read by the caller as it comes (:meth:`StreamResponse.readany`), e.g. a watch-stream.
+        The total timeout (if any) limits the whole stream, the reading included; the caller must close it.
+        """
+        head, url = self._build_head(method, path, data=None, headers=headers, params=params)
+        total = timeouts.total if timeouts is not None else None
+        deadline = asyncio.get_running_loop().time() + total if total is not None else None
+        connection: _Connection | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                connection = await self._connect(timeouts.connect if timeouts is not None else None)
+                status, headers_, _, _ = await connection.send(head, None, no_body=method == 'HEAD',
+                                                               streaming=True)
+        except _Stale:
+            if connection is not None:
+                self._forget(connection)
+            raise Disconnected() from None
+        except BaseException:
+            if connection is not None:
+                self._forget(connection)
+            raise
+        return StreamResponse(status, headers_, method, url, connection=connection, pool=self,
+                              deadline=deadline)
+
+    def _forget(self, connection: '_Connection') -> None:
+        connection.abort()
+        self._all.discard(connection)
 
     async def _exchange(self, method: str, url: str, head: bytes, data: bytes | None,
                         *, connect_timeout: float | None) -> Response:
@@ -356,7 +555,7 @@ class ConnectionPool:
             except _Stale:
                 self._all.discard(connection)
                 if not reused:
-                    raise aiohttp.ServerDisconnectedError() from None
+                    raise Disconnected() from None
                 # Closed by the server while idle in the pool: the request has not been handled; anew.
                 connection = await self._connect(connect_timeout)
                 reused = False
@@ -384,7 +583,7 @@ class ConnectionPool:
 
     async def _connect(self, connect_timeout: float | None) -> _Connection:
         if self._closed:
-            raise aiohttp.ClientConnectionError('The connection pool is closed.')
+            raise NetworkError('The connection pool is closed.')
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(connect_timeout):
@@ -394,9 +593,9 @@ class ConnectionPool:
                     server_hostname=self._host if self._ssl_context is not None else None,
                 )
         except TimeoutError:
-            raise _CONNECTION_TIMEOUT_ERROR(f'Connection timeout to {self._address}') from None
+            raise TimeoutError(f'Connection timeout to {self._address}') from None
         except OSError as e:  # incl. socket.gaierror, ssl.SSLError & SSLCertVerificationError
-            raise _connection_error(self._key, e) from e
+            raise CannotConnect(self._address, e) from e
         sock = connection.transport.get_extra_info('socket') if connection.transport else None
         if sock is not None:
             with contextlib.suppress(OSError):

@@ -18,10 +18,12 @@ import asyncio
 import datetime
 import email.utils
 import json
+import socket
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
+from kopf._clients.connections import CannotConnect, Disconnected, NetworkError
 
 
 class APIError(Exception):
@@ -234,24 +236,6 @@ def parse_status(text: str) -> Mapping[str, Any] | None:
     return data if isinstance(data, Mapping) else None
 
 
-async def check_response(response: aiohttp.ClientResponse) -> None:
-    """
-    Raise the most specific :class:`APIError` if the response is an error; do nothing otherwise.
-
-    The response body is consumed only for errors (to parse the ``kind: Status`` in it).
-    """
-    if response.status < 400:
-        return
-    try:
-        text = await response.text(errors='replace')
-    except aiohttp.ClientError:
-        text = ''  # the status is what matters; the body is only a bonus for explanations.
-    # The URL without the query string: the query has no secrets either, but it can be long and noisy.
-    url = str(response.url.with_query(None))
-    raise error_of_response(response.status, text, method=response.method, url=url,
-                            retry_after=response.headers.get('Retry-After'))
-
-
 def error_of_response(status: int, text: str, *, method: str, url: str, retry_after: str | None) -> APIError:
     """The most specific :class:`APIError` for an error response: its status, body, and headers."""
     payload = parse_status(text)
@@ -263,37 +247,33 @@ def describe_network_error(error: BaseException) -> str:
     """
     A short description of a network failure for the logs: what has happened, and where.
 
-    E.g. "connection refused to https://127.0.0.1:6443" instead of the whole connection-error object
-    with its connection key. Unknown errors are described by their ``repr()``, as before.
+    E.g. "connection refused to https://127.0.0.1:6443" instead of the whole error object.
+    Unknown errors are described by their ``repr()``.
     """
-    if isinstance(error, aiohttp.ClientConnectorError):
-        # The scheme is only in the (private) connection key; without it, the address is still clear.
-        key = getattr(error, '_conn_key', None)
-        is_ssl = getattr(key, 'is_ssl', None)
-        host = f'[{error.host}]' if ':' in error.host else error.host
-        scheme = '' if is_ssl is None else 'https://' if is_ssl else 'http://'
-        address = f'{scheme}{host}:{error.port}'
-        if isinstance(error, aiohttp.ClientConnectorCertificateError):
-            reason = getattr(error.certificate_error, 'verify_message', None) or error.certificate_error
+    if isinstance(error, CannotConnect):
+        address, os_error = error.address, error.os_error
+        if isinstance(os_error, ssl.SSLCertVerificationError):
+            reason = os_error.verify_message or os_error
             return f'the TLS certificate of {address} cannot be verified: {reason}'
-        if isinstance(error, aiohttp.ClientSSLError):
-            return f'the TLS handshake with {address} has failed: {error.os_error}'
-        dns_error_class = getattr(aiohttp, 'ClientConnectorDNSError', None)  # aiohttp>=3.10
-        if dns_error_class is not None and isinstance(error, dns_error_class):
+        if isinstance(os_error, ssl.SSLError):
+            return f'the TLS handshake with {address} has failed: {os_error}'
+        if isinstance(os_error, socket.gaierror):
             return f'the host of {address} cannot be resolved'
-        if isinstance(error.os_error, ConnectionRefusedError):
+        if isinstance(os_error, ConnectionRefusedError):
             return f'connection refused to {address}'
-        reason = error.os_error.strerror or str(error.os_error) or type(error.os_error).__name__
+        reason = os_error.strerror or str(os_error) or type(os_error).__name__
         return f'cannot connect to {address}: {reason}'
-    if isinstance(error, aiohttp.ServerDisconnectedError):
+    if isinstance(error, Disconnected):
         return 'the server has closed the connection unexpectedly'
-    if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+    if isinstance(error, asyncio.TimeoutError):
         return f'timed out: {error}' if str(error) else 'timed out'
+    if isinstance(error, NetworkError) and str(error):
+        return str(error)
     return repr(error)
 
 
 def describe_error(error: BaseException) -> str:
     """The error's text; for the network failures, their short description (as above)."""
-    if isinstance(error, (aiohttp.ClientError, asyncio.TimeoutError)):
+    if isinstance(error, (NetworkError, asyncio.TimeoutError)):
         return describe_network_error(error)
     return str(error)

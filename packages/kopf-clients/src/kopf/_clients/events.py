@@ -19,9 +19,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, cast
 
-import aiohttp
-
 from kopf._clients import api, errors
+from kopf._clients.connections import NetworkError
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
 from kopf._cogs.structs.bodies import RawBody
@@ -138,7 +137,7 @@ async def post_event(
     except errors.APINamespaceTerminatingError:
         actual_logger.debug(f'Cannot post an event to the namespace {namespace!r}: it is being deleted.')
         return None
-    except (errors.APIError, aiohttp.ClientError, TimeoutError, LoginError) as e:
+    except (errors.APIError, NetworkError, TimeoutError, LoginError) as e:
         actual_logger.warning(f'Failed to post an event; ignoring and continuing. '
                               f'The event was: {type} {reason}: {message!r}. The error was: {e}')
         return None

@@ -32,9 +32,8 @@ import logging
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, cast
 
-import aiohttp
-
 from kopf._clients import api, errors, fetching
+from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.helpers import jsons
@@ -64,14 +63,14 @@ def _get_resource_version(obj: Mapping[str, Any]) -> str | None:
     return str(value) if value else None
 
 
-def get_watch_timeout(settings: ClientSettings) -> aiohttp.ClientTimeout:
+def get_watch_timeout(settings: ClientSettings) -> Timeouts:
     """The client-side timeouts of a watch request: the total lifetime and the connection handshake."""
     connect_timeout = settings.watching.connect_timeout
     if connect_timeout is None:
         connect_timeout = settings.networking.connect_timeout
     if connect_timeout is None:
         connect_timeout = settings.networking.request_timeout
-    return aiohttp.ClientTimeout(total=settings.watching.client_timeout, sock_connect=connect_timeout)
+    return Timeouts(total=settings.watching.client_timeout, connect=connect_timeout)
 
 
 def build_watch_params(
@@ -95,7 +94,7 @@ def build_watch_params(
 
 
 async def _read_lines(
-        response: aiohttp.ClientResponse,
+        response: StreamedResponse,
         *,
         inactivity_timeout: float | None,
         what: str,
@@ -111,7 +110,7 @@ async def _read_lines(
         timeout_scope = asyncio.timeout(inactivity_timeout)
         try:
             async with timeout_scope:
-                chunk = await response.content.readany()
+                chunk = await response.readany()
         except TimeoutError:
             if timeout_scope.expired():
                 logger.debug(f'The watch-stream has been silent for {inactivity_timeout}s; '
@@ -119,7 +118,7 @@ async def _read_lines(
             else:
                 logger.debug(f'The watch-stream has reached its client-side timeout: {what}')
             chunk = b''
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as e:
+        except NetworkError as e:
             logger.debug(f'The watch-stream has been disconnected: {what} -> {e!r}')
             chunk = b''
 
@@ -167,7 +166,7 @@ async def _watch_once(
             try:
                 async with asyncio.timeout(inactivity_timeout):
                     response = await stack.enter_async_context(api.stream(
-                        'GET', url, params=params, client_timeout=get_watch_timeout(settings),
+                        'GET', url, params=params, timeouts=get_watch_timeout(settings),
                         settings=settings, vault=vault, logger=logger))
             except TimeoutError:
                 logger.debug(f'The watch-request for {what} got no response in {inactivity_timeout}s; '

@@ -27,8 +27,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
-
 from kopf._clients import coordination, creating, errors, fetching
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.references import Resource
@@ -43,7 +41,7 @@ LEASE_RESOURCE = Resource('coordination.k8s.io', 'v1', 'leases', kind='Lease', n
 
 # The errors after which the attempt is repeated later (not a reason for the operator to fail).
 _TRANSIENT_ERRORS = (errors.APIServerError, errors.APIConflictError, errors.APITooManyRequestsError,
-                     aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
+                     asyncio.TimeoutError, ConnectionError)  # incl. the client's network errors
 
 
 def parse_lease_reference(value: str) -> tuple[str | None, str]:
