@@ -107,6 +107,31 @@ async def test_retries_exhausted(kmock: kmock.RawHandler, settings: StandaloneCl
     assert looptime == 1 + 2 + 3
 
 
+@pytest.mark.parametrize('body', [
+    pytest.param(b'<html><body>502 Bad Gateway</body></html>', id='html'),
+    pytest.param(b'{"kind": "Status", "trunc', id='truncated'),
+    pytest.param(b'\xff\xfe', id='not-utf8'),
+])
+async def test_non_json_success_is_retried_then_escalated(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, server: str,
+        looptime: float, caplog: pytest.LogCaptureFixture, body: bytes,
+) -> None:
+    # E.g. a proxy in front of the API answering in its own way: never handed to the callers as data.
+    kmock['get /api'][:1] << 200 << body
+    kmock['get /api'][1:2] << {'versions': ['v1']}
+    kmock['get /api'][2:] << 200 << body
+
+    assert await api.request('GET', '/api', settings=settings, vault=vault) == {'versions': ['v1']}
+    assert looptime == 1
+    assert caplog.messages == [f'Request attempt #1 failed; will retry: GET /api -> '
+                               f'HTTP 200 for GET {server}/api: the response is not JSON: {body!r}, '
+                               f'retrying in 1 s']
+
+    with pytest.raises(errors.APINonJSONResponseError) as exc_info:
+        await api.request('GET', '/api', settings=settings, vault=vault)
+    assert str(exc_info.value) == f'HTTP 200 for GET {server}/api: the response is not JSON: {body!r}'
+
+
 @pytest.mark.parametrize('backoffs, attempts, total', [
     pytest.param(2.5, 2, 2.5, id='a-number'),
     pytest.param([], 1, 0, id='empty'),

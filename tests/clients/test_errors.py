@@ -89,6 +89,28 @@ def test_make_error_from_watch_status() -> None:
     assert str(error) == 'HTTP 403: forbidden'
 
 
+@pytest.mark.parametrize('causes', [
+    [{'reason': 'NamespaceTerminating', 'message': 'namespace ns1 is being terminated'}],
+    [{'reason': 'Other'}, {'reason': 'NamespaceTerminating'}],
+])
+def test_namespace_terminating_is_a_forbidden_error_of_its_own(causes: list[object]) -> None:
+    payload = {'kind': 'Status', 'code': 403, 'message': 'no', 'details': {'causes': causes}}
+    error = errors.make_error(403, payload)
+    assert type(error) is errors.APINamespaceTerminatingError
+    assert isinstance(error, errors.APIForbiddenError)
+
+
+@pytest.mark.parametrize('payload', [
+    None,
+    {'kind': 'Status', 'code': 403},
+    {'kind': 'Status', 'code': 403, 'details': 'garbage'},
+    {'kind': 'Status', 'code': 403, 'details': {'causes': 'garbage'}},
+    {'kind': 'Status', 'code': 403, 'details': {'causes': ['garbage', {'reason': 'Other'}]}},
+])
+def test_other_forbidden_errors_are_plain(payload: dict[str, object] | None) -> None:
+    assert type(errors.make_error(403, payload)) is errors.APIForbiddenError
+
+
 @pytest.mark.parametrize('value, expected', [
     (None, None),
     ('', None),

@@ -104,6 +104,29 @@ async def test_missing_namespace_is_quiet(kmock: kmock.RawHandler, settings: Sta
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
+async def test_terminating_namespace_is_quiet_and_not_retried(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        caplog: pytest.LogCaptureFixture, looptime: float,
+) -> None:
+    # As real servers refuse new objects in a namespace being deleted (e.g. with the object's events).
+    status = {'kind': 'Status', 'code': 403, 'reason': 'Forbidden',
+              'message': 'events "kopf-event-x" is forbidden: unable to create new content in namespace '
+                         'ns1 because it is being terminated',
+              'details': {'name': 'kopf-event-x', 'kind': 'events', 'causes': [
+                  {'reason': 'NamespaceTerminating', 'message': 'namespace ns1 is being terminated',
+                   'field': 'metadata.namespace'}]}}
+    kmock['post /api/v1/namespaces/ns1/events'] << 403 << status
+    caplog.set_level(logging.DEBUG)
+    for _ in range(3):
+        result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
+                                         backoffs=[1, 1], best_effort=True)
+        assert result is None
+    assert len(kmock) == 3  # no retries, even as best-effort
+    assert looptime == 0
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert "Cannot post an event to the namespace 'ns1': it is being deleted." in caplog.messages
+
+
 async def test_other_failures_are_logged_not_raised(
         kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
         caplog: pytest.LogCaptureFixture, looptime: float,

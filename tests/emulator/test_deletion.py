@@ -117,6 +117,12 @@ async def test_namespace_deletion_deletes_the_contents(api, crd) -> None:
     refused = await api.post('/api/v1/namespaces/ns1/configmaps', configmap('late'))
     assert refused.status == 403
     assert 'because it is being terminated' in refused.body['message']
+    # As real servers: the cause says why, so that clients need not parse the message.
+    assert refused.body['details']['causes'] == [{
+        'reason': 'NamespaceTerminating',
+        'message': 'namespace ns1 is being terminated',
+        'field': 'metadata.namespace',
+    }]
 
     blocked = await api.get('/apis/kopf.dev/v1/namespaces/ns1/kopfexamples/blocked')
     assert blocked.body['metadata']['deletionTimestamp']

@@ -157,3 +157,44 @@ def test_faults_from_another_thread(k8s_emulator) -> None:
     assert asyncio.run(probe()) == 500
     assert asyncio.run(probe()) == 200
     assert k8s_emulator.requests.count('discovery') == 2
+
+
+@pytest.mark.parametrize('status', [200, 502])
+async def test_raw_bodies_instead_of_statuses(emulator, api, status: int) -> None:
+    emulator.fail_requests(1, status=status, verb='list', raw_body=b'<html>a proxy says no</html>')
+    reply = await api.get(CMS)
+    assert reply.status == status
+    assert reply.raw == b'<html>a proxy says no</html>'
+    assert reply.headers['Content-Type'].startswith('text/html')
+    assert (await api.get(CMS)).body['kind'] == 'ConfigMapList'
+
+
+async def test_raw_lines_injected_into_watches(emulator, api) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f'{emulator.url}{CMS}?watch=true') as cms_response,
+        session.get(f'{emulator.url}/api/v1/namespaces?watch=true') as namespaces_response,
+    ):
+        initial = [json.loads(await namespaces_response.content.readline()) for _ in range(2)]
+        assert len(initial) == 2
+        assert emulator.inject_watch_line(b'garbage{', path='/configmaps') == 1
+        assert emulator.inject_watch_line(b'{"type": "ADDED"}\n', path='/configmaps') == 1
+        assert await asyncio.wait_for(cms_response.content.readline(), timeout=10) == b'garbage{\n'
+        assert await asyncio.wait_for(cms_response.content.readline(), timeout=10) == b'{"type": "ADDED"}\n'
+
+        # The streams go on as usual after the garbage.
+        await api.post(CMS, configmap('cm1'))
+        event = json.loads(await asyncio.wait_for(cms_response.content.readline(), timeout=10))
+        assert (event['type'], event['object']['metadata']['name']) == ('ADDED', 'cm1')
+
+
+async def test_accepted_tokens(emulator, api) -> None:
+    assert (await api.get(CMS)).status == 200  # any credentials, or none, by default
+    emulator.accept_tokens({'new-token'})
+    for headers in [{}, {'Authorization': 'Bearer old-token'}, {'Authorization': 'Basic bmV3LXRva2Vu'}]:
+        reply = await api.get(CMS, headers=headers)
+        assert reply.status == 401
+        assert (reply.body['reason'], reply.body['message']) == ('Unauthorized', 'Unauthorized')
+    assert (await api.get(CMS, headers={'Authorization': 'Bearer new-token'})).status == 200
+    emulator.accept_tokens(None)
+    assert (await api.get(CMS)).status == 200

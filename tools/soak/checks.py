@@ -50,9 +50,16 @@ def _ok_calls(soak: 'Soak', handler: str) -> dict[str, list[dict[str, Any]]]:
     return calls
 
 
-def pending(soak: 'Soak', final_state: list[dict[str, Any]]) -> bool:
+def pending(soak: 'Soak', final_state: list[dict[str, Any]], final_namespaces: list[dict[str, Any]]) -> bool:
     """Whether the operator has something left to do (so the settling goes on)."""
-    return bool(_lost(soak, final_state)[1] or _stuck(soak, final_state) or _stale(soak, final_state))
+    return bool(_lost(soak, final_state)[1] or _stuck(soak, final_state) or _stale(soak, final_state)
+                or _remaining_namespaces(soak, final_namespaces))
+
+
+def _remaining_namespaces(soak: 'Soak', final_namespaces: list[dict[str, Any]]) -> list[str]:
+    """The short-lived namespaces deleted by the churn but still present (e.g. Terminating)."""
+    return [ns['metadata']['name'] for ns in final_namespaces
+            if ns['metadata']['name'] in soak.world.deleted_namespaces]
 
 
 def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
@@ -61,14 +68,17 @@ def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
     for handler in ('create_fn', 'update_fn', 'field_fn'):
         for name, calls in _ok_calls(soak, handler).items():
             handled_versions[name].update(call['version'] for call in calls)
+    # The objects deleted with their namespaces while their creation was being retried never finish it.
+    cut_short = _deleted_while_retrying(soak, creates)
     lost_creates = [name for name in soak.world.created
-                    if name not in soak.world.stubborn and name not in creates]
+                    if name not in soak.world.stubborn and name not in creates and name not in cut_short]
     lost_deletes = [name for name in soak.world.deleted if name not in deletes]
     lost_updates = [obj['metadata']['name'] for obj in final_state
                     if obj['metadata']['name'] not in soak.world.stubborn
                     and obj['spec']['version'] not in handled_versions[obj['metadata']['name']]]
     total = len(lost_creates) + len(lost_deletes) + len(lost_updates)
-    figures = (f'{len(lost_creates)} creations of {len(soak.world.created) - len(soak.world.stubborn)}, '
+    expected_creates = len(soak.world.created) - len(soak.world.stubborn | cut_short)
+    figures = (f'{len(lost_creates)} creations of {expected_creates}, '
                f'{len(lost_deletes)} deletions of {len(soak.world.deleted)}, '
                f'{len(lost_updates)} final versions of {len(final_state)} remaining objects '
                f'({soak.world.updates} updates made)')
@@ -76,6 +86,12 @@ def _lost(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[str, int]:
     if examples:
         figures += f'; e.g. {", ".join(examples)}'
     return figures, total
+
+
+def _deleted_while_retrying(soak: 'Soak', creates: dict[str, list[dict[str, Any]]]) -> set[str]:
+    """The objects deleted with their namespaces after their creation was tried, but before it succeeded."""
+    return {name for name in soak.world.deleted_with_namespace
+            if name in soak.journal.create_attempted and name not in creates}
 
 
 def _stuck(soak: 'Soak', final_state: list[dict[str, Any]]) -> list[str]:
@@ -236,7 +252,42 @@ def _examples(examples: list[str], separator: str = ', ', limit: int = 3) -> str
     return f'; e.g. {separator.join(examples[:limit])}' if examples else ''
 
 
-def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[Result]:
+def _namespace_churn(soak: 'Soak', final_state: list[dict[str, Any]],
+                     final_namespaces: list[dict[str, Any]]) -> list[Result]:
+    """The objects deleted with their namespaces: each handled and released; each namespace gone."""
+    results = []
+    deletes = _ok_calls(soak, 'delete_fn')
+    remaining = {obj['metadata']['name']: obj for obj in final_state}
+    cascaded = sorted(soak.world.deleted_with_namespace)
+    unhandled = [name for name in cascaded if name not in deletes]
+    held = [name for name in cascaded if name in remaining]
+    held_by_us = [name for name in held if FINALIZER in remaining[name]['metadata'].get('finalizers', [])]
+    retrying = _deleted_while_retrying(soak, _ok_calls(soak, 'create_fn'))
+    all_in_tmp = sum(len(names) for names in soak.world.tmp_namespaces.values())
+    figures = (f'{len(unhandled)} without the deletion handler, {len(held)} still present '
+               f'({len(held_by_us)} with our finalizer), of {len(cascaded)} objects deleted with '
+               f'{len(soak.world.deleted_namespaces)} namespaces ({len(retrying)} of them while their '
+               f'creation was being retried; {all_in_tmp - len(cascaded)} deleted before their namespace)')
+    results.append(Result('objects in deleted namespaces handled and released', not unhandled and not held,
+                          figures + _examples(sorted(set(unhandled) | set(held)), limit=5)))
+
+    left = _remaining_namespaces(soak, final_namespaces)
+    by_name = {ns['metadata']['name']: ns for ns in final_namespaces}
+    details = [f'{name} ({by_name[name].get("status", {}).get("phase", "?")}, '
+               f'{sum(1 for obj in final_state if obj["metadata"].get("namespace") == name)} objects left)'
+               for name in left]
+    never_deleted = sorted(set(soak.world.tmp_namespaces) - soak.world.deleted_namespaces)
+    holds = not left and not never_deleted and len(soak.world.tmp_namespaces) == soak.profile.tmp_namespaces
+    results.append(Result('deleted namespaces fully gone', holds,
+                          f'{len(left)} of {len(soak.world.deleted_namespaces)} deleted namespaces remain; '
+                          f'{len(soak.world.tmp_namespaces)} of {soak.profile.tmp_namespaces} planned were '
+                          f'created, {len(never_deleted)} never deleted'
+                          + _examples(details + never_deleted, limit=5)))
+    return results
+
+
+def check_all(soak: 'Soak', final_state: list[dict[str, Any]], final_namespaces: list[dict[str, Any]],
+              events: list[dict[str, Any]]) -> list[Result]:
     results = []
     lost_figures, lost_total = _lost(soak, final_state)
     results.append(Result('none lost', lost_total == 0, lost_figures))
@@ -268,6 +319,8 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], events: list[dict
                           f'{len(across_restarts)} with the cycle continued by the next operator process '
                           f'(allowed: what the handlers saw is kept in memory only)'
                           f'{"; e.g. " + ", ".join(across_restarts[:5]) if across_restarts else ""}'))
+
+    results.extend(_namespace_churn(soak, final_state, final_namespaces))
 
     late = _after_deletion(soak)
     results.append(Result('no timers or daemons start after the deletion', not late,

@@ -30,6 +30,9 @@ from tools.soak import checks
 from kopf.testing.emulator import KubernetesEmulator
 
 NAMESPACE = 'soak'
+# The short-lived namespaces: some objects are created there, then the whole namespace is deleted.
+TMP_NAMESPACE_PREFIX = 'soak-tmp-'
+TMP_NAMESPACE_PATTERN = f'{TMP_NAMESPACE_PREFIX}*'
 GROUP, VERSION, PLURAL = 'soak.kopf.dev', 'v1', 'soakobjects'
 OPERATOR_PATH = pathlib.Path(__file__).with_name('operator.py')
 EXIT_TIMEOUT = 5.0  # settings.queueing.exit_timeout of the operator
@@ -57,6 +60,7 @@ class Profile:
     objects: int  # objects created over the run
     settle: float  # at most this long for the operator to catch up after the churn
     warmup: float  # how long the last incarnation runs before its memory is taken as the baseline
+    tmp_namespaces: int  # short-lived namespaces opened over the run (each deleted with its objects)
     # The lifecycle events, as fractions of the duration: (when, what).
     events: tuple[tuple[float, str], ...]
     known_failures: frozenset[str] = frozenset()
@@ -76,11 +80,11 @@ def _periodic_events(duration: float) -> tuple[tuple[float, str], ...]:
 
 PROFILES: dict[str, Profile] = {
     'short': Profile(
-        duration=45, objects=60, settle=40, warmup=8,
+        duration=45, objects=60, settle=40, warmup=8, tmp_namespaces=3,
         events=((0.25, 'sigkill'), (0.40, 'sigterm'), (0.47, 'sigint'), (0.55, 'emulator-restart'),
                 (0.62, 'sigkill')),
     ),
-    'long': Profile(duration=1800, objects=1000, settle=180, warmup=60, events=()),
+    'long': Profile(duration=1800, objects=1000, settle=180, warmup=60, tmp_namespaces=20, events=()),
 }
 
 
@@ -106,6 +110,11 @@ class World:
     created: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # name -> its spec
     deleted: set[str] = dataclasses.field(default_factory=set)
     stubborn: set[str] = dataclasses.field(default_factory=set)  # never succeed the creation
+    namespace_of: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> its namespace
+    # The short-lived namespaces: name -> the objects created there; and those deleted (with their objects).
+    tmp_namespaces: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    deleted_namespaces: set[str] = dataclasses.field(default_factory=set)
+    deleted_with_namespace: set[str] = dataclasses.field(default_factory=set)  # objects, by the cascade
     # Just created or deleted: the operator is about to write their finalizers (guarded by resourceVersion).
     recent: collections.deque[str] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=4))
     updates: int = 0
@@ -200,9 +209,12 @@ class Soak:
                     raise
             await asyncio.sleep(0.2)
 
-    def object_path(self, name: str | None = None) -> str:
-        base = f'/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}'
-        return f'{base}/{name}' if name else base
+    def object_path(self, name: str, namespace: str | None = None) -> str:
+        namespace = namespace or self.world.namespace_of.get(name, NAMESPACE)
+        return f'/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}'
+
+    def collection_path(self, namespace: str) -> str:
+        return f'/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}'
 
     # ------------------------------------------------------------------------------------------
     # The operator's incarnations.
@@ -210,7 +222,8 @@ class Soak:
     def start_operator(self, *, debug: bool = False) -> Incarnation:
         number = len(self.incarnations) + 1
         log_path = self.workdir / f'operator-{number}.log'
-        args = [sys.executable, '-m', 'kopf', 'run', '--standalone', '-n', NAMESPACE,
+        args = [sys.executable, '-m', 'kopf', 'run', '--standalone',
+                '-n', NAMESPACE, '-n', TMP_NAMESPACE_PATTERN,
                 '--debug' if debug else '--verbose', str(OPERATOR_PATH)]
         env = {**os.environ, 'KUBECONFIG': str(self.kubeconfig_path),
                'SOAK_JOURNAL': str(self.journal.path), 'SOAK_EXIT_TIMEOUT': str(EXIT_TIMEOUT)}
@@ -295,8 +308,9 @@ class Soak:
                 self.emulator.clear_faults()
                 await self.settle()
                 self.rss_after_run = checks.rss_of(self.current.popen.pid)
-                final_state = self.emulator.list_objects(f'{PLURAL}.{GROUP}', namespace=NAMESPACE)
-                events = self.emulator.list_objects('events', namespace=NAMESPACE)
+                final_state = self.emulator.list_objects(f'{PLURAL}.{GROUP}')
+                final_namespaces = self.emulator.list_objects('namespaces')
+                events = self.emulator.list_objects('events')
                 await self.terminate_operator()
             finally:
                 for task in [*tasks, faults]:
@@ -306,7 +320,7 @@ class Soak:
                         incarnation.popen.kill()
                         incarnation.popen.wait()
         self.journal.refresh()
-        results = checks.check_all(self, final_state, events)
+        results = checks.check_all(self, final_state, final_namespaces, events)
         return checks.report(results, self.profile.known_failures, self.seed)
 
     def write_kubeconfig(self) -> None:
@@ -349,11 +363,12 @@ class Soak:
         while self.elapsed < churn_until:
             await asyncio.sleep(tick)
             self.journal.refresh()
+            await self.churn_namespaces()
             credit += creations_per_tick
             while credit >= 1 and created_count < self.objects:
                 credit -= 1
                 created_count += 1
-                await self.create_object(f'obj-{created_count:05d}')
+                await self.create_object(f'obj-{created_count:05d}', self.choose_namespace())
             live = [name for name in self.world.created if name not in self.world.deleted]
             handled = [name for name in live if name in self.journal.created_ok]
             if live and self.rng.random() < 0.5:
@@ -362,27 +377,95 @@ class Soak:
             if handled and self.rng.random() < 0.4 * creations_per_tick:
                 await self.delete_object(self.rng.choice(handled))
             for name in sorted(self.world.stubborn - self.world.deleted):
-                if name in self.journal.create_attempted and self.rng.random() < 0.2:
+                # Those in the short-lived namespaces are left for their namespaces' deletion.
+                in_tmp_namespace = self.world.namespace_of[name] != NAMESPACE
+                if not in_tmp_namespace and name in self.journal.create_attempted and self.rng.random() < 0.2:
                     await self.delete_object(name)  # while its creation is being retried
-        # The stubborn ones never finish their creation: they all go, once the operator has tried them.
+        # The stubborn ones never finish their creation: they all go, once the operator has tried them;
+        # so do the short-lived namespaces still there, with their objects.
         deadline = time.monotonic() + self.profile.settle
-        while self.world.stubborn - self.world.deleted and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             self.journal.refresh()
             for name in sorted(self.world.stubborn - self.world.deleted):
-                if name in self.journal.create_attempted:
+                if self.world.namespace_of[name] == NAMESPACE and name in self.journal.create_attempted:
                     await self.delete_object(name)
+            await self.churn_namespaces(closing_all=True)
+            if not (self.world.stubborn - self.world.deleted
+                    or set(self.world.tmp_namespaces) - self.world.deleted_namespaces):
+                break
             await asyncio.sleep(0.2)
         self.churn_over.set()
 
-    async def create_object(self, name: str) -> None:
+    # The short-lived namespaces: the n-th is created at a fixed fraction of the creation phase (the
+    # first 60% of the run), receives some of the objects created while it is open, and is deleted
+    # a while later with everything in it (once the operator has seen all of its objects).
+
+    def _tmp_namespace_schedule(self, index: int) -> tuple[float, float]:
+        """When the short-lived namespace number ``index`` opens and when it is to be deleted (seconds)."""
+        count = self.profile.tmp_namespaces
+        opens_at = self.duration * (0.03 + 0.55 * index / count)
+        lifetime = max(5.0, self.duration * min(0.2, 0.55 / count * 1.5))
+        return opens_at, opens_at + lifetime
+
+    def open_tmp_namespaces(self) -> list[str]:
+        """The short-lived namespaces that exist and are not being deleted: new objects may go there."""
+        return [namespace for index, namespace in enumerate(self.world.tmp_namespaces)
+                if namespace not in self.world.deleted_namespaces
+                and self.elapsed < self._tmp_namespace_schedule(index)[1]]
+
+    def choose_namespace(self) -> str:
+        open_namespaces = self.open_tmp_namespaces()
+        if open_namespaces and self.rng.random() < 0.3:
+            return self.rng.choice(open_namespaces)
+        return NAMESPACE
+
+    async def churn_namespaces(self, *, closing_all: bool = False) -> None:
+        """Open the short-lived namespaces on schedule, and delete those whose time has come."""
+        index = len(self.world.tmp_namespaces)
+        due = index < self.profile.tmp_namespaces and self.elapsed >= self._tmp_namespace_schedule(index)[0]
+        if due and not closing_all:
+            namespace = f'{TMP_NAMESPACE_PREFIX}{index + 1}'
+            await self.request('POST', '/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace',
+                                                              'metadata': {'name': namespace}},
+                               ok_statuses=(409,))  # 409: a retried success
+            self.world.tmp_namespaces[namespace] = []
+            print(f'[{self.elapsed:6.1f}s] namespace {namespace} created', flush=True)
+        for index, (namespace, names) in enumerate(list(self.world.tmp_namespaces.items())):
+            if namespace in self.world.deleted_namespaces:
+                continue
+            if not closing_all and self.elapsed < self._tmp_namespace_schedule(index)[1]:
+                continue
+            # Only once the operator has seen (and so put its finalizer on) every object there:
+            # the deletion of an object that no operator has ever seen cannot be handled by anyone.
+            unseen = [name for name in names
+                      if name not in self.world.deleted and name not in self.journal.create_attempted]
+            if not unseen:
+                await self.delete_namespace(namespace)
+
+    async def delete_namespace(self, namespace: str) -> None:
+        live = [name for name in self.world.tmp_namespaces[namespace] if name not in self.world.deleted]
+        self.world.deleted_namespaces.add(namespace)
+        self.world.deleted.update(live)
+        self.world.deleted_with_namespace.update(live)
+        await self.request('DELETE', f'/api/v1/namespaces/{namespace}', ok_statuses=(404,))
+        print(f'[{self.elapsed:6.1f}s] namespace {namespace} deleted with {len(live)} objects', flush=True)
+
+    async def create_object(self, name: str, namespace: str = NAMESPACE) -> None:
         roll = self.rng.random()
-        failures = 1000 if roll < 0.07 else 2 if roll < 0.2 else 0
+        # In the short-lived namespaces, more objects are still retrying their creation when the
+        # namespace goes: a deletion by the namespace in the middle of the handling.
+        stubborn, retrying = (0.07, 0.2) if namespace == NAMESPACE else (0.25, 0.45)
+        failures = 1000 if roll < stubborn else 2 if roll < retrying else 0
         spec = {'version': 1, 'field': 'f0', 'failures': failures}
         labels = {'color': self.rng.choice(['red', 'green', 'blue'])}
         body = {'apiVersion': f'{GROUP}/{VERSION}', 'kind': 'SoakObject',
                 'metadata': {'name': name, 'labels': labels}, 'spec': spec}
-        await self.request('POST', self.object_path(), body, ok_statuses=(409,))  # 409: a retried success
+        # 409: a retried success.
+        await self.request('POST', self.collection_path(namespace), body, ok_statuses=(409,))
         self.world.created[name] = spec
+        self.world.namespace_of[name] = namespace
+        if namespace != NAMESPACE:
+            self.world.tmp_namespaces[namespace].append(name)
         self.world.recent.append(name)
         if failures == 1000:
             self.world.stubborn.add(name)
@@ -476,8 +559,9 @@ class Soak:
         deadline = time.monotonic() + self.profile.settle
         while time.monotonic() < deadline:
             self.journal.refresh()
-            final_state = self.emulator.list_objects(f'{PLURAL}.{GROUP}', namespace=NAMESPACE)
-            if not checks.pending(self, final_state):
+            final_state = self.emulator.list_objects(f'{PLURAL}.{GROUP}')
+            final_namespaces = self.emulator.list_objects('namespaces')
+            if not checks.pending(self, final_state, final_namespaces):
                 break
             await asyncio.sleep(0.5)
         await asyncio.sleep(1.0)  # the last outcomes' writes

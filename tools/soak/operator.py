@@ -1,8 +1,10 @@
 """
-The operator under the soak: ``python -m kopf run --standalone -n NAMESPACE tools/soak/operator.py``.
+The operator under the soak: ``python -m kopf run --standalone -n soak -n 'soak-tmp-*' OPERATOR.py``
+(the soak's namespace, and its short-lived namespaces served as they appear and disappear).
 
 Every handler call appends one JSON line to the journal file named by ``SOAK_JOURNAL``:
-the object, the change (the handler's kind), the resourceVersion, the handler, the version of the
+the object (its names are unique across the namespaces) and its namespace, the change (the
+handler's kind), the resourceVersion, the handler, the version of the
 spec it saw (``spec.version``, bumped by every change of the churn), the labels, the outcome, and
 the pid (so that the checker knows which incarnation of the operator made the call).
 A line is written with one ``write()`` to a file opened with ``O_APPEND``: the lines of concurrent
@@ -28,6 +30,7 @@ _journal_fd = os.open(JOURNAL_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o64
 def journal(handler: str, body: kopf.Body, outcome: str = 'ok', **extra: Any) -> None:
     record = {
         'object': body.metadata.name,
+        'namespace': body.metadata.namespace,
         'uid': body.metadata.uid,
         'change': handler.split('_')[0],
         'handler': handler,

@@ -144,3 +144,23 @@ def test_copies_are_deep_for_json_data() -> None:
     copied['a'][0]['b'] = 100
     copied['c']['d'].append(3)
     assert source == {'a': [{'b': 1}], 'c': {'d': [2]}}
+
+
+@pytest.mark.parametrize('depth', [10, 500, 5000])
+def test_copy_json_of_deeply_nested_data(depth: int) -> None:
+    # The API accepts objects nested deeper than Python's recursion limit allows a recursive copy to go.
+    source: Any = {'bottom': [{}, []]}
+    for level in range(depth):
+        source = {'level': level, 'nested': source} if level % 2 else [level, source]
+    copied = conventions.copy_json(source)
+    original, duplicate = source, copied
+    for _ in range(depth):  # the same data, but every container is a new one, at every level
+        assert duplicate is not original
+        if isinstance(original, dict):
+            assert duplicate.keys() == original.keys() and duplicate['level'] == original['level']
+            original, duplicate = original['nested'], duplicate['nested']
+        else:
+            assert len(duplicate) == 2 and duplicate[0] == original[0]
+            original, duplicate = original[1], duplicate[1]
+    assert duplicate == original == {'bottom': [{}, []]}
+    assert duplicate is not original and duplicate['bottom'] is not original['bottom']

@@ -39,13 +39,29 @@ async def test_server_errors_are_retried(
     assert requests('patch', subresource='status') == 1
 
 
+@pytest.mark.parametrize('status', [400, 403])
 async def test_unretriable_errors_escalate(
-        calls: list[str], operator: Any, cluster: Any, emulator: Any) -> None:
+        status: int, calls: list[str], operator: Any, cluster: Any, emulator: Any) -> None:
     await cluster.create()
-    emulator.fail_requests(1, status=422, verb='patch')
+    emulator.fail_requests(1, status=status, verb='patch')
     with pytest.raises(APIError):
         await operator.process(type='ADDED')
     assert calls == ['create_fn']
+
+
+async def test_invalid_patches_are_reported_not_escalated(
+        calls: list[str], operator: Any, cluster: Any, emulator: Any,
+        messages: Callable[[], list[str]]) -> None:
+    # E.g. Kopf's annotations too long for the API, or a result that violates the status' schema:
+    # repeating the same patch cannot help; one clear error, and the next change is handled anew.
+    await cluster.create()
+    emulator.fail_requests(1, status=422, verb='patch', message='the patch is invalid')
+    await operator.process(type='ADDED')
+    assert calls == ['create_fn']
+    assert messages()[-1] == (
+        'The API has rejected the patch of the object as invalid: the patch is invalid. The outcome of '
+        'this handling is not stored; the handlers will run again on the next change of the object.'
+    )
 
 
 async def test_objects_gone_while_being_handled(

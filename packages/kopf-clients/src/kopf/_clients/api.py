@@ -87,8 +87,8 @@ async def _retrying(
     for attempt in itertools.count(1):
         try:
             return await fn()
-        except errors.APINotFoundError:
-            raise
+        except (errors.APINotFoundError, errors.APINamespaceTerminatingError):
+            raise  # final: the namespace or the object will not appear by retrying
         except errors.APITooManyRequestsError as e:
             own_delay = next(delays, None)
             if own_delay is None:
@@ -238,7 +238,11 @@ async def _fetch_with(
         text = response.body.decode('utf-8', errors='replace')
         raise errors.error_of_response(response.status, text, method=method, url=response.url,
                                        retry_after=response.headers.get('retry-after'))
-    return _decode(response.body)
+    try:
+        return _decode(response.body)
+    except ValueError:  # incl. UnicodeDecodeError
+        raise errors.APINonJSONResponseError(response.body, status=response.status, method=method,
+                                             url=response.url) from None
 
 
 _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}
@@ -252,12 +256,8 @@ def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, Ma
 
 
 def _decode(body: bytes) -> Any:
-    if not body:
-        return None
-    try:
-        return jsons.loads(body)
-    except ValueError:  # incl. UnicodeDecodeError
-        return body.decode('utf-8', errors='replace')
+    """The JSON of a successful response (None if empty); ValueError if it is not JSON."""
+    return jsons.loads(body) if body else None
 
 
 async def request(

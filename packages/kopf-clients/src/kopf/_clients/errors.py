@@ -108,12 +108,33 @@ class APIServerError(APIError):
     """The server failed to process the request (HTTP 5xx); it is presumably temporary."""
 
 
+class APINonJSONResponseError(APIServerError):
+    """
+    A successful HTTP status, but the body is not JSON (e.g. an HTML page of a proxy in front of the API).
+
+    The server (or whatever answers in its name) misbehaves: like the 5xx errors, it is retried.
+    """
+
+    def __init__(self, body: bytes, *, status: int,
+                 method: str | None = None, url: str | None = None) -> None:
+        text = f'the response is not JSON: {body[:200]!r}'
+        super().__init__(None, status=status, method=method, url=url, text=text)
+
+
 class APIUnauthorizedError(APIClientError):
     """HTTP 401: the credentials are invalid or expired; new credentials are needed."""
 
 
 class APIForbiddenError(APIClientError):
     """HTTP 403: the credentials are valid, but the RBAC permissions do not allow the request."""
+
+
+class APINamespaceTerminatingError(APIForbiddenError):
+    """
+    HTTP 403 with the ``NamespaceTerminating`` cause: no new objects in a namespace being deleted.
+
+    Like the absent namespace, it is final: the namespace will not stop terminating, only disappear.
+    """
 
 
 class APINotFoundError(APIClientError):
@@ -170,7 +191,18 @@ def make_error(
 ) -> APIError:
     """Build the exception for an HTTP status and a ``kind: Status`` payload (e.g. of a watch-event)."""
     cls = get_error_class(status)
+    if cls is APIForbiddenError and _has_cause(payload, 'NamespaceTerminating'):
+        cls = APINamespaceTerminatingError
     return cls(payload, status=status, method=method, url=url, text=text, retry_after=retry_after)
+
+
+def _has_cause(payload: Mapping[str, Any] | None, reason: str) -> bool:
+    """Whether a ``kind: Status`` payload has a cause with this reason in ``details.causes``."""
+    details = payload.get('details') if isinstance(payload, Mapping) else None
+    causes = details.get('causes') if isinstance(details, Mapping) else None
+    return isinstance(causes, list) and any(
+        isinstance(cause, Mapping) and cause.get('reason') == reason for cause in causes
+    )
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -3,8 +3,9 @@ Posting Kubernetes events (``kind: Event`` of ``v1``) about objects, as seen in 
 
 Events are informational and best-effort: a failure to post one is logged and never raised,
 so that it does not break the handling of the object it is about. Notably, when the namespace
-of the object is deleted together with the object, the event cannot be posted (HTTP 404) —
-this is expected and logged only at the debug level, so that deletions of large namespaces
+of the object is deleted together with the object, the event cannot be posted (HTTP 404 once it
+is gone, HTTP 403 with the ``NamespaceTerminating`` cause while it is being deleted) — this is
+expected, not retried, and logged only at the debug level, so that deletions of large namespaces
 do not cause a storm of warnings.
 
 Events about events are never posted: handling the events of the cluster with an operator
@@ -132,6 +133,9 @@ async def post_event(
                                  backoffs=backoffs, best_effort=best_effort, logger=actual_logger)
     except errors.APINotFoundError:
         actual_logger.debug(f'Cannot post an event to the namespace {namespace!r}: it does not exist.')
+        return None
+    except errors.APINamespaceTerminatingError:
+        actual_logger.debug(f'Cannot post an event to the namespace {namespace!r}: it is being deleted.')
         return None
     except (errors.APIError, NetworkError, TimeoutError, LoginError) as e:
         actual_logger.warning(f'Failed to post an event; ignoring and continuing. '

@@ -16,6 +16,7 @@ import binascii
 import dataclasses
 import datetime
 import os
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,12 @@ def load_kubeconfig(paths: Sequence[Path]) -> MergedKubeconfig:
     return merged
 
 
-def check_kubeconfig(paths: Sequence[Path], *, context_name: str | None = None) -> None:
+def check_kubeconfig(
+        paths: Sequence[Path],
+        *,
+        context_name: str | None = None,
+        run_exec: bool = False,
+) -> None:
     """
     Raise :class:`kopf.LoginError` if the kubeconfig files cannot work, naming the file and the field.
 
@@ -139,7 +145,9 @@ def check_kubeconfig(paths: Sequence[Path], *, context_name: str | None = None) 
     (e.g. a context naming a missing user is accepted and fails later with HTTP 401), so the files
     are checked here first. Only what every client agrees on is checked: the YAML, the selected
     context with its cluster and user, the server URL, the referenced files, the base64 data.
-    The exec plugins are not run, and the legacy auth-providers are left to the libraries.
+    The legacy auth-providers are left to the libraries. The exec plugins are run only with
+    ``run_exec`` (their credentials are remembered until they expire, as usual): the ``kubernetes``
+    libraries swallow the plugins' failures (they log them and go on without credentials).
     """
     merged = load_kubeconfig(paths)
     if merged.is_empty:
@@ -147,7 +155,8 @@ def check_kubeconfig(paths: Sequence[Path], *, context_name: str | None = None) 
     _, cluster, user = _select_context(merged, context_name)
     endpoint = _parse_cluster(cluster)
     if user is not None:
-        _parse_user(user, endpoint, run_exec=False)
+        # Only the exec plugins are run: the auth-providers are never rejected here (see above).
+        _parse_user(user, endpoint, run_exec=run_exec and user.body.get('exec') is not None)
 
 
 def _select_context(
@@ -261,6 +270,12 @@ def _parse_cluster(cluster: KubeconfigEntry) -> _ClusterEndpoint:
     server = body.get('server')
     if not isinstance(server, str) or not server:
         raise LoginError(f'The {cluster.where} has no server URL; set its "server" field.')
+    parsed = urllib.parse.urlsplit(server)
+    if parsed.scheme not in ('http', 'https') or not parsed.hostname or any(c.isspace() for c in server):
+        raise LoginError(
+            f'The "server" field of the {cluster.where} is not an http:// or https:// URL: {server!r}; '
+            f"set it to the API server's URL, e.g. https://127.0.0.1:6443."
+        )
 
     insecure = body.get('insecure-skip-tls-verify')
     if insecure is not None and not isinstance(insecure, bool):

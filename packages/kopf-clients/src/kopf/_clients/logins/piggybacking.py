@@ -110,7 +110,8 @@ def login_via_pykube(
             logger.debug(f'pykube-ng reads only one kubeconfig file; using {paths[0]}.')
         source = str(paths[0])
         with _reported_once():
-            kubeconfig.check_kubeconfig(paths[:1])  # the library's own errors are vague: explain ours first.
+            # The library's own errors are vague: explain ours first (the same as the other logins do).
+            kubeconfig.check_kubeconfig(paths[:1], run_exec=True)
         try:
             config = pykube.KubeConfig.from_file(str(paths[0]))
         except yaml.YAMLError:
@@ -158,7 +159,8 @@ def login_via_client(
             logger.debug('The kubernetes client found neither an in-cluster config nor a kubeconfig.')
             return None
         with _reported_once():
-            kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
+            # Clearer than the library's errors; and the library would swallow the exec plugins' failures.
+            kubeconfig.check_kubeconfig(_existing_kubeconfig_paths(), run_exec=True)
         try:
             k8s_config.load_kube_config(
                 config_file=location,
@@ -212,7 +214,8 @@ async def login_via_async_client(
             logger.debug('kubernetes_asyncio found neither an in-cluster config nor a kubeconfig.')
             return None
         with _reported_once():
-            kubeconfig.check_kubeconfig(_existing_kubeconfig_paths())  # clearer than the library's errors.
+            # Clearer than the library's errors; and the library would swallow the exec plugins' failures.
+            kubeconfig.check_kubeconfig(_existing_kubeconfig_paths(), run_exec=True)
         try:
             await kubernetes_asyncio.config.load_kube_config(
                 config_file=location,

@@ -224,14 +224,46 @@ def copy_json(value: Any) -> Any:
 
     Other containers (e.g. tuples, sets) and objects are kept as they are: they are not expected
     in the objects' bodies and the records, and copying them blindly could break them.
+
+    Deeply nested data (hundreds of levels, which the API accepts) would exceed Python's recursion
+    limit in the fast recursive copy: such data is copied level by level with a stack of its own.
     """
+    try:
+        return _copy_json_recursively(value)
+    except RecursionError:
+        return _copy_json_iteratively(value)
+
+
+def _copy_json_recursively(value: Any) -> Any:
     if type(value) is dict:
-        return {key: copy_json(item) if type(item) in _CONTAINERS else item for key, item in value.items()}
+        return {key: _copy_json_recursively(item) if type(item) in _CONTAINERS else item
+                for key, item in value.items()}
     if type(value) is list:
-        return [copy_json(item) if type(item) in _CONTAINERS else item for item in value]
+        return [_copy_json_recursively(item) if type(item) in _CONTAINERS else item for item in value]
     if isinstance(value, Mapping):
-        return {key: copy_json(item) for key, item in value.items()}
+        return {key: _copy_json_recursively(item) for key, item in value.items()}
     return value
+
+
+def _copy_json_iteratively(value: Any) -> Any:
+    def shell(source: Any) -> Any:
+        if type(source) is list:
+            return [None] * len(source)
+        if type(source) is dict or isinstance(source, Mapping):
+            return {}
+        return source
+
+    root = shell(value)
+    stack: list[tuple[Any, Any]] = [(value, root)] if root is not value else []
+    while stack:
+        source, target = stack.pop()
+        items = enumerate(source) if type(source) is list else source.items()
+        for key, item in items:
+            copied = shell(item)
+            target[key] = copied
+            if copied is not item:
+                stack.append((item, copied))
+    return root
 
 
 _CONTAINERS: frozenset[type] = frozenset({dict, list})

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from kopf._clients.errors import APIUnprocessableEntityError
 from kopf._clients.vault import Vault
 from kopf._cogs.structs import dicts
 from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent
@@ -677,12 +678,29 @@ async def _apply_changes(context: _Context) -> bool:
     """Apply the accumulated patch (if not empty); True if the object has got a new version from it."""
     if not context.patch:
         return False
-    latest = await application.apply_patch(settings=context.settings, vault=context.vault,
-                                           resource=context.resource, body=context.body,
-                                           patch=context.patch, logger=context.local_logger)
+    try:
+        latest = await application.apply_patch(settings=context.settings, vault=context.vault,
+                                               resource=context.resource, body=context.body,
+                                               patch=context.patch, logger=context.local_logger)
+    except APIUnprocessableEntityError as e:
+        # Repeating the same patch cannot help: say why, once, with the fix (not a traceback per retry).
+        context.local_logger.error(_explain_rejected_patch(e))
+        return False
     if latest is None:
         return False  # the object is gone: nothing to wait for, the deletion event will come.
     return _remember_version(context.memory, old_raw=context.raw_event['object'], new_raw=latest)
+
+
+def _explain_rejected_patch(error: APIUnprocessableEntityError) -> str:
+    explanation = error.message or str(error)
+    text = (f'The API has rejected the patch of the object as invalid: {explanation}. The outcome of this '
+            f'handling is not stored; the handlers will run again on the next change of the object.')
+    if 'metadata.annotations' in explanation and 'Too long' in explanation:
+        text += (" Kopf's annotations (e.g. the diff-base: the object's essence as last handled) do not fit "
+                 "the API's limit for all annotations together: exclude the big fields from the diff-base "
+                 "(kopf.AnnotationsDiffBaseStorage(ignored_fields=[...]) in "
+                 "settings.persistence.diffbase_storage) or store it elsewhere (kopf.StatusDiffBaseStorage).")
+    return text
 
 
 async def _block_deletion_first(context: _Context) -> bool:

@@ -55,6 +55,7 @@ from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
 from kopf._cogs.configs.networking import iter_backoffs
 from kopf._cogs.structs.bodies import RawBody, RawEvent
+from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
 from kopf._core.engines import spawning
@@ -469,11 +470,16 @@ class ObjectStreams:
             throttle = self._throttles[key] = _Throttle(iter_backoffs(self._settings.queueing.error_delays))
         delay = next(throttle.delays, throttle.last_delay)
         throttle.last_delay = delay
+        # The credentials that ran out are explained (once) by the authentication, the operator exits
+        # for them: the same traceback of the API client in every object's log would only bury that.
+        with_traceback = not isinstance(exc, LoginError)
         if delay is None:
-            object_logger.exception(f'Processing has failed with an unexpected error: {exc!r}')
+            object_logger.error(f'Processing has failed with an unexpected error: {exc!r}',
+                                exc_info=with_traceback)
             return
 
-        object_logger.exception(f'Throttling for {delay} seconds due to an unexpected error: {exc!r}')
+        object_logger.error(f'Throttling for {delay} seconds due to an unexpected error: {exc!r}',
+                            exc_info=with_traceback)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
                 await self._closing.wait()

@@ -19,7 +19,8 @@ webhooks; Tables for ``kubectl get``; Status objects for all errors.
 
 Differences from a real API server, deliberately kept for simplicity:
 
-* No authentication or authorization: any credentials are accepted, everything is allowed.
+* No authentication or authorization: any credentials are accepted, everything is allowed
+  (unless ``accept_tokens()`` limits the accepted bearer tokens, e.g. to test a rotation).
 * JSON and YAML only, no protobuf: kubectl's generator commands for built-in kinds (e.g.
   ``kubectl create configmap``) send protobuf and get 415; ``kubectl apply/create -f`` work.
 * The schemas of CRDs are not validated nor used for defaulting or pruning; all versions of

@@ -125,6 +125,24 @@ def forbidden(plural: str, group: str, name: str, explanation: str) -> ApiError:
     )
 
 
+def namespace_terminating(plural: str, group: str, name: str, namespace: str) -> ApiError:
+    """Creating in a namespace being deleted: 403 with the ``NamespaceTerminating`` cause, as Kubernetes."""
+    details = {
+        **_resource_details(plural, group, name),
+        'causes': [{
+            'reason': 'NamespaceTerminating',
+            'message': f'namespace {namespace} is being terminated',
+            'field': 'metadata.namespace',
+        }],
+    }
+    return ApiError(
+        403,
+        f'{_qualified(plural, group)} "{name}" is forbidden: '
+        f'unable to create new content in namespace {namespace} because it is being terminated',
+        details=details,
+    )
+
+
 def method_not_allowed(message: str) -> ApiError:
     return ApiError(405, message, details={})
 

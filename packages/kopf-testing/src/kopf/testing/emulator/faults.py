@@ -126,6 +126,7 @@ class InjectedFailure:
     status: int
     retry_after: float | None
     message: str
+    raw_body: bytes | None = None  # served as is (e.g. an HTML page of a proxy) instead of a Status
 
 
 @dataclasses.dataclass
@@ -142,6 +143,15 @@ class FaultInjector:
         self._lock = threading.Lock()
         self._failures: list[InjectedFailure] = []
         self._latencies: list[InjectedLatency] = []
+        # The bearer tokens accepted (others get 401), as after a rotation; None: any credentials.
+        self.accepted_tokens: frozenset[str] | None = None
+
+    def rejects(self, authorization: str | None) -> bool:
+        """Whether a request with this ``Authorization`` header must be rejected with 401."""
+        if self.accepted_tokens is None:
+            return False
+        scheme, _, token = (authorization or '').partition(' ')
+        return scheme.lower() != 'bearer' or token.strip() not in self.accepted_tokens
 
     @property
     def armed(self) -> bool:
@@ -158,9 +168,12 @@ class FaultInjector:
         path: str | None,
         retry_after: float | None,
         message: str | None,
+        raw_body: bytes | None = None,
     ) -> None:
         message = message or f'the emulator injected a failure with HTTP {status}'
-        failure = InjectedFailure(_make_filter(method, verb, path), count, status, retry_after, message)
+        failure = InjectedFailure(
+            _make_filter(method, verb, path), count, status, retry_after, message, raw_body
+        )
         with self._lock:
             self._failures.append(failure)
 

@@ -189,11 +189,19 @@ class ApiHandler:
                         route.name or '',
                     )
                 )
+            if self.faults.accepted_tokens is not None and self.faults.rejects(
+                request.headers.get('Authorization')
+            ):
+                raise errors.ApiError(401, 'Unauthorized')
             if self.faults.armed:
                 delay = self.faults.take_latency(method, verb, path)
                 if delay > 0:
                     await asyncio.sleep(delay)
                 failure = self.faults.take_failure(method, verb, path)
+                if failure is not None and failure.raw_body is not None:
+                    return web.Response(
+                        status=failure.status, body=failure.raw_body, content_type='text/html'
+                    )
                 if failure is not None:
                     headers = {}
                     details: dict[str, Any] = {}

@@ -216,12 +216,7 @@ class Operations:
             if namespace_object is None:
                 raise errors.not_found('namespaces', '', namespace)
             if namespace_object.body['metadata'].get('deletionTimestamp'):
-                raise errors.forbidden(
-                    info.plural,
-                    info.group,
-                    name,
-                    f'unable to create new content in namespace {namespace} because it is being terminated',
-                )
+                raise errors.namespace_terminating(info.plural, info.group, name, namespace)
         if info.custom:
             crd = self.store.get(CUSTOM_RESOURCE_DEFINITIONS.storage_key, None, f'{info.plural}.{info.group}')
             if crd is not None and crd.body['metadata'].get('deletionTimestamp'):

@@ -353,6 +353,7 @@ class KubernetesEmulator:
         path: str | None = None,
         retry_after: float | None = None,
         message: str | None = None,
+        raw_body: bytes | None = None,
     ) -> None:
         """
         Fail the next ``count`` matching requests (all of them if ``None``) with an error status.
@@ -361,6 +362,8 @@ class KubernetesEmulator:
         :param method: only requests with this HTTP method (``PATCH``).
         :param verb: only requests with this API verb (``watch``, ``list``, ``patch``, ...).
         :param path: only requests whose URL path matches this regular expression (searched).
+        :param raw_body: serve these bytes (as ``text/html``) instead of a ``kind: Status``, e.g. the
+            page of a misbehaving proxy; with any status, even 200.
         """
         if status == 429 and retry_after is None:
             retry_after = 1
@@ -372,6 +375,7 @@ class KubernetesEmulator:
             path=path,
             retry_after=retry_after,
             message=message,
+            raw_body=raw_body,
         )
 
     def add_latency(
@@ -385,6 +389,14 @@ class KubernetesEmulator:
     ) -> None:
         """Delay the matching requests (the next ``count`` of them, or all until cleared)."""
         self.faults.add_latency(seconds=seconds, count=count, method=method, verb=verb, path=path)
+
+    def accept_tokens(self, tokens: Iterable[str] | None) -> None:
+        """
+        Accept only these bearer tokens from now on (others get 401 Unauthorized); ``None``: any.
+
+        E.g. a token's expiry or rotation: the clients must log in again and bring a new token.
+        """
+        self.faults.accepted_tokens = frozenset(tokens) if tokens is not None else None
 
     def clear_faults(self) -> None:
         """Forget all injected failures and latencies that are not consumed yet."""
@@ -409,6 +421,25 @@ class KubernetesEmulator:
             return dropped
 
         return self._in_loop(drop)
+
+    def inject_watch_line(self, line: bytes, *, path: str | None = None) -> int:
+        """
+        Write a raw line (e.g. garbage) into the open watch streams (those whose URL matches ``path``).
+
+        The line is written as is, with a newline added if missing; returns the number of streams.
+        """
+        pattern = re.compile(path) if path is not None else None
+        raw = line if line.endswith(b'\n') else line + b'\n'
+
+        def inject() -> int:
+            injected = 0
+            for watcher in self.store.watchers():
+                if not watcher.closed and (pattern is None or pattern.search(watcher.path)):
+                    watcher.push(raw)
+                    injected += 1
+            return injected
+
+        return self._in_loop(inject)
 
     def forget_history(self) -> None:
         """Forget the watch history, as a compaction does: watching from any past version gets 410 Gone."""
