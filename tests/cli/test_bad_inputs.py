@@ -193,7 +193,10 @@ class BadInput:
 def _inject_lines(*lines: bytes) -> Callable[[Scene], None]:
     def disturb(scene: Scene) -> None:
         for line in lines:
-            assert scene.emulator.inject_watch_line(line, path=PLURAL) == 1
+            # Under load, the operator's watch-stream may be between its reconnections for a moment:
+            # inject again until some stream has got the line (nothing is injected when none is open).
+            _wait_until(lambda line=line: scene.emulator.inject_watch_line(line, path=PLURAL) >= 1,
+                        'No watch-stream has got the injected line.')
     return disturb
 
 
