@@ -22,6 +22,7 @@ Kept elsewhere, not repeated here (each a table of its own, with the same checks
 * the credentials rejected for good, the RBAC's 403, a closed port: ``tests/cli/test_bad_cluster.py``.
 """
 import dataclasses
+import functools
 import json
 import pathlib
 import re
@@ -190,13 +191,16 @@ class BadInput:
         return self.disturb is None
 
 
+def _injected(scene: Scene, line: bytes) -> bool:
+    return scene.emulator.inject_watch_line(line, path=PLURAL) >= 1
+
+
 def _inject_lines(*lines: bytes) -> Callable[[Scene], None]:
     def disturb(scene: Scene) -> None:
         for line in lines:
             # Under load, the operator's watch-stream may be between its reconnections for a moment:
             # inject again until some stream has got the line (nothing is injected when none is open).
-            _wait_until(lambda line=line: scene.emulator.inject_watch_line(line, path=PLURAL) >= 1,
-                        'No watch-stream has got the injected line.')
+            _wait_until(functools.partial(_injected, scene, line), 'No watch-stream has got the line.')
     return disturb
 
 
