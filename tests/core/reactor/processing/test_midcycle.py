@@ -23,6 +23,15 @@ def diffbase(cluster: Any) -> Any:
     return json.loads(cluster.get()['metadata']['annotations'][DIFFBASE])
 
 
+def record_fields(decorator: Callable[..., Any], *ids: str, plural: str, registry: OperatorRegistry,
+                  calls: list[tuple[str, Any]]) -> None:
+    """Register a handler per id (the same as its function's name would be) that records its spec.field."""
+    for handler_id in ids:
+        def fn(spec: Any, __id: str = handler_id, **_: Any) -> None:
+            calls.append((__id, spec['field']))
+        decorator(plural, registry=registry, id=handler_id)(fn)
+
+
 def progress_keys(cluster: Any) -> list[str]:
     annotations = cluster.get()['metadata'].get('annotations', {})
     return [key for key in annotations if key.startswith('kopf.zalando.org/') and key != DIFFBASE]
@@ -192,13 +201,7 @@ async def test_restarted_operator_falls_back_to_no_reruns(
         messages: Callable[[], list[str]]) -> None:
     calls: list[tuple[str, Any]] = []
 
-    @kopf.on.create(kex.plural, registry=registry)
-    def create_a(spec: Any, **_: Any) -> None:
-        calls.append(('create_a', spec['field']))
-
-    @kopf.on.create(kex.plural, registry=registry)
-    def create_b(spec: Any, **_: Any) -> None:
-        calls.append(('create_b', spec['field']))
+    record_fields(kopf.on.create, 'create_a', 'create_b', plural=kex.plural, registry=registry, calls=calls)
 
     await cluster.create(spec={'field': 'v1'})
     await operator.process(type='ADDED')
@@ -270,17 +273,8 @@ async def test_changes_in_every_step_rerun_until_all_have_seen_the_last_one(
         registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource) -> None:
     calls: list[tuple[str, Any]] = []
 
-    @kopf.on.create(kex.plural, registry=registry)
-    def create_a(spec: Any, **_: Any) -> None:
-        calls.append(('create_a', spec['field']))
-
-    @kopf.on.create(kex.plural, registry=registry)
-    def create_b(spec: Any, **_: Any) -> None:
-        calls.append(('create_b', spec['field']))
-
-    @kopf.on.create(kex.plural, registry=registry)
-    def create_c(spec: Any, **_: Any) -> None:
-        calls.append(('create_c', spec['field']))
+    record_fields(kopf.on.create, 'create_a', 'create_b', 'create_c', plural=kex.plural, registry=registry,
+                  calls=calls)
 
     await cluster.create(spec={'field': 'v1'})
     await operator.process(type='ADDED')  # create_a with v1
@@ -302,13 +296,7 @@ async def test_deletion_handlers_are_not_rerun(
         messages: Callable[[], list[str]]) -> None:
     calls: list[tuple[str, Any]] = []
 
-    @kopf.on.delete(kex.plural, registry=registry)
-    def delete_a(spec: Any, **_: Any) -> None:
-        calls.append(('delete_a', spec['field']))
-
-    @kopf.on.delete(kex.plural, registry=registry)
-    def delete_b(spec: Any, **_: Any) -> None:
-        calls.append(('delete_b', spec['field']))
+    record_fields(kopf.on.delete, 'delete_a', 'delete_b', plural=kex.plural, registry=registry, calls=calls)
 
     await cluster.create(spec={'field': 'v1'})
     await operator.settle(first='ADDED')
