@@ -117,3 +117,19 @@ class KopfProcess:
 def kopf_process() -> Any:
     """The class of the ``kopf run`` subprocesses (the test modules cannot import each other)."""
     return KopfProcess
+
+
+# A token that must never appear in any output (the tests grep for it).
+SECRET = 'sEcReT-tOkEn-in-the-kubeconfig'
+
+
+def kubeconfig_doc(**overrides: Any) -> dict[str, Any]:
+    """A valid kubeconfig document with a token (to be broken by the overrides); for tables too."""
+    doc: dict[str, Any] = {
+        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'ctx',
+        'clusters': [{'name': 'c', 'cluster': {'server': 'https://127.0.0.1:1'}}],
+        'users': [{'name': 'u', 'user': {'token': SECRET}}],
+        'contexts': [{'name': 'ctx', 'context': {'cluster': 'c', 'user': 'u'}}],
+    }
+    doc.update(overrides)
+    return doc

@@ -10,25 +10,13 @@ import gc
 import json
 import pathlib
 import socket
-from typing import Any
 
 import pytest
 
 from kopf._core.intents.registries import OperatorRegistry
 from kopf.testing import KopfRunner, KubernetesEmulator
 
-SECRET = 'sEcReT-tOkEn-in-the-kubeconfig'
-
-
-def _kubeconfig(**overrides: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'ctx',
-        'clusters': [{'name': 'c', 'cluster': {'server': 'https://127.0.0.1:1'}}],
-        'users': [{'name': 'u', 'user': {'token': SECRET}}],
-        'contexts': [{'name': 'ctx', 'context': {'cluster': 'c', 'user': 'u'}}],
-    }
-    doc.update(overrides)
-    return doc
+from .conftest import SECRET, kubeconfig_doc
 
 
 @pytest.fixture()
@@ -131,7 +119,7 @@ def test_closed_port_is_named_in_the_retries_and_in_the_error(
 
     port = _closed_port()
     path = tmp_path / 'kubeconfig.yaml'
-    path.write_text(json.dumps(_kubeconfig(clusters=[{'name': 'c', 'cluster': {
+    path.write_text(json.dumps(kubeconfig_doc(clusters=[{'name': 'c', 'cluster': {
         'server': f'{scheme}://127.0.0.1:{port}', 'insecure-skip-tls-verify': True}}])))
     monkeypatch.setenv('KUBECONFIG', str(path))
 

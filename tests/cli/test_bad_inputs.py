@@ -37,7 +37,8 @@ import pytest
 import kopf
 from kopf.testing import KopfRunner, KubernetesEmulator
 
-SECRET = 'sEcReT-tOkEn-in-the-kubeconfig'
+from .conftest import SECRET, kubeconfig_doc
+
 GROUP, PLURAL, NAMESPACE = 'kopf.dev', 'kopfexamples', 'default'
 OBJECT_PATH = f'/apis/{GROUP}/v1/namespaces/{NAMESPACE}/{PLURAL}'
 HTML = b'<html><body><h1>502 Bad Gateway</h1></body></html>'
@@ -57,19 +58,8 @@ CRD = {
 }
 
 
-def _kubeconfig(**overrides: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'ctx',
-        'clusters': [{'name': 'c', 'cluster': {'server': 'https://127.0.0.1:1'}}],
-        'users': [{'name': 'u', 'user': {'token': SECRET}}],
-        'contexts': [{'name': 'ctx', 'context': {'cluster': 'c', 'user': 'u'}}],
-    }
-    doc.update(overrides)
-    return doc
-
-
 def _exec_user(command: str, *args: str) -> dict[str, Any]:
-    return _kubeconfig(users=[{'name': 'u', 'user': {'exec': {
+    return kubeconfig_doc(users=[{'name': 'u', 'user': {'exec': {
         'apiVersion': 'client.authentication.k8s.io/v1', 'command': command, 'args': list(args),
         'interactiveMode': 'Never', 'installHint': 'Install it with: pip install fake-cloud-cli',
     }}}])
@@ -110,7 +100,7 @@ class Scene:
         self.calls: list[tuple[str, Any]] = []  # (handler, spec) of every handler call
 
     def kubeconfig(self, user: dict[str, Any]) -> dict[str, Any]:
-        return _kubeconfig(clusters=[{'name': 'c', 'cluster': {'server': self.emulator.url}}],
+        return kubeconfig_doc(clusters=[{'name': 'c', 'cluster': {'server': self.emulator.url}}],
                            users=[{'name': 'u', 'user': user}])
 
     def token_file_user(self, token: str) -> dict[str, Any]:
@@ -271,55 +261,57 @@ BAD_INPUTS: list[BadInput] = [
     BadInput('kubeconfig-no-current-context',
              'No "current-context" field is set in the kubeconfig ({path}); '
              "set it to one of the contexts ('ctx'), e.g.: kubectl config use-context ctx",
-             kubeconfig=_kubeconfig(**{'current-context': None})),
+             kubeconfig=kubeconfig_doc(**{'current-context': None})),
     BadInput('kubeconfig-unknown-context',
              "The context 'prod' is not defined in the kubeconfig ({path}); known contexts: 'ctx'.",
-             kubeconfig=_kubeconfig(**{'current-context': 'prod'})),
+             kubeconfig=kubeconfig_doc(**{'current-context': 'prod'})),
     BadInput('kubeconfig-missing-cluster',
              """The "cluster" field of the context 'ctx' in {path} refers to the cluster 'gone', """
              "which is not defined in the kubeconfig ({path}); known clusters: 'c'.",
-             kubeconfig=_kubeconfig(contexts=[{'name': 'ctx', 'context': {'cluster': 'gone', 'user': 'u'}}])),
+             kubeconfig=kubeconfig_doc(contexts=[{'name': 'ctx',
+                                                  'context': {'cluster': 'gone', 'user': 'u'}}])),
     BadInput('kubeconfig-missing-user',
              """The "user" field of the context 'ctx' in {path} refers to the user 'gone', """
              "which is not defined in the kubeconfig ({path}); known users: 'u'.",
-             kubeconfig=_kubeconfig(contexts=[{'name': 'ctx', 'context': {'cluster': 'c', 'user': 'gone'}}])),
+             kubeconfig=kubeconfig_doc(contexts=[{'name': 'ctx',
+                                                  'context': {'cluster': 'c', 'user': 'gone'}}])),
     BadInput('kubeconfig-missing-ca-file',
              """Cannot read the file {dir}/absent-ca.crt (field "certificate-authority" of the cluster 'c' """
              "in {path}): No such file or directory; fix the path or the file permissions.",
-             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {
+             kubeconfig=kubeconfig_doc(clusters=[{'name': 'c', 'cluster': {
                  'server': 'https://127.0.0.1:1', 'certificate-authority': 'absent-ca.crt'}}])),
     BadInput('kubeconfig-missing-client-certificate',
              """Cannot read the file /nonexistent/client.crt (field "client-certificate" of the user 'u' """
              "in {path}): No such file or directory; fix the path or the file permissions.",
-             kubeconfig=_kubeconfig(users=[{'name': 'u', 'user': {
+             kubeconfig=kubeconfig_doc(users=[{'name': 'u', 'user': {
                  'client-certificate': '/nonexistent/client.crt',
                  'client-key': '/nonexistent/client.key'}}])),
     BadInput('kubeconfig-no-server',
              """The cluster 'c' in {path} has no server URL; set its "server" field.""",
-             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {}}])),
+             kubeconfig=kubeconfig_doc(clusters=[{'name': 'c', 'cluster': {}}])),
     BadInput('kubeconfig-server-not-a-url',
              """The "server" field of the cluster 'c' in {path} is not an http:// or https:// URL: """
              "'127.0.0.1 6443'; set it to the API server's URL, e.g. https://127.0.0.1:6443.",
-             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {'server': '127.0.0.1 6443'}}])),
+             kubeconfig=kubeconfig_doc(clusters=[{'name': 'c', 'cluster': {'server': '127.0.0.1 6443'}}])),
     BadInput('kubeconfig-server-of-another-scheme',
              """The "server" field of the cluster 'c' in {path} is not an http:// or https:// URL: """
              "'ftp://127.0.0.1:6443'; set it to the API server's URL, e.g. https://127.0.0.1:6443.",
-             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {'server': 'ftp://127.0.0.1:6443'}}])),
+             kubeconfig=kubeconfig_doc(clusters=[{'name': 'c', 'cluster': {'server': 'ftp://127.0.0.1:6443'}}])),
     BadInput('kubeconfig-insecure-not-a-boolean',
              """The "insecure-skip-tls-verify" field of the cluster 'c' in {path} must be true or false.""",
-             kubeconfig=_kubeconfig(clusters=[{'name': 'c', 'cluster': {
+             kubeconfig=kubeconfig_doc(clusters=[{'name': 'c', 'cluster': {
                  'server': 'https://127.0.0.1:1', 'insecure-skip-tls-verify': 'maybe'}}])),
     BadInput('kubeconfig-token-not-a-string',
              """The "token" field of the user 'u' in {path} must be a string.""",
-             kubeconfig=_kubeconfig(users=[{'name': 'u', 'user': {'token': 12345}}])),
+             kubeconfig=kubeconfig_doc(users=[{'name': 'u', 'user': {'token': 12345}}])),
     BadInput('kubeconfig-bad-base64',
              """The "client-certificate-data" field of the user 'u' in {path} is not valid base64.""",
-             kubeconfig=_kubeconfig(users=[{'name': 'u', 'user': {
+             kubeconfig=kubeconfig_doc(users=[{'name': 'u', 'user': {
                  'client-certificate-data': 'not base64!', 'client-key-data': SECRET}}])),
     BadInput('kubeconfig-missing-token-file',
              """Cannot read the file /nonexistent/token (field "tokenFile" of the user 'u' in {path}): """
              'No such file or directory; fix the path or the file permissions.',
-             kubeconfig=_kubeconfig(users=[{'name': 'u', 'user': {'tokenFile': '/nonexistent/token'}}])),
+             kubeconfig=kubeconfig_doc(users=[{'name': 'u', 'user': {'tokenFile': '/nonexistent/token'}}])),
     # The exec credential plugins: by the first default login in one line, never swallowed by the others.
     BadInput('exec-plugin-fails',
              "The exec credential plugin '{python}' (user 'u' in {path}) failed with exit code 3: "
