@@ -208,10 +208,6 @@ class APIContext:
     def __repr__(self) -> str:
         return f'<{type(self).__name__} server={self.server!r}>'
 
-    def url(self, path: str) -> str:
-        """The absolute URL for a path on this server (the server URL can have its own path prefix)."""
-        return self.server + path if path.startswith('/') else path
-
     async def close(self) -> None:
         """Close the HTTP transport and its connections."""
         await self.transport.close()
