@@ -152,11 +152,13 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
         super().__init__()
         self._by_reason: dict[tuple[Resource, Reason, bool], tuple[ChangingHandler, ...]] = {}
         self._extra_fields: dict[Resource, frozenset[dicts.FieldPath]] = {}
+        self._blind: dict[Resource, bool] = {}
 
     def _invalidate(self) -> None:
         super()._invalidate()
         self._by_reason.clear()
         self._extra_fields.clear()
+        self._blind.clear()
 
     def _iter_candidates(self, cause: ResourceCause) -> Iterable[ChangingHandler]:
         if not isinstance(cause, ResourceChangingCause):
@@ -197,6 +199,32 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
         )
         self._extra_fields[resource] = fields
         return fields
+
+    def is_blind_to_own_writes(self, resource: Resource) -> bool:
+        """
+        Whether the framework's own writes (the status, the finalizers, Kopf's annotations) cannot change the matching.
+
+        I.e. none of the resource's handlers looks at them: no ``when=`` and no callable values anywhere
+        (they get the whole body), no annotation filters, no fields in the status or metadata
+        (neither filtered nor watched for changes). Then an object that differs from a handled one only by
+        such writes is handled the same way (see the echoes of our own patches in the processing).
+        """
+        try:
+            return self._blind[resource]
+        except KeyError:
+            pass
+        blind = all(_is_blind_to_own_writes(handler) for handler in self.get_resource_handlers(resource))
+        self._blind[resource] = blind
+        return blind
+
+
+_OWN_ROOTS = frozenset({'status', 'metadata'})  # where the framework writes to the objects
+
+
+def _is_blind_to_own_writes(handler: ChangingHandler) -> bool:
+    values = [handler.value, handler.old, handler.new, *(handler.labels or {}).values()]
+    return (handler.when is None and handler.annotations is None and not any(map(callable, values))
+            and not (handler.field and handler.field[0] in _OWN_ROOTS))
 
 
 def matches_reason(handler: ChangingHandler, *, reason: Reason, initial: bool) -> bool:

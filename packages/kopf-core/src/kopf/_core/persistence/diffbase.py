@@ -100,7 +100,7 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
     def _remove_system_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
         marked_prefixes = self.detect_marked_prefixes(annotations)
         return {key: value for key, value in annotations.items()
-                if not _is_system_annotation(key, marked_prefixes)}
+                if not is_system_annotation(key, marked_prefixes)}
 
     @abc.abstractmethod
     def fetch(self, *, body: bodies.Body) -> bodies.BodyEssence | None:
@@ -113,7 +113,8 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
         raise NotImplementedError
 
 
-def _is_system_annotation(key: str, marked_prefixes: Collection[str]) -> bool:
+def is_system_annotation(key: str, marked_prefixes: Collection[str] = ()) -> bool:
+    """Whether the annotation is never a part of the essence: Kopf's own (or marked as such), kubectl's."""
     if key in conventions.SYSTEM_ANNOTATIONS:
         return True
     parts = conventions.split_annotation_key(key)

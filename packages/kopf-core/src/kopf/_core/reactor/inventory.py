@@ -9,7 +9,8 @@ handled essence), so that it survives restarts. But some things are only for thi
   started), and whether it has been fully handled since then: the resuming handlers are due
   only once per operator lifetime, and only for such objects;
 * the resource version of our own latest patch and the time of it: until this version comes back
-  via the watch-stream, the object's state is inconsistent (see :mod:`.processing`);
+  via the watch-stream, the object's state is inconsistent (see :mod:`.processing`); and whether
+  that version needs nothing from us, so that its echo is not processed at all;
 * the places where the daemons and the indices keep their per-object state (filled by their engines);
 * while a handling cycle of several steps is in progress: which essence each finished handler was
   called with, so that the handlers done before a change in the middle of the cycle are called again
@@ -40,6 +41,7 @@ class ResourceMemory:
         'fully_handled_once',
         'memo',
         'noticed_by_listing',
+        'settled_version',
     )
 
     memo: Any
@@ -47,6 +49,7 @@ class ResourceMemory:
     fully_handled_once: bool  # a changing cycle has finished since then: no more resuming
     expected_version: str | None  # the resourceVersion of our latest patch that has not arrived yet
     expected_since: float  # when that patch was made (the event loop's time)
+    settled_version: str | None  # the version of our latest patch if nothing is due after it (its echo is a no-op)
     daemons: Any  # the daemons' & timers' per-object state, owned by their engine
     cycle_purpose: str | None  # the reason of the unfinished handling cycle that the essences belong to
     cycle_essences: dict[str, Any] | None  # by handler id: the essence of its last success in that cycle
@@ -59,6 +62,7 @@ class ResourceMemory:
         self.fully_handled_once = False
         self.expected_version = None
         self.expected_since = 0.0
+        self.settled_version = None
         self.daemons = None
         self.cycle_purpose = None
         self.cycle_essences = None
@@ -126,6 +130,10 @@ class ResourceMemories:
             if not ephemeral:
                 self._memories[key] = memory
         return memory
+
+    def get(self, raw_body: Mapping[str, Any]) -> ResourceMemory | None:
+        """The memory of the object if it is remembered (a new one is never made)."""
+        return self._memories.get(_key_of(raw_body))
 
     def forget(self, raw_body: Mapping[str, Any]) -> None:
         """Forget the object (e.g. when it is deleted); nothing happens if it is not remembered."""

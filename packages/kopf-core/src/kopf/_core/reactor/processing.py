@@ -39,6 +39,7 @@ accept the deleted objects), once per operator lifetime.
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -55,7 +56,7 @@ from kopf._core.intents import causes
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import HANDLER_REASONS, ChangingHandler, HandlerId, Reason
 from kopf._core.intents.registries import OperatorRegistry
-from kopf._core.persistence import finalizers
+from kopf._core.persistence import diffbase, finalizers
 from kopf._core.reactor import pacing
 from kopf._core.reactor.inventory import ResourceMemories, ResourceMemory
 
@@ -108,6 +109,11 @@ async def process_resource_event(
     ``spawner`` runs the daemons & timers of the objects; None: they are not run (only the finalizer is kept).
     The API errors escape (the queueing logs them and retries the object later).
     """
+    if _is_settled_echo(raw_event, memories=memories):
+        return
+    if raw_event['type'] == 'DELETED' and _forget_deleted(raw_event, resource=resource, registry=registry,
+                                                           settings=settings, memories=memories, spawner=spawner):
+        return
     if pacer is None:
         await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
                              registry=registry, settings=settings, memories=memories, vault=vault,
@@ -190,6 +196,47 @@ async def _process_event(
     finally:
         if gone:
             memories.forget(raw_body)
+
+
+def _is_settled_echo(raw_event: RawEvent, *, memories: ResourceMemories) -> bool:
+    """
+    Whether the event is the echo of our own latest patch that needs no processing at all.
+
+    It is known when the patch is made (see :func:`_settles`): the version that the patch has made
+    differs from the handled one only by the framework's own writes, which nothing looks at, and nothing
+    was due after it. So the processing of that very version would do nothing but notice the consistency.
+    The object's state is the same for the same version, so a version check is enough for the echo.
+    With the debug logs on, the echo is processed as usual: to log what Kopf logs for it (the "no changes").
+    """
+    if raw_event['type'] != 'MODIFIED' or loggers.object_logger.isEnabledFor(logging.DEBUG):
+        return False
+    raw_body = raw_event['object']
+    memory = memories.get(raw_body)
+    if memory is None or memory.settled_version is None or memory.settled_version != _version_of(raw_body):
+        return False
+    memory.settled_version = memory.expected_version = None  # consistent now, as the processing would find
+    return True
+
+
+def _forget_deleted(
+        raw_event: RawEvent,
+        *,
+        resource: Resource,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        memories: ResourceMemories,
+        spawner: SpawningEngine | None,
+) -> bool:
+    """Forget the deleted object if nothing else is to be done for it (no event handlers, no daemons to stop)."""
+    if registry.watching.has_handlers(resource):
+        return False
+    if spawner is not None and registry.spawning.has_handlers(resource):
+        return False
+    raw_body = raw_event['object']
+    if registry.changing.has_handlers(resource) and loggers.object_logger.isEnabledFor(logging.DEBUG):
+        loggers.ObjectLogger(body=raw_body, settings=settings).debug('Deleted, really deleted, and we are notified.')
+    memories.forget(raw_body)
+    return True
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -351,7 +398,7 @@ async def _process_changing(context: _Context) -> None:
             context.local_logger.debug(release.message)
             finalizers.apply_decision(release, body=body, patch=context.patch, finalizer=finalizer)
 
-    await _finish_cycle(context, delays=delays, handled=handled)
+    await _finish_cycle(context, delays=delays, handled=handled, settles=done and _settles(context))
 
 
 async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: bool | None) -> None:
@@ -389,10 +436,16 @@ async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: 
     await _finish_cycle(context, delays=delays, handled=False)
 
 
-async def _finish_cycle(context: _Context, *, delays: list[float], handled: bool) -> None:
-    """Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then."""
+async def _finish_cycle(context: _Context, *, delays: list[float], handled: bool, settles: bool = False) -> None:
+    """
+    Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then.
+
+    ``settles``: nothing is due after this patch, and it has only the framework's own writes (see :func:`_settles`).
+    """
     patching = bool(context.patch)
     patched = await _apply_changes(context)
+    if patched and settles and not delays:
+        context.memory.settled_version = context.memory.expected_version
 
     if handled and not patching and not delays:
         context.local_logger.debug('Handling cycle is finished, waiting for new changes.')
@@ -686,9 +739,39 @@ async def _apply_changes(context: _Context) -> bool:
         # Repeating the same patch cannot help: say why, once, with the fix (not a traceback per retry).
         context.local_logger.error(_explain_rejected_patch(e))
         return False
+    context.memory.settled_version = None  # the caller decides if the new version is settled
     if latest is None:
         return False  # the object is gone: nothing to wait for, the deletion event will come.
     return _remember_version(context.memory, old_raw=context.raw_event['object'], new_raw=latest)
+
+
+def _settles(context: _Context) -> bool:
+    """
+    Whether the object patched with the accumulated patch will be handled exactly as the object has just been.
+
+    I.e. the patch has only what the framework itself writes --- the status (handlers' results, progress),
+    our finalizer, Kopf's annotations (progress, the diff-base) --- and none of the object's handlers looks
+    at those: its essence and every filter's verdict stay the same. No handler of another kind (event
+    handlers, daemons, timers) sees the object either: they get every change, and their echoes too.
+    """
+    registry, resource, patch = context.registry, context.resource, context.patch
+    if patch.fns or registry.watching.has_handlers(resource) or registry.spawning.has_handlers(resource):
+        return False
+    if not registry.changing.is_blind_to_own_writes(resource):
+        return False
+    for key, value in patch.items():
+        if key == 'status':
+            continue
+        if key != 'metadata' or not isinstance(value, Mapping):
+            return False
+        for meta_key, meta_value in value.items():
+            if meta_key == 'finalizers':
+                continue
+            if meta_key != 'annotations' or not isinstance(meta_value, Mapping):
+                return False
+            if not all(map(diffbase.is_system_annotation, meta_value)):
+                return False
+    return True
 
 
 def _explain_rejected_patch(error: APIUnprocessableEntityError) -> str:
