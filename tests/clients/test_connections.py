@@ -280,6 +280,64 @@ async def test_total_timeout_aborts_the_connection(server: RawServer, pool: Conn
     assert pool.idle == 0
 
 
+def answering_all_but_hanging(server: RawServer) -> Script:
+    """Answer every request at once, except those to ``/hang``, which get no answer at all."""
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await server.read_request(reader)
+            if head.startswith(b'GET /hang '):
+                await reader.read()
+                return
+            writer.write(OK_JSON)
+            await writer.drain()
+    return script
+
+
+async def test_shorter_timeout_after_longer_one_expires_first(server: RawServer, pool: ConnectionPool) -> None:
+    # The timeouts of all requests share one timer: an earlier deadline must re-arm it.
+    server.script = answering_all_but_hanging(server)
+    loop = asyncio.get_running_loop()
+    longer = asyncio.create_task(pool.request('GET', '/hang', timeouts=Timeouts(total=5)))
+    await asyncio.sleep(0.01)
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await pool.request('GET', '/hang', timeouts=Timeouts(total=0.05))
+    assert loop.time() - started < 1
+    assert not longer.done()
+    longer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await longer
+
+
+async def test_timeouts_of_finished_requests_do_not_fire(server: RawServer, pool: ConnectionPool) -> None:
+    server.script = answering_all_but_hanging(server)
+    for _ in range(300):  # many more than the heap keeps before its clean-up
+        assert (await pool.request('GET', '/', timeouts=Timeouts(total=0.05))).status == 200
+    await asyncio.sleep(0.1)  # all their deadlines are over now: nothing is cancelled by them
+    assert (await pool.request('GET', '/', timeouts=Timeouts(total=0.05))).status == 200
+    with pytest.raises(TimeoutError):
+        await pool.request('GET', '/hang', timeouts=Timeouts(total=0.05))
+
+
+async def test_outer_cancellation_is_not_a_timeout(server: RawServer, pool: ConnectionPool) -> None:
+    server.script = answering_all_but_hanging(server)
+    task = asyncio.create_task(pool.request('GET', '/hang', timeouts=Timeouts(total=5)))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_outer_timeout_is_the_outer_ones(server: RawServer, pool: ConnectionPool) -> None:
+    server.script = answering_all_but_hanging(server)
+    outer = asyncio.timeout(0.05)
+    with pytest.raises(TimeoutError):
+        async with outer:
+            await pool.request('GET', '/hang', timeouts=Timeouts(total=5))
+    assert outer.expired()
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
 async def test_cancelled_request_is_not_reused(server: RawServer, pool: ConnectionPool) -> None:
     answered = asyncio.Event()
 

@@ -23,6 +23,7 @@ Other failures escalate as :class:`NetworkError` (or ``TimeoutError``): the call
 import asyncio
 import collections
 import contextlib
+import heapq
 import socket
 import ssl
 import urllib.parse
@@ -43,6 +44,85 @@ class Timeouts(NamedTuple):
     """The timeouts of a request: of the whole exchange, and of establishing a connection (None: none)."""
     total: float | None = None
     connect: float | None = None
+
+
+class _Deadline:
+    """The total timeout of one request in flight: its task is cancelled when the time is over."""
+
+    __slots__ = ('cancelling', 'done', 'expired', 'task', 'when')
+
+    def __init__(self, when: float, task: 'asyncio.Task[object]') -> None:
+        self.when = when
+        self.task = task
+        self.cancelling = task.cancelling()  # the cancellations requested by others before this one
+        self.done = False
+        self.expired = False
+
+    def __lt__(self, other: '_Deadline') -> bool:
+        return self.when < other.when
+
+
+class _Deadlines:
+    """
+    The total timeouts of a pool's requests in flight: one loop timer for all of them, not one per request.
+
+    ``asyncio.timeout()`` costs more than the exchange of a small request itself (a context manager,
+    a timer in the loop's heap and its cancellation, for every request). Here, a request only puts its
+    deadline into a heap and marks it done when over. The loop's timer is armed at the earliest deadline
+    and fires rarely: the requests usually end long before their deadlines, and as they all have the same
+    timeout, the later requests' deadlines do not need the timer re-armed. The expired requests' tasks
+    are cancelled, and their cancellation turns into ``TimeoutError`` --- as with ``asyncio.timeout()``.
+    The heap is cleaned of the finished requests whenever they outnumber the ones in flight.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[_Deadline] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_at = 0.0
+        self._live = 0
+
+    def enter(self, timeout: float) -> _Deadline:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError('A request with a timeout must run in a task.')
+        deadline = _Deadline(loop.time() + timeout, task)
+        heapq.heappush(self._heap, deadline)
+        self._live += 1
+        if self._timer is None or deadline.when < self._armed_at:
+            self._arm(loop, deadline.when)
+        return deadline
+
+    def leave(self, deadline: _Deadline) -> None:
+        deadline.done = True
+        self._live -= 1
+        heap = self._heap
+        if len(heap) > 2 * self._live + 64:
+            heap[:] = [entry for entry in heap if not entry.done]
+            heapq.heapify(heap)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._expire)
+        self._armed_at = when
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        heap, now = self._heap, loop.time()
+        while heap and (heap[0].done or heap[0].when <= now):
+            deadline = heapq.heappop(heap)
+            if not deadline.done:
+                deadline.expired = True
+                deadline.task.cancel()
+        if heap:
+            self._arm(loop, heap[0].when)
 
 
 class HTTPTransport(Protocol):
@@ -480,6 +560,7 @@ class ConnectionPool:
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
         self._closed = False
+        self._deadlines = _Deadlines()
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} {self._origin}{self._prefix}>'
@@ -505,8 +586,15 @@ class ConnectionPool:
         connect_timeout = timeouts.connect if timeouts is not None else None
         if timeouts is None or timeouts.total is None:
             return await self._exchange(method, url, head, data, connect_timeout=connect_timeout)
-        async with asyncio.timeout(timeouts.total):
+        deadline = self._deadlines.enter(timeouts.total)
+        try:
             return await self._exchange(method, url, head, data, connect_timeout=connect_timeout)
+        except asyncio.CancelledError:
+            if deadline.expired and deadline.task.uncancel() <= deadline.cancelling:
+                raise TimeoutError() from None
+            raise
+        finally:
+            self._deadlines.leave(deadline)
 
     def _build_head(self, method: str, path: str, *, data: bytes | None,
                     headers: Mapping[str, str] | None, params: Mapping[str, str] | None) -> tuple[bytes, str]:
@@ -624,6 +712,7 @@ class ConnectionPool:
     async def close(self) -> None:
         """Close all connections, idle or not; new requests then fail."""
         self._closed = True
+        self._deadlines.close()
         for connection in list(self._all):
             connection.abort()
         self._all.clear()

@@ -552,7 +552,8 @@ async def _process_handlers(
             logger=logger,
         )
     state = state.with_outcomes(outcomes)
-    state.store(body=body, patch=patch, storage=storage)
+    if not state.done:  # otherwise, all the records are purged below: storing them first is for nothing
+        state.store(body=body, patch=patch, storage=storage)
     execution.deliver_results(outcomes=outcomes, patch=patch)
 
     if state.done:
