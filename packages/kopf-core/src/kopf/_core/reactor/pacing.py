@@ -31,7 +31,6 @@ than no pacing at all, 400 seats ~3-10% more (less since the GC is tuned, see ``
 import asyncio
 import collections
 import contextlib
-from collections.abc import AsyncIterator
 
 __all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat']
 
@@ -151,29 +150,43 @@ class Seat:
             self._taken = False
             self._pacer.release()
 
-    @contextlib.asynccontextmanager
-    async def lending(self, delay: float = 0) -> AsyncIterator[None]:
+    def lending(self, delay: float = 0) -> '_Lending':
         """
         Lend the seat to others after the delay (at once if 0) while in the context; take it back after.
 
         Taking it back goes before the new objects, but after those who are already returning.
         """
-        if not self._taken:  # e.g. nested lending: the outer one has it already.
-            yield
-            return
-        timer: asyncio.TimerHandle | None = None
-        if delay > 0:
-            timer = asyncio.get_running_loop().call_later(delay, self._leave)
-        else:
-            self._leave()
-        try:
-            yield
-        finally:
-            if timer is not None:
-                timer.cancel()
-            await self._take_back()
+        return _Lending(self, delay)
 
     async def _take_back(self) -> None:
         if not self._taken:
             await self._pacer.acquire(urgent=True)
             self._taken = True
+
+
+class _Lending:
+    """The context of :meth:`Seat.lending`: a class, not a generator, since it wraps every handler's call."""
+
+    __slots__ = ('_delay', '_lent', '_seat', '_timer')
+
+    def __init__(self, seat: Seat, delay: float) -> None:
+        self._seat = seat
+        self._delay = delay
+        self._lent = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> None:
+        seat = self._seat
+        if not seat._taken:  # e.g. nested lending: the outer one has it already.
+            return
+        self._lent = True
+        if self._delay > 0:
+            self._timer = asyncio.get_running_loop().call_later(self._delay, seat._leave)
+        else:
+            seat._leave()
+
+    async def __aexit__(self, *_: object) -> None:
+        if self._lent:
+            if self._timer is not None:
+                self._timer.cancel()
+            await self._seat._take_back()
