@@ -293,7 +293,8 @@ def answering_all_but_hanging(server: RawServer) -> Script:
     return script
 
 
-async def test_shorter_timeout_after_longer_one_expires_first(server: RawServer, pool: ConnectionPool) -> None:
+async def test_shorter_timeout_after_longer_one_expires_first(
+        server: RawServer, pool: ConnectionPool) -> None:
     # The timeouts of all requests share one timer: an earlier deadline must re-arm it.
     server.script = answering_all_but_hanging(server)
     loop = asyncio.get_running_loop()

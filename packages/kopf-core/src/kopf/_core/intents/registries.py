@@ -202,7 +202,7 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
 
     def is_blind_to_own_writes(self, resource: Resource) -> bool:
         """
-        Whether the framework's own writes (the status, the finalizers, Kopf's annotations) cannot change the matching.
+        Whether the framework's writes (status, finalizers, Kopf's annotations) cannot change the matching.
 
         I.e. none of the resource's handlers looks at them: no ``when=`` and no callable values anywhere
         (they get the whole body), no annotation filters, no fields in the status or metadata

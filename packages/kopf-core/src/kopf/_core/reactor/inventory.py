@@ -49,7 +49,7 @@ class ResourceMemory:
     fully_handled_once: bool  # a changing cycle has finished since then: no more resuming
     expected_version: str | None  # the resourceVersion of our latest patch that has not arrived yet
     expected_since: float  # when that patch was made (the event loop's time)
-    settled_version: str | None  # the version of our latest patch if nothing is due after it (its echo is a no-op)
+    settled_version: str | None  # the version of our latest patch if nothing is due after it (a no-op echo)
     daemons: Any  # the daemons' & timers' per-object state, owned by their engine
     cycle_purpose: str | None  # the reason of the unfinished handling cycle that the essences belong to
     cycle_essences: dict[str, Any] | None  # by handler id: the essence of its last success in that cycle

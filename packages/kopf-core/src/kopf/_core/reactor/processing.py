@@ -111,8 +111,10 @@ async def process_resource_event(
     """
     if _is_settled_echo(raw_event, memories=memories):
         return
-    if raw_event['type'] == 'DELETED' and _forget_deleted(raw_event, resource=resource, registry=registry,
-                                                           settings=settings, memories=memories, spawner=spawner):
+    if raw_event['type'] == 'DELETED' and _forget_deleted(
+            raw_event, resource=resource, registry=registry, settings=settings,
+            memories=memories, spawner=spawner,
+    ):
         return
     if pacer is None:
         await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
@@ -227,14 +229,15 @@ def _forget_deleted(
         memories: ResourceMemories,
         spawner: SpawningEngine | None,
 ) -> bool:
-    """Forget the deleted object if nothing else is to be done for it (no event handlers, no daemons to stop)."""
+    """Forget the deleted object if nothing else is to be done for it (no event handlers, no daemons)."""
     if registry.watching.has_handlers(resource):
         return False
     if spawner is not None and registry.spawning.has_handlers(resource):
         return False
     raw_body = raw_event['object']
     if registry.changing.has_handlers(resource) and loggers.object_logger.isEnabledFor(logging.DEBUG):
-        loggers.ObjectLogger(body=raw_body, settings=settings).debug('Deleted, really deleted, and we are notified.')
+        logger = loggers.ObjectLogger(body=raw_body, settings=settings)
+        logger.debug('Deleted, really deleted, and we are notified.')
     memories.forget(raw_body)
     return True
 
@@ -436,11 +439,17 @@ async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: 
     await _finish_cycle(context, delays=delays, handled=False)
 
 
-async def _finish_cycle(context: _Context, *, delays: list[float], handled: bool, settles: bool = False) -> None:
+async def _finish_cycle(
+        context: _Context,
+        *,
+        delays: list[float],
+        handled: bool,
+        settles: bool = False,
+) -> None:
     """
     Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then.
 
-    ``settles``: nothing is due after this patch, and it has only the framework's own writes (see :func:`_settles`).
+    ``settles``: nothing is due after this patch, which has only the framework's writes (:func:`_settles`).
     """
     patching = bool(context.patch)
     patched = await _apply_changes(context)
