@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import heapq
+import itertools
 import socket
 import ssl
 import urllib.parse
@@ -58,9 +59,6 @@ class _Deadline:
         self.done = False
         self.expired = False
 
-    def __lt__(self, other: '_Deadline') -> bool:
-        return self.when < other.when
-
 
 class _Deadlines:
     """
@@ -76,7 +74,9 @@ class _Deadlines:
     """
 
     def __init__(self) -> None:
-        self._heap: list[_Deadline] = []
+        # By the deadline, then by the order of entering (compared in C: no comparison methods of ours).
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._order = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._armed_at = 0.0
         self._live = 0
@@ -87,7 +87,7 @@ class _Deadlines:
         if task is None:
             raise RuntimeError('A request with a timeout must run in a task.')
         deadline = _Deadline(loop.time() + timeout, task)
-        heapq.heappush(self._heap, deadline)
+        heapq.heappush(self._heap, (deadline.when, next(self._order), deadline))
         self._live += 1
         if self._timer is None or deadline.when < self._armed_at:
             self._arm(loop, deadline.when)
@@ -98,7 +98,7 @@ class _Deadlines:
         self._live -= 1
         heap = self._heap
         if len(heap) > 2 * self._live + 64:
-            heap[:] = [entry for entry in heap if not entry.done]
+            heap[:] = [entry for entry in heap if not entry[2].done]
             heapq.heapify(heap)
 
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
@@ -116,13 +116,13 @@ class _Deadlines:
         self._timer = None
         loop = asyncio.get_running_loop()
         heap, now = self._heap, loop.time()
-        while heap and (heap[0].done or heap[0].when <= now):
-            deadline = heapq.heappop(heap)
+        while heap and (heap[0][2].done or heap[0][0] <= now):
+            _, _, deadline = heapq.heappop(heap)
             if not deadline.done:
                 deadline.expired = True
                 deadline.task.cancel()
         if heap:
-            self._arm(loop, heap[0].when)
+            self._arm(loop, heap[0][0])
 
 
 class HTTPTransport(Protocol):

@@ -302,7 +302,9 @@ def remove_along(essence: AnyEssence, path: Iterable[str]) -> None:
     cleans the essences. The dicts on the path are copied before being modified, so that
     the essences that share them (e.g. the one this one is a shallow copy of) stay intact.
     """
-    keys = list(path)
+    keys = path if isinstance(path, tuple) else tuple(path)
+    if not keys or keys[0] not in essence:  # the usual case (e.g. no status in the essences): nothing to do
+        return
     chain: list[MutableMapping[str, Any]] = [cast('MutableMapping[str, Any]', essence)]
     for key in keys[:-1]:
         child = chain[-1].get(key)

@@ -77,7 +77,7 @@ def _title(reason: str) -> str:
 
 def _version_of(raw_body: Mapping[str, Any] | None) -> str | None:
     meta = raw_body.get('metadata') if raw_body is not None else None
-    version = meta.get('resourceVersion') if isinstance(meta, Mapping) else None
+    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
     return str(version) if version else None
 
 
