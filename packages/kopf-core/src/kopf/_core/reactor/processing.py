@@ -401,7 +401,7 @@ async def _process_changing(context: _Context) -> None:
             context.local_logger.debug(release.message)
             finalizers.apply_decision(release, body=body, patch=context.patch, finalizer=finalizer)
 
-    await _finish_cycle(context, delays=delays, handled=handled, settles=done and _settles(context))
+    await _finish_cycle(context, delays=delays, handled=handled, done=done)
 
 
 async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: bool | None) -> None:
@@ -444,16 +444,17 @@ async def _finish_cycle(
         *,
         delays: list[float],
         handled: bool,
-        settles: bool = False,
+        done: bool = False,
 ) -> None:
     """
     Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then.
 
-    ``settles``: nothing is due after this patch, which has only the framework's writes (:func:`_settles`).
+    ``done``: the change handling's cycle is over; if nothing is due and the patch has only the framework's
+    own writes (:func:`_settles`; the object writer never modifies the patch), its version is settled.
     """
     patching = bool(context.patch)
     patched = await _apply_changes(context)
-    if patched and settles and not delays:
+    if patched and done and not delays and _settles(context):
         context.memory.settled_version = context.memory.expected_version
 
     if handled and not patching and not delays:
