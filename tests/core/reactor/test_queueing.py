@@ -343,3 +343,31 @@ async def test_closing_interrupts_the_idle_workers_and_the_throttling(
     await streams.close(exit_timeout=settings.queueing.exit_timeout)
     assert looptime == 0.5
     assert streams.active_count == 0
+
+
+async def test_pending_events_processed_at_closing_see_the_pressure(
+        settings: OperatorSettings, looptime: float) -> None:
+    # On closing, the watch-stream is gone: whatever the processing waits for (e.g. the echo of its own
+    # patch) will not come. The event still pending then is processed in a hurry, as the busy ones are.
+    waited: list[tuple[Any, float, bool]] = []
+
+    async def processor(*, raw_event: RawEvent, stream_pressure: asyncio.Event,
+                        resource: Resource, namespace: str | None) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(10):
+                await stream_pressure.wait()
+        except TimeoutError:
+            pass
+        waited.append((raw_event['object']['spec']['value'], loop.time() - started, stream_pressure.is_set()))
+
+    streams = ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings)
+    streams.feed(event('kex1', 'first'))
+    await asyncio.sleep(1)
+    streams.feed(event('kex1', 'pending'))  # presses the first one: it ends, the pending one goes next
+    await asyncio.sleep(0)
+    await streams.close(exit_timeout=30)
+    assert [(value, round(duration, 1), pressed) for value, duration, pressed in waited] == [
+        ('first', 1.0, True), ('pending', 0.0, True),
+    ]

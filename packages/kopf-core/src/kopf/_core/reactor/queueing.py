@@ -30,7 +30,8 @@ of ``settings.queueing.error_delays`` (the last delay repeats; a success resets 
 meanwhile, the object's new events are batched as usual, and only the latest one is processed next.
 
 On exit, the workers get ``settings.queueing.exit_timeout`` to finish what they are doing (their
-streams get the pressure to hurry up) and are cancelled after that.
+streams get the pressure to hurry up, also for the events still pending, which are processed then:
+nothing they could wait for, e.g. the echoes of their own patches, will come) and are cancelled after that.
 
 Indexing: if an ``indexer`` is given (for the resources with ``@kopf.index`` handlers), it gets every
 event of an object before the processor, outside of the worker limit. The processing of every object
@@ -370,6 +371,10 @@ class ObjectStreams:
                 raw_event, stream.pending = stream.pending, None
                 received_at = stream.received_at
                 stream.pressure.clear()
+                if self._closing.is_set():
+                    # The watch-stream is gone: nothing that the processing could wait for will come (e.g.
+                    # the echo of its own patch); it hurries up, as the busy ones do when the closing starts.
+                    stream.pressure.set()
 
                 if self._indexer is not None:
                     await self._index(key, raw_event, stream)
