@@ -1,3 +1,4 @@
+import pickle
 import re
 
 import pytest
@@ -250,3 +251,21 @@ def test_predicate_selector_calls_the_predicate_with_resources():
     selector = Selector(lambda r: seen.append(r) or re.fullmatch(r'.*s', r.plural) is not None)
     assert selector.check(KEX)
     assert seen == [KEX]
+
+
+def test_resources_are_equal_and_hashed_by_group_version_plural_only():
+    resource = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample', namespaced=True)
+    same = Resource('kopf.dev', 'v1', 'kopfexamples')
+    other = Resource('kopf.dev', 'v2', 'kopfexamples', kind='KopfExample', namespaced=True)
+    assert resource == same and hash(resource) == hash(same)
+    assert resource != other and {resource: 1}.get(other) is None
+
+
+def test_pickled_resources_get_their_hash_anew():
+    # The hash is remembered per resource, but the strings' hashes differ between processes:
+    # a remembered hash must not travel with the pickle (it would be wrong in another process).
+    resource = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample')
+    pickled = pickle.dumps(resource)
+    assert b'_hash' not in pickled
+    restored = pickle.loads(pickled)
+    assert restored == resource and hash(restored) == hash(resource) and restored.kind == 'KopfExample'

@@ -59,7 +59,9 @@ class _Relist(Exception):
 
 def _get_resource_version(obj: Mapping[str, Any]) -> str | None:
     metadata = obj.get('metadata')
-    value = metadata.get('resourceVersion') if isinstance(metadata, Mapping) else None
+    value = None
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        value = metadata.get('resourceVersion')
     return str(value) if value else None
 
 

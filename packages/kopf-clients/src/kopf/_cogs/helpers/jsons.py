@@ -24,15 +24,15 @@ if _orjson is not None:
     _OPTIONS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def loads(data: bytes | bytearray) -> Any:
-    """Parse a UTF-8 JSON document; a ``ValueError`` if it is not one (incl. ``UnicodeDecodeError``)."""
+def loads(data: bytes | bytearray | str) -> Any:
+    """Parse a JSON document (UTF-8 if bytes); ``ValueError`` if it is not one (or ``UnicodeDecodeError``)."""
     if _orjson is not None:
         try:
             return _orjson.loads(data)
         except _orjson.JSONDecodeError:
             pass  # e.g. an integer beyond 64 bits: the standard library reads it, or explains the error.
     # The API speaks UTF-8 only: decoding it here skips json's detection of the encoding.
-    return json.loads(data.decode('utf-8'))
+    return json.loads(data if isinstance(data, str) else data.decode('utf-8'))
 
 
 def dumps(obj: Any) -> bytes:

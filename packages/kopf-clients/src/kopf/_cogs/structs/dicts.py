@@ -117,7 +117,7 @@ def ensure(obj: MutableMapping[str, Any], field: FieldSpec, value: Any) -> None:
     parent: MutableMapping[str, Any] = obj
     for index, key in enumerate(path[:-1]):
         child = parent.setdefault(key, {})
-        if not isinstance(child, MutableMapping):
+        if type(child) is not dict and not isinstance(child, MutableMapping):
             where = '.'.join(path[:index + 1])
             raise TypeError(f'Field {where!r} is {type(child).__name__}, not a mapping: cannot go into it.')
         parent = child
@@ -137,11 +137,11 @@ def remove(obj: MutableMapping[str, Any], field: FieldSpec, *, prune: bool = Fal
     parents: list[MutableMapping[str, Any]] = []
     current: Any = obj
     for key in path[:-1]:
-        if not isinstance(current, MutableMapping) or key not in current:
+        if (type(current) is not dict and not isinstance(current, MutableMapping)) or key not in current:
             return
         parents.append(current)
         current = current[key]
-    if not isinstance(current, MutableMapping) or path[-1] not in current:
+    if (type(current) is not dict and not isinstance(current, MutableMapping)) or path[-1] not in current:
         return
     del current[path[-1]]
     if prune:
@@ -258,7 +258,8 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
                 return {}
             mapping = mapping.get(key)
         if type(mapping) is dict or isinstance(mapping, Mapping):
-            return cast('Mapping[_K, _V]', mapping)
+            resolved: Mapping[_K, _V] = mapping  # not cast(): a function call, and this is done a lot
+            return resolved
         return {}
 
     def __repr__(self) -> str:
@@ -287,8 +288,8 @@ def raw_mapping(obj: Mapping[_K, _V]) -> Mapping[_K, _V]:
     Every access to a view resolves its path anew; when many keys are read at once (e.g. all of them),
     it is faster to resolve once. The result must not be kept: the view's source can be replaced.
     """
-    if isinstance(obj, MappingView):
-        return obj._resolve()
+    if type(obj) in _view_classes:  # not isinstance(): the views are ABCs, and their checks are slow
+        return cast('MappingView[_K, _V]', obj)._resolve()
     return obj
 
 

@@ -70,6 +70,13 @@ class Diff(Sequence[DiffItem]):
             for item in items
         )
 
+    @classmethod
+    def _of(cls, items: Iterable[DiffItem]) -> 'Diff':
+        """A diff of ready items, unchecked: for the diffs computed here (one in every handling cycle)."""
+        made = cls.__new__(cls)
+        made._items = tuple(items)
+        return made
+
     def __repr__(self) -> str:
         return repr(self._items)
 
@@ -110,13 +117,14 @@ def diff(a: Any, b: Any, *, fields: Iterable[FieldSpec] | None = None) -> Diff:
     If ``fields`` are given, only those fields are compared (the paths in the items
     are still from the root); otherwise, the whole values are.
     """
-    if fields is None:
-        return Diff(_diff_iter(a, b, ()))
     items: list[DiffItem] = []
-    for field in fields:
-        path = parse_field(field)
-        items.extend(_diff_iter(resolve(a, path, None), resolve(b, path, None), path))
-    return Diff(items)
+    if fields is None:
+        _diff_into(items, a, b, ())
+    else:
+        for field in fields:
+            path = parse_field(field)
+            _diff_into(items, resolve(a, path, None), resolve(b, path, None), path)
+    return Diff._of(items)
 
 
 def reduce(d: Diff, field: FieldSpec) -> Diff:
@@ -138,22 +146,23 @@ def reduce(d: Diff, field: FieldSpec) -> Diff:
             subpath = path[len(item.field):]
             old = resolve(item.old, subpath, None) if isinstance(item.old, Mapping) else None
             new = resolve(item.new, subpath, None) if isinstance(item.new, Mapping) else None
-            items.extend(_diff_iter(old, new, ()))
-    return Diff(items)
+            _diff_into(items, old, new, ())
+    return Diff._of(items)
 
 
-def _diff_iter(a: Any, b: Any, path: FieldPath) -> Iterator[DiffItem]:
+def _diff_into(items: list[DiffItem], a: Any, b: Any, path: FieldPath) -> None:
+    # Into one list rather than via nested generators: a diff is computed in every handling cycle.
     if a is None and b is None:
         return
     elif a is None:
-        yield DiffItem(DiffOperation.ADD, path, None, b)
+        items.append(DiffItem(DiffOperation.ADD, path, None, b))
     elif b is None:
-        yield DiffItem(DiffOperation.REMOVE, path, a, None)
-    elif isinstance(a, Mapping) and isinstance(b, Mapping):
+        items.append(DiffItem(DiffOperation.REMOVE, path, a, None))
+    elif (type(a) is dict or isinstance(a, Mapping)) and (type(b) is dict or isinstance(b, Mapping)):
         for key in a:
-            yield from _diff_iter(a[key], b.get(key), (*path, key))
+            _diff_into(items, a[key], b.get(key), (*path, key))
         for key in b:
             if key not in a:
-                yield from _diff_iter(None, b[key], (*path, key))
+                _diff_into(items, None, b[key], (*path, key))
     elif type(a) is not type(b) or a != b:  # so that 1 == 1.0 == True are not taken as unchanged.
-        yield DiffItem(DiffOperation.CHANGE, path, a, b)
+        items.append(DiffItem(DiffOperation.CHANGE, path, a, b))

@@ -10,7 +10,7 @@ import fnmatch
 import re
 import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import NewType
+from typing import Any, NewType
 
 # A namespace of a namespaced object, or None for cluster-scoped objects or cluster-wide requests.
 Namespace = NewType('Namespace', str)
@@ -47,6 +47,22 @@ class Resource:
     namespaced: bool | None = dataclasses.field(default=None, compare=False)
     preferred: bool = dataclasses.field(default=True, compare=False)
     verbs: frozenset[str] = dataclasses.field(default=frozenset(), compare=False)
+
+    def __post_init__(self) -> None:
+        # The resources are the keys of the registries' caches, looked up several times for every event:
+        # the hash of the identifying fields is computed once (the dataclass's one makes a tuple each time).
+        object.__setattr__(self, '_hash', hash((self.group, self.version, self.plural)))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    # The strings' hashes differ between processes: a pickled resource gets its hash anew when unpickled.
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != '_hash'}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
 
     def __repr__(self) -> str:
         return self.name if self.group else f'{self.plural}.{self.version}'

@@ -110,7 +110,18 @@ class HandlerState:
     @classmethod
     def from_scratch(cls, *, purpose: str | None = None) -> 'HandlerState':
         """A handler seen for the first time in this cycle: it "starts" now (for its timeout & kwargs)."""
-        return cls(started=_now(), purpose=purpose)
+        return _BLANK_STATE._replace(started=_now(), purpose=purpose)
+
+    def _replace(self, **changes: Any) -> 'HandlerState':
+        """
+        The same as ``dataclasses.replace()``, but several times faster (it is done for every handler call).
+
+        The frozen dataclass's own ``__init__`` sets the fields one by one via ``object.__setattr__``;
+        the fields are plain attributes, so a copy of the instance's dict is the same state.
+        """
+        state = object.__new__(HandlerState)
+        state.__dict__.update(self.__dict__, **changes)
+        return state
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> 'HandlerState':
@@ -149,16 +160,17 @@ class HandlerState:
 
     def with_purpose(self, purpose: str | None) -> 'HandlerState':
         """The same progress, but for another cycle (e.g. an unfinished update turned into a deletion)."""
-        return dataclasses.replace(self, purpose=purpose)
+        return self._replace(purpose=purpose)
 
     def with_outcome(self, outcome: Outcome) -> 'HandlerState':
         """The state after one more attempt: finished or to be retried (maybe after a delay)."""
         now = _now()
-        subrefs = tuple(sorted(set(self.subrefs) | set(outcome.subrefs)))
+        subrefs: tuple[HandlerId, ...] = ()
+        if self.subrefs or outcome.subrefs:
+            subrefs = tuple(sorted(set(self.subrefs) | set(outcome.subrefs)))
         if outcome.final:
             failed = outcome.exception is not None
-            return dataclasses.replace(
-                self,
+            return self._replace(
                 stopped=now,
                 delayed=None,
                 retries=self.retries + 1,
@@ -169,8 +181,7 @@ class HandlerState:
             )
         else:
             delay = outcome.delay
-            return dataclasses.replace(
-                self,
+            return self._replace(
                 delayed=now + datetime.timedelta(seconds=delay) if delay is not None else None,
                 retries=self.retries + 1,
                 message=str(outcome.exception) if outcome.exception is not None else None,
@@ -202,6 +213,9 @@ class HandlerState:
     def runtime(self) -> datetime.timedelta:
         """The time since the first attempt (across the retries, cycles, and operator restarts)."""
         return _now() - self.started if self.started is not None else datetime.timedelta(0)
+
+
+_BLANK_STATE = HandlerState()  # the defaults of all fields, for the fast copies
 
 
 class StateCounts(NamedTuple):
@@ -334,7 +348,7 @@ class State(Mapping[HandlerId, HandlerState]):
             known = states.get(key)
             if known is not None:
                 fresh = HandlerState.from_scratch(purpose=self._purpose)
-                states[key] = dataclasses.replace(fresh, stored=known.stored)
+                states[key] = fresh._replace(stored=known.stored)
         return type(self)(states, purpose=self._purpose)
 
     def with_outcomes(self, outcomes: Mapping[HandlerId, Outcome]) -> 'State':

@@ -70,13 +70,13 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
                 essence[field] = conventions.copy_json(value)
 
         raw_metadata = raw_body.get('metadata')
-        if isinstance(raw_metadata, Mapping):
+        if type(raw_metadata) is dict or isinstance(raw_metadata, Mapping):
             metadata: dict[str, Any] = {}
             labels = raw_metadata.get('labels')
-            if isinstance(labels, Mapping) and labels:
+            if labels and (type(labels) is dict or isinstance(labels, Mapping)):
                 metadata['labels'] = dict(labels)
             annotations = raw_metadata.get('annotations')
-            if isinstance(annotations, Mapping) and annotations:
+            if annotations and (type(annotations) is dict or isinstance(annotations, Mapping)):
                 meaningful = self._remove_system_annotations(annotations)
                 if meaningful:
                     metadata['annotations'] = meaningful

@@ -339,6 +339,6 @@ def _copy_for_cleaning(essence: bodies.BodyEssence) -> dict[str, Any]:
     """
     result: dict[str, Any] = dict(essence)
     metadata = result.get('metadata')
-    if isinstance(metadata, Mapping):
+    if type(metadata) is dict or isinstance(metadata, Mapping):
         result['metadata'] = dict(metadata)
     return result

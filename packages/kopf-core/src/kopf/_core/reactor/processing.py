@@ -325,8 +325,8 @@ async def _spawning_exited(context: _Context) -> bool:
     Waits for them, but only as long as no newer event of the object arrives, and at most for the polling
     period of the daemons: if they are still running then, the object is "touched" and handled again.
     """
-    if context.spawner is None:
-        return True
+    if context.spawner is None or not context.registry.spawning.has_handlers(context.resource):
+        return True  # nothing was ever spawned for the object: no need to give up the seat to wait
     async with context.lending():
         return await context.spawner.wait_until_idle(
             context.memory, wakeup=context.stream_pressure,
