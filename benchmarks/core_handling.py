@@ -36,7 +36,8 @@ Options: --objects 1000[,5000,...], --operator create_delete[,create_only], --la
 --repeat N (interleaved runs, medians shown), --no-floor, --no-ours, --floor-python, --floor-concurrency,
 --plot PATH / --no-plot (matplotlib: objects/s and RSS against N), --trace DIR (every request's
 method, path and body, per run: to see the requests per object), --no-status-subresource,
---callgrind (instructions per object under valgrind: slow, but free of the machine's noise),
+--callgrind (instructions per object in each phase under valgrind, for the first operator and object count:
+slow, but free of the machine's noise),
 --idle 1000,10000 (this project's idle memory per watched object; empty to skip),
 --ours-python (default: this interpreter; for a fair peak RSS, one without the optional
 `kubernetes` and `pykube-ng`, which are imported for the login if installed), --timeout (seconds per phase).
@@ -45,7 +46,9 @@ import argparse
 import asyncio
 import dataclasses
 import pathlib
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -360,8 +363,14 @@ def make_plot(path: pathlib.Path, scenarios: Sequence[Scenario], names: Sequence
 
 
 def count_instructions(implementation: Implementation, operator: str, count: int, timeout: float,
-                       status_subresource: bool) -> int:
-    """The instructions executed by the operator process (under callgrind) to handle `count` objects."""
+                       status_subresource: bool) -> dict[str, float]:
+    """
+    The instructions executed by the operator process (under callgrind) per object in each phase.
+
+    The counters are dumped (``callgrind_control --dump``) when the LIST arrives, when all objects
+    are handled, and when all are gone; each dump holds the instructions since the previous one
+    (all threads), so the start-up (imports, discovery) is not counted in the phases.
+    """
     with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator, \
             tempfile.TemporaryDirectory() as tmpdir:
         asyncio.run(populate(emulator.url, count, status_subresource=status_subresource))
@@ -370,13 +379,33 @@ def count_instructions(implementation: Implementation, operator: str, count: int
         command = implementation.command(operator, emulator.url, status_subresource)
         with Operator(implementation.python, operator, emulator.kubeconfig_path,
                       wrapper=wrapper, command=command) as process:
+            def dump(what: str) -> None:
+                subprocess.run(['callgrind_control', '--dump=' + what, str(process.pid)],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+
+            process.wait_until(lambda: emulator.requests.first_at('list') is not None, timeout,
+                               'callgrind: the LIST', interval=0.01)
+            dump('startup')
             process.wait_until(lambda: all_handled(emulator, count), timeout,
                                f'callgrind: handling {count} objects', interval=1.0)
-            time.sleep(2.0)  # the trailing requests
-        for line in output.read_text().splitlines():
-            if line.startswith('summary:'):
-                return int(line.split()[1])
-    raise RuntimeError('callgrind: no summary in its output.')
+            time.sleep(QUIET_SECONDS * 4)  # the trailing requests, if any
+            dump('create')
+            if operator == 'create_delete':
+                asyncio.run(delete_all(emulator.url))
+                process.wait_until(lambda: not emulator.list_objects('kopfexamples.kopf.dev'), timeout,
+                                   f'callgrind: deleting {count} objects', interval=1.0)
+                time.sleep(QUIET_SECONDS * 4)
+                dump('delete')
+        phases: dict[str, float] = {}
+        for path in pathlib.Path(tmpdir).glob('callgrind.out.*'):
+            text = path.read_text(errors='replace')
+            trigger = re.search(r'^desc: Trigger: dump (\w+)', text, re.MULTILINE)
+            totals = re.search(r'^totals: (\d+)', text, re.MULTILINE)
+            if trigger and totals and trigger.group(1) in ('create', 'delete'):
+                phases[trigger.group(1)] = int(totals.group(1)) / count
+    if not phases:
+        raise RuntimeError('callgrind: no dumps of the phases.')
+    return phases
 
 
 def measure_idle_rss(python: str, operator: str, count: int, timeout: float, settle: float) -> float:
@@ -514,17 +543,23 @@ def main() -> None:
         make_plot(args.plot, scenarios, names, results)
 
     if args.callgrind:
-        # Instructions are not affected by the machine's noise: the same run gives the same count.
-        # Two object counts, so that the start-up (imports, discovery) cancels out.
+        # Instructions are not affected by the machine's noise: the same run gives about the same count.
         operator, objects = args.operator[0], args.objects[0]
-        lo, hi = objects // 4, objects
-        print(f'\nInstructions per handled object ({operator}, callgrind; {hi} minus {lo} objects):\n')
-        for implementation in implementations:
-            instructions = {n: count_instructions(implementation, operator, n, args.timeout * 20,
-                                                  status_subresource)
-                            for n in (lo, hi)}
-            per_object = (instructions[hi] - instructions[lo]) / (hi - lo)
-            print(f'  {implementation.name:<14} {per_object / 1e6:6.2f} M instructions/object')
+        print(f'\nInstructions per handled object ({operator}, {objects} objects, callgrind, '
+              f'all threads; the start-up not counted):\n')
+        print('| implementation | create M instr/obj | delete M instr/obj '
+              '| create vs floor | delete vs floor |')
+        print('|---|---|---|---|---|')
+        counted = {implementation.name: count_instructions(implementation, operator, objects,
+                                                           args.timeout * 20, status_subresource)
+                   for implementation in implementations}
+        floor_counts = counted.get(FLOOR_NAME, {})
+        phase_names = ('create', 'delete')
+        for name, phases in counted.items():
+            cells = [f'{phases[phase] / 1e6:.3f}' if phase in phases else '—' for phase in phase_names]
+            cells += [f'{phases[phase] / floor_counts[phase]:.2f}'
+                      if phase in phases and phase in floor_counts else '—' for phase in phase_names]
+            print(f'| {name} | ' + ' | '.join(cells) + ' |')
 
     counts = [int(c) for c in args.idle.split(',') if c.strip()]
     if len(counts) >= 2:
