@@ -82,6 +82,36 @@ async def test_timer_sees_its_own_patches_and_stops_when_they_make_it_mismatch(
         assert cluster.status().get('count') == 3
 
 
+async def test_timer_body_is_live_during_a_call_and_fresh_in_every_call(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    # Every call gets its own view of the object's live body (its nested views are not kept with
+    # the idle object between the calls), but the view still follows the object's changes.
+    changed = asyncio.Event()
+    seen: list[tuple[str, str, str]] = []  # (spec at the start, spec after the change, meta's label)
+    bodies: list[kopf.Body] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.05)
+    async def watcher(body: kopf.Body, spec: kopf.Spec, meta: kopf.Meta, **_: Any) -> None:
+        bodies.append(body)
+        at_start = spec.get('field')
+        if len(seen) == 0:
+            await changed.wait()  # the object is changed while this first call runs
+            await eventually(lambda: spec.get('field') == 'changed')
+        seen.append((at_start, spec.get('field'), meta.labels.get('app')))
+
+    async with operator(registry, settings):
+        await cluster.create('kex1', labels={'app': 'x'})
+        await eventually(lambda: len(bodies) == 1)
+        await cluster.patch('kex1', {'spec': {'field': 'changed'}, 'metadata': {'labels': {'app': 'y'}}})
+        changed.set()
+        await eventually(lambda: len(seen) >= 2)
+
+    assert seen[0] == ('value', 'changed', 'y')  # the live body during the call
+    assert seen[1] == ('changed', 'changed', 'y')  # the next call starts with the latest state
+    assert bodies[0] is not bodies[1]
+
+
 @pytest.mark.parametrize('sharp', [True, False])
 async def test_sharp_timers_count_the_interval_from_the_start_of_the_call(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,

@@ -216,7 +216,7 @@ class SpawningEngine:
         return self.registry.spawning.requires_finalizer(self._make_cause(spawns, logger=logger))
 
     def _make_cause(self, spawns: ObjectSpawns, *, logger: Logger) -> ResourceSpawningCause:
-        return ResourceSpawningCause(resource=spawns.resource, body=spawns.body, logger=logger,
+        return ResourceSpawningCause(resource=spawns.resource, body=spawns.transient_body(), logger=logger,
                                      patch=Patch(body=spawns.body), memo=spawns.memo, indices=self.indices)
 
     def _respawn(self, spawns: ObjectSpawns, *, logger: Logger, since: float | None = None) -> bool:

@@ -310,8 +310,8 @@ class Timers:
 
     def _make_cause(self, timer: Timer, patch: Patch, logger: loggers.ObjectLogger) -> ResourceSpawningCause:
         spawns = timer.spawns
-        return ResourceSpawningCause(resource=spawns.resource, body=spawns.body, patch=patch, logger=logger,
-                                     memo=spawns.memo, indices=self.indices)
+        return ResourceSpawningCause(resource=spawns.resource, body=spawns.transient_body(), patch=patch,
+                                     logger=logger, memo=spawns.memo, indices=self.indices)
 
     async def _run(self, timer: Timer) -> None:
         """One call of the timer's function (with its patch), then the scheduling of the next one."""
