@@ -77,6 +77,19 @@ def test_callers_extras_are_kept_but_cannot_replace_the_reference(
     assert record['object']['name'] == 'kex1'
 
 
+@pytest.mark.parametrize('level', ['debug', 'info', 'warning', 'error'])
+def test_records_name_the_callers_not_the_loggers(
+        caplog: pytest.LogCaptureFixture, settings: OperatorSettings, namespaced_body: dict[str, Any],
+        level: str,
+) -> None:
+    # %(filename)s, %(funcName)s, %(lineno)d in the operators' log formats point to where they log.
+    caplog.set_level(logging.DEBUG, logger='kopf.objects')
+    getattr(ObjectLogger(body=namespaced_body, settings=settings), level)('hello')
+    (record,) = [r for r in caplog.records if r.name == 'kopf.objects']
+    assert record.filename == 'test_object_loggers.py'
+    assert record.funcName == 'test_records_name_the_callers_not_the_loggers'
+
+
 def test_local_loggers_log_the_same_way(
         capsys: pytest.CaptureFixture[str], settings: OperatorSettings, namespaced_body: dict[str, Any],
 ) -> None:

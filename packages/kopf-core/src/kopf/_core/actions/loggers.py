@@ -140,11 +140,6 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         twin._extra = {**self._extra, LOCAL_ATTR: cls.local} if self._extra is not None else None
         return twin
 
-    def debug(self, msg: object, *args: Any, **kwargs: Any) -> None:
-        # The most frequent and the least enabled level: checked first, with no calls through the adapter.
-        if self.logger.isEnabledFor(logging.DEBUG):
-            self.log(logging.DEBUG, msg, *args, **kwargs)
-
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         # Keep the caller's own extras (they get into JSON logs), but never let them replace ours.
         own_extra = self._own_extra()
