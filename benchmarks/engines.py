@@ -38,7 +38,12 @@ Usage (from the repository root)::
     python benchmarks/engines.py --install-kopf /tmp/kopf-venv --repeat 3
     python benchmarks/engines.py --scenario timer-1s --ours-python .venv/bin/python --kopf-python ...
 
-``--repeat N`` interleaves the runs of both implementations and shows the medians. A run that
+The timer scenarios also run the floor (``floor_client.py --timer``; ``--no-floor`` to skip it):
+a minimal hand-written aiohttp client that makes the same requests (the finalizer, then a status
+PATCH per tick) with no framework, so the table shows what the substrate (Python, aiohttp, JSON,
+the emulator on this machine) allows, e.g. whether 10,000 first ticks can be done in 2 s here at all.
+
+``--repeat N`` interleaves the runs of all implementations and shows the medians. A run that
 fails (an operator that exits, stalls, or does not finish in ``--timeout`` s) is reported in the
 output with the tail of the operator's log; the other runs and scenarios go on.
 """
@@ -56,6 +61,7 @@ from typing import Any
 import aiohttp
 from _harness import (
     CRD,
+    HERE,
     Implementation,
     Operator,
     OperatorFailed,
@@ -76,6 +82,7 @@ HISTORY_LIMIT = 50_000  # enough for watches that reconnect; older events are no
 TICK = re.compile(rb'"tick":(\d+)')
 NAN = float('nan')
 SCENARIOS = ('timer-1s', 'timer-60s-idle', 'index-10k')
+FLOOR_NAME = 'the floor'
 Measures = dict[str, float]
 
 
@@ -146,6 +153,18 @@ def timer_env(args: argparse.Namespace, interval: float, initial_delay: float = 
     }
 
 
+def timer_operator(implementation: Implementation, args: argparse.Namespace, emulator: KubernetesEmulator,
+                   interval: float, initial_delay: float = 0) -> Operator:
+    """The timer operator (``operators/timer.py``) of an implementation, or the floor's equivalent."""
+    env = timer_env(args, interval=interval, initial_delay=initial_delay)
+    command = None
+    if implementation.name == FLOOR_NAME:
+        command = [implementation.python, str(HERE / 'floor_client.py'), '--server', emulator.url,
+                   '--concurrency', str(args.floor_concurrency),
+                   '--timer', str(interval), '--initial-delay', str(initial_delay)]
+    return Operator(implementation.python, 'timer', emulator.kubeconfig_path, env=env, command=command)
+
+
 @dataclasses.dataclass(frozen=True)
 class Sample:
     at: float
@@ -197,8 +216,7 @@ def measure_timer_1s(implementation: Implementation, args: argparse.Namespace) -
     with KubernetesEmulator(history_limit=HISTORY_LIMIT) as emulator:
         asyncio.run(populate(emulator.url, count))
         emulator.requests.reset()
-        with Operator(implementation.python, 'timer', emulator.kubeconfig_path,
-                      env=timer_env(args, interval=1)) as operator:
+        with timer_operator(implementation, args, emulator, interval=1) as operator:
             wait_for_count(operator, lambda: count_ticked(emulator), count, timeout=args.timeout,
                            stall=args.stall, what=f'the first tick of all {count} objects')
             time.sleep(args.warmup)
@@ -236,8 +254,8 @@ def measure_idle_timers_once(implementation: Implementation, args: argparse.Name
         asyncio.run(populate(emulator.url, count))
         emulator.requests.reset()
         log.reset()
-        env = timer_env(args, interval=args.idle_interval, initial_delay=args.initial_delay)
-        with Operator(implementation.python, 'timer', emulator.kubeconfig_path, env=env) as operator:
+        with timer_operator(implementation, args, emulator, interval=args.idle_interval,
+                            initial_delay=args.initial_delay) as operator:
             first_tick_at: list[float] = []
             first_tick_cpu: list[float] = []
 
@@ -447,10 +465,12 @@ def print_table(scenario: str, names: Sequence[str], results: dict[str, Measures
                             if key.startswith('requests:') and key != 'requests:patch' and value >= 0.005)
             row.append(', '.join(f'{verb} {value:.2f}' for verb, value in others) or 'none')
         rows.append(row)
-    ours, kopf = results.get(names[0]), results.get(names[-1]) if len(names) > 1 else None
-    if ours is not None and kopf is not None:
-        ratios = [format_ratio(ours, kopf, c.key) if c.ratio else '—' for c in columns]
-        rows.append([f'ratio ({names[0]} ÷ {names[-1]})', *ratios] + (['—'] if with_requests else []))
+    ours = results.get(names[0])
+    for other_name in names[1:]:
+        other = results.get(other_name)
+        if ours is not None and other is not None:
+            ratios = [format_ratio(ours, other, c.key) if c.ratio else '—' for c in columns]
+            rows.append([f'ratio ({names[0]} ÷ {other_name})', *ratios] + (['—'] if with_requests else []))
     widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
     print('| ' + ' | '.join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + ' |')
     print('|' + '|'.join('-' * (w + 2) for w in widths) + '|')
@@ -486,6 +506,8 @@ MEASURERS: dict[str, Callable[[Implementation, argparse.Namespace], Measures]] =
 
 
 def run_scenario(scenario: str, runs: Sequence[Implementation], args: argparse.Namespace) -> None:
+    if not scenario.startswith('timer-'):  # the floor client has no equivalent of the other operators
+        runs = [impl for impl in runs if impl.name != FLOOR_NAME]
     measured: dict[str, list[Measures]] = {impl.name: [] for impl in runs}
     failures: dict[str, list[str]] = {impl.name: [] for impl in runs}
     # Interleaved: the machine's noise (other processes, CPU frequency) affects both alike.
@@ -518,6 +540,11 @@ def main() -> None:
     parser.add_argument('--settle', type=float, default=8.0,
                         help='idle seconds before reading the idle RSS (above the workers\' idle timeout)')
     parser.add_argument('--sync-handlers', action='store_true', help='sync timer handlers instead of async')
+    parser.add_argument('--no-floor', action='store_true', help='do not run the floor client')
+    parser.add_argument('--floor-python', default=None,
+                        help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
+    parser.add_argument('--floor-concurrency', type=int, default=400,
+                        help="the floor's objects processed and ticks sent at once (default: 400)")
     parser.add_argument('--timer-objects', type=int, default=1000, help='timer-1s: objects')
     parser.add_argument('--warmup', type=float, default=3.0, help='timer-1s: seconds after all ticked once')
     parser.add_argument('--window', type=float, default=10.0, help='timer-1s: the measured seconds')
@@ -536,6 +563,8 @@ def main() -> None:
     # A termination (e.g. by a CI's timeout) unwinds like Ctrl-C: the operators are stopped, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     runs = implementations(parser, args)
+    if not args.no_floor:
+        runs.append(Implementation(FLOOR_NAME, args.floor_python or args.ours_python))
     for scenario in SCENARIOS if args.scenario == 'all' else [args.scenario]:
         run_scenario(scenario, runs, args)
 

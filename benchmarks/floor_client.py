@@ -27,11 +27,20 @@ What it does, for one resource in one namespace:
 
 * at most ``--concurrency`` objects are processed at once (a fixed pool of workers).
 
-Usage: ``python floor_client.py --server http://127.0.0.1:PORT [--delete-handler]``; it runs until
-interrupted (SIGINT or SIGTERM). Only aiohttp is needed; it never imports the framework.
+With ``--timer INTERVAL`` (for the engines' timer scenarios, as ``operators/timer.py``), every alive
+object gets the finalizer as above (the framework's timers need it to be stopped on deletion), and
+a timer: its first tick ``--initial-delay`` seconds after the object is seen (listed), then every
+``INTERVAL`` seconds after the end of the previous one; a tick is a merge-patch of a per-object counter
+into the status (``status.tick``: 1, 2, 3, ...). The ticks are due in a heap (one loop wake-up at a time),
+and at most ``--concurrency`` of them are in flight at once (a second fixed pool of workers).
+
+Usage: ``python floor_client.py --server http://127.0.0.1:PORT [--delete-handler]`` (or with ``--timer 60
+--initial-delay 5`` instead of ``--delete-handler``); it runs until interrupted (SIGINT or SIGTERM).
+Only aiohttp is needed; it never imports the framework.
 """
 import argparse
 import asyncio
+import heapq
 import json
 import signal
 import sys
@@ -63,23 +72,37 @@ class Floor:
     """The per-object reactions, the pool of workers, and the list+watch of one resource."""
 
     def __init__(self, session: aiohttp.ClientSession, collection: str, *,
-                 delete_handler: bool, status_subresource: bool, concurrency: int) -> None:
+                 delete_handler: bool, status_subresource: bool, concurrency: int,
+                 timer: float | None = None, initial_delay: float = 0.0) -> None:
         self.session = session
         self.collection = collection  # e.g. /apis/kopf.dev/v1/namespaces/default/kopfexamples
-        self.delete_handler = delete_handler
+        self.delete_handler = delete_handler or timer is not None
         self.status_subresource = status_subresource
         self.concurrency = concurrency
         self.latest: dict[str, dict[str, Any]] = {}  # the newest unprocessed body of each object
         self.scheduled: set[str] = set()  # the objects in the queue or in a worker's hands
         self.queue: asyncio.Queue[str] = asyncio.Queue()
+        # The timers (with --timer): the first tick's due time of the objects seen but not ticking yet,
+        # the due ticks in a heap, the ticks' counters, and the ticks ready to go (for the tick workers).
+        self.timer = timer
+        self.initial_delay = initial_delay
+        self.first_due: dict[str, float] = {}
+        self.ticking: set[str] = set()
+        self.ticks: dict[str, int] = {}
+        self.due: list[tuple[float, str]] = []
+        self.wakeup: asyncio.TimerHandle | None = None
+        self.ready: asyncio.Queue[str] = asyncio.Queue()
 
     def accept(self, event_type: str, body: dict[str, Any]) -> None:
         """Remember an object's newest state and schedule it, unless it is scheduled already."""
         name = body['metadata']['name']
         if event_type == 'DELETED':
             self.latest.pop(name, None)
+            self.ticking.discard(name)
             return
         self.latest[name] = body
+        if self.timer is not None and name not in self.first_due:
+            self.first_due[name] = asyncio.get_running_loop().time() + self.initial_delay
         if name not in self.scheduled:
             self.scheduled.add(name)
             self.queue.put_nowait(name)
@@ -111,6 +134,11 @@ class Floor:
         elif self.delete_handler and FINALIZER not in finalizers:
             await self.patch(url, {'metadata': {'finalizers': [*finalizers, FINALIZER],
                                                 'resourceVersion': metadata['resourceVersion']}})
+        elif self.timer is not None:
+            name = metadata['name']
+            if name not in self.ticking:  # the finalizer is stored: the timer starts (once)
+                self.ticking.add(name)
+                self.schedule(name, self.first_due[name])
         elif LAST_HANDLED not in metadata.get('annotations', {}):
             result = {'message': 'hello'}  # the create handler's return value
             annotations = {'annotations': {LAST_HANDLED: essence(body)}}
@@ -127,8 +155,40 @@ class Floor:
             response.raise_for_status()
             await response.read()
 
+    def schedule(self, name: str, due: float) -> None:
+        heapq.heappush(self.due, (due, name))
+        if self.wakeup is None or self.wakeup.when() > self.due[0][0]:
+            if self.wakeup is not None:
+                self.wakeup.cancel()
+            self.wakeup = asyncio.get_running_loop().call_at(self.due[0][0], self.wake_up)
+
+    def wake_up(self) -> None:
+        self.wakeup = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self.due and self.due[0][0] <= now:
+            self.ready.put_nowait(heapq.heappop(self.due)[1])
+        if self.due:
+            self.wakeup = loop.call_at(self.due[0][0], self.wake_up)
+
+    async def tick(self) -> None:
+        assert self.timer is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            name = await self.ready.get()
+            if name not in self.ticking:
+                continue
+            count = self.ticks[name] = self.ticks.get(name, 0) + 1
+            try:
+                await self.patch(f'{self.collection}/{name}/status', {'status': {'tick': count}})
+            except Exception as e:  # no retries: the benchmark fails and shows this in the log's tail
+                print(f'The floor failed to tick {name}: {e!r}', file=sys.stderr, flush=True)
+            self.schedule(name, loop.time() + self.timer)
+
     async def run(self) -> None:
         workers = [asyncio.create_task(self.work()) for _ in range(self.concurrency)]
+        if self.timer is not None:
+            workers += [asyncio.create_task(self.tick()) for _ in range(self.concurrency)]
         try:
             async with self.session.get(self.collection) as response:
                 response.raise_for_status()
@@ -169,7 +229,8 @@ async def main(args: argparse.Namespace) -> None:
     connector = aiohttp.TCPConnector(limit=0)  # the pool of workers is the limit
     async with aiohttp.ClientSession(base_url=args.server, connector=connector) as session:
         floor = Floor(session, collection, delete_handler=args.delete_handler,
-                      status_subresource=not args.no_status_subresource, concurrency=args.concurrency)
+                      status_subresource=not args.no_status_subresource, concurrency=args.concurrency,
+                      timer=args.timer, initial_delay=args.initial_delay)
         task = asyncio.create_task(floor.run())
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -193,9 +254,15 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument('--no-status-subresource', action='store_true',
                         help='the CRD has no status subresource: the result and the diff-base in one patch')
     parser.add_argument('--concurrency', type=int, default=100, help='objects processed at once (100)')
+    parser.add_argument('--timer', type=float, default=None, metavar='INTERVAL',
+                        help='a timer per object (with the finalizer) that patches a counter into the status')
+    parser.add_argument('--initial-delay', type=float, default=0.0,
+                        help="with --timer: the first tick's delay after the object is seen (0)")
     args = parser.parse_args()
     if args.concurrency < 1:
         parser.error(f'--concurrency must be at least 1, got {args.concurrency}.')
+    if args.timer is not None and args.timer <= 0:
+        parser.error(f'--timer must be a positive interval in seconds, got {args.timer}.')
     return args
 
 

@@ -176,6 +176,55 @@ async def test_idle_workers_exit_and_leave_no_tasks(settings: OperatorSettings, 
     await streams.close()
 
 
+async def test_idle_workers_expire_each_at_its_own_time(settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1))  # idle since 0.0
+    await asyncio.sleep(2)
+    streams.feed(event('kex2', 2))  # idle since 2.0
+    await asyncio.sleep(1)
+    streams.feed(event('kex1', 'again'))  # idle since 3.0 (not 0.0 anymore)
+    await asyncio.sleep(1)
+    streams.feed(event('kex3', 3))  # idle since 4.0
+    active: list[tuple[float, int]] = []
+    for moment in [6.9, 7.1, 7.9, 8.1, 8.9, 9.1]:
+        await asyncio.sleep(moment - asyncio.get_running_loop().time())
+        active.append((moment, streams.active_count))
+    assert active == [(6.9, 3), (7.1, 2), (7.9, 2), (8.1, 1), (8.9, 1), (9.1, 0)]
+    assert recorder.values('kex1') == [1, 'again']
+    await streams.close()
+
+
+async def test_idle_workers_share_one_timer_of_the_loop(settings: OperatorSettings, looptime: float) -> None:
+    loop = asyncio.get_running_loop()
+    timers_before = len(loop._scheduled)  # type: ignore[attr-defined]  # asyncio's own heap of timers
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    for index in range(1000):
+        streams.feed(event(f'kex{index}', index))
+        await asyncio.sleep(0.001)  # each goes idle at its own time
+    assert streams.active_count == 1000
+    assert len(loop._scheduled) <= timers_before + 2  # type: ignore[attr-defined]
+    await asyncio.sleep(6)
+    assert streams.active_count == 0
+    await streams.close()
+
+
+async def test_idle_workers_wait_forever_without_the_idle_timeout(
+        settings: OperatorSettings, looptime: float) -> None:
+    settings.queueing.idle_timeout = None  # type: ignore[assignment]
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1))
+    await asyncio.sleep(1000)
+    assert streams.active_count == 1
+    streams.feed(event('kex1', 2))
+    await asyncio.sleep(1)
+    assert recorder.values('kex1') == [1, 2]
+    await streams.close()
+    assert streams.active_count == 0
+
+
 async def test_deleted_objects_release_their_workers_at_once(
         settings: OperatorSettings, looptime: float) -> None:
     recorder = Recorder()

@@ -20,6 +20,9 @@ The newer events also set ``stream_pressure``, so that a processor sleeping on s
 Workers exit after ``settings.queueing.idle_timeout`` with no new events (or right after the object
 is deleted), and their streams are forgotten: an idle object costs no task and no queue, only a small
 record of its identity (to notice its disappearance while the watch-stream was not watching).
+The idle workers of a watch-stream share one timer of the event loop (for the one that went idle first):
+not one per worker, which the loop would keep in its heap of timers (with Python-level comparisons)
+and cancel at almost every event.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -68,6 +71,9 @@ logger = logging.getLogger(__name__)
 
 # How many objects may wait for the pacer's seats before the new objects' workers are deferred.
 _BACKLOG = pacing.DEFAULT_SEATS
+
+# The idle workers this close to their expiry are expired now (the loop's clock is not infinitely precise).
+_CLOCK_SLACK = 0.001
 
 
 class Processor(Protocol):
@@ -177,6 +183,7 @@ class _Stream:
     worker: asyncio.Task[None] | None = None
     events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
     received_at: float = 0.0  # when the pending event has arrived (the loop's time)
+    idle_since: float = 0.0  # when its worker has started waiting for new events (the loop's time)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -226,6 +233,11 @@ class ObjectStreams:
         self._toggle = toggle if indexer is not None else None
         self._unindexed: set[Hashable] = set()  # the objects of the initial listing not indexed yet
         self._streams: dict[Hashable, _Stream] = {}
+        # The idle workers' streams in the order they went idle, i.e. of their expiry (the timeout is common).
+        # Not a plain dict: with the entries removed from its head all the time, getting its first item
+        # would skip more and more of their emptied slots (until it is resized); an ordered dict's is O(1).
+        self._idle: collections.OrderedDict[Hashable, _Stream] = collections.OrderedDict()
+        self._idle_sweeper: asyncio.TimerHandle | None = None
         self._known: dict[Hashable, ObjectIdentity] = {}
         self._listing: set[Hashable] | None = None
         self._throttles: dict[Hashable, _Throttle] = {}
@@ -337,6 +349,9 @@ class ObjectStreams:
         self._closing.set()
         if self._starter is not None:
             self._starter.cancel()
+        if self._idle_sweeper is not None:
+            self._idle_sweeper.cancel()
+            self._idle_sweeper = None
         self._start_some(len(self._deferred))  # as if never deferred: they process what they have
         for stream in self._streams.values():
             stream.pressure.set()
@@ -359,7 +374,7 @@ class ObjectStreams:
                 if stream.pending is None:
                     if self._closing.is_set():
                         break
-                    await _wait_or_expire(stream.pressure, self._settings.queueing.idle_timeout)
+                    await self._wait_while_idle(key, stream)
                     if stream.pending is None:
                         break  # idle for too long, or closing with nothing left to do.
 
@@ -399,6 +414,50 @@ class ObjectStreams:
             # a new event can arrive only while this worker awaits something, so none can be lost.
             if self._streams.get(key) is stream:
                 del self._streams[key]
+
+    async def _wait_while_idle(self, key: Hashable, stream: _Stream) -> None:
+        """Wait for a new event, or until the idle timeout is over (then, the sweeper sets the pressure)."""
+        if stream.pressure.is_set():
+            return
+        if self._idle_timeout is None:
+            await stream.pressure.wait()
+            return
+        stream.idle_since = asyncio.get_running_loop().time()
+        self._idle[key] = stream
+        if self._idle_sweeper is None:
+            self._arm_idle_sweeper()
+        try:
+            await stream.pressure.wait()
+        finally:
+            self._idle.pop(key, None)
+
+    @property
+    def _idle_timeout(self) -> float | None:
+        # Typed as a number in the settings, but None was always accepted here: the workers never expire.
+        idle_timeout: float | None = self._settings.queueing.idle_timeout
+        return idle_timeout
+
+    def _arm_idle_sweeper(self) -> None:
+        idle_timeout = self._idle_timeout
+        if self._idle and idle_timeout is not None and not self._closing.is_set():
+            earliest = next(iter(self._idle.values())).idle_since
+            self._idle_sweeper = asyncio.get_running_loop().call_at(earliest + idle_timeout, self._sweep_idle)
+
+    def _sweep_idle(self) -> None:
+        """Wake up the workers idle for too long (the earliest ones first), and wait for the next of them."""
+        self._idle_sweeper = None
+        idle_timeout = self._idle_timeout
+        if idle_timeout is None:  # the settings have changed meanwhile: the workers wait for events forever
+            return
+        deadline = asyncio.get_running_loop().time() + _CLOCK_SLACK - idle_timeout
+        expired: list[Hashable] = []
+        for key, stream in self._idle.items():
+            if stream.idle_since > deadline:
+                break
+            expired.append(key)
+        for key in expired:
+            self._idle.pop(key).pressure.set()  # as _wait_or_expire() does: the worker sees nothing pending
+        self._arm_idle_sweeper()
 
     async def _wait_for_silence(self, stream: _Stream) -> None:
         """Batch the bursts of events: wait until no new events arrive within the batching window."""
