@@ -97,3 +97,45 @@ async def test_the_floor_makes_the_frameworks_requests_and_writes(
             floor.send_signal(signal.SIGINT)
         exit_code = await asyncio.wait_for(floor.wait(), timeout=10)
     assert exit_code == 0
+
+
+async def test_the_floors_timers_make_the_frameworks_requests_and_writes(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually,
+) -> None:
+    ticks: dict[str, int] = {}
+
+    # As in benchmarks/operators/timer.py: a per-object counter in the status at every tick.
+    @kopf.timer('kopfexamples', interval=0.2, registry=registry)
+    def timer_fn(name: str, patch: kopf.Patch, **_: Any) -> None:
+        ticks[name] = ticks.get(name, 0) + 1
+        patch.status['tick'] = ticks[name]
+
+    def ticked(namespace: str, at_least: int) -> bool:
+        return all((stored(cluster, name, namespace)['status'] or {}).get('tick', 0) >= at_least
+                   for name in OBJECTS)
+
+    await cluster.create_namespace(FLOOR_NAMESPACE)
+    for namespace in ('default', FLOOR_NAMESPACE):
+        for name, parts in OBJECTS.items():
+            await cluster.create(name, parts['spec'], namespace=namespace, metadata=parts.get('metadata'))
+
+    floor = await asyncio.create_subprocess_exec(
+        sys.executable, str(FLOOR_CLIENT), '--server', cluster.emulator.url, '--namespace', FLOOR_NAMESPACE,
+        '--timer', '0.2')
+    try:
+        async with operator(registry, settings):
+            await eventually(lambda: ticked('default', 3) and ticked(FLOOR_NAMESPACE, 3))
+            for namespace in ('default', FLOOR_NAMESPACE):
+                for name in OBJECTS:
+                    # The finalizer once, then only the status at every tick.
+                    assert cluster.count('patch', name, namespace=namespace, subresource='') == 1
+                    assert cluster.count('patch', name, namespace=namespace, subresource='status') >= 3
+            for name in OBJECTS:
+                ours, floors = stored(cluster, name, 'default'), stored(cluster, name, FLOOR_NAMESPACE)
+                assert {**ours, 'status': set(ours['status'])} == {**floors, 'status': set(floors['status'])}
+    finally:
+        if floor.returncode is None:
+            floor.send_signal(signal.SIGINT)
+        exit_code = await asyncio.wait_for(floor.wait(), timeout=10)
+    assert exit_code == 0
