@@ -102,16 +102,26 @@ class Resource:
         base = f'/apis/{self.group}/{self.version}' if self.group else f'/api/{self.version}'
         parts = [base]
         if namespace is not None:
-            parts.append(f'namespaces/{urllib.parse.quote(namespace, safe="")}')
+            parts.append(f'namespaces/{_quote(namespace)}')
         parts.append(self.plural)
         if name is not None:
-            parts.append(urllib.parse.quote(name, safe=''))
+            parts.append(_quote(name))
         if subresource is not None:
-            parts.append(urllib.parse.quote(subresource, safe=''))
+            parts.append(_quote(subresource))
         url = '/'.join(parts)
         if params:
             url += '?' + urllib.parse.urlencode(params)
         return (server.rstrip('/') if server else '') + url
+
+
+# What urllib.parse.quote(..., safe='') leaves as it is: the unreserved characters of URLs (RFC 3986).
+_UNRESERVED = re.compile(r'[A-Za-z0-9_.~-]*').fullmatch
+
+
+def _quote(part: str) -> str:
+    """A path segment, percent-encoded: the usual names (RFC 1123 labels) need nothing, so nothing is done."""
+    # Every request's URL has 2-3 of these: quote() itself costs ~5x the check.
+    return part if _UNRESERVED(part) else urllib.parse.quote(part, safe='')
 
 
 # A resource predicate: the alternative to naming the resources in a selector.
