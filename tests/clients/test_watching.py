@@ -260,6 +260,70 @@ async def test_bookmarks_keep_the_stream_alive(
     assert looptime == 6 * 3 + 10  # the silence is counted from the last bookmark
 
 
+async def test_a_slow_consumer_is_not_a_silent_stream(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+) -> None:
+    # The silence is counted from the start of every read, not from the latest chunk: the time spent
+    # by the consumer between the reads (here, longer than the inactivity timeout) is not silence.
+    settings.watching.inactivity_timeout = 10
+    events = [line('ADDED', obj(f'o{i}', str(101 + i))) for i in range(5)]
+    watches(kmock)[:1] << (*[item for event in events for item in (lambda: asyncio.sleep(1), event)], ...)
+    kmock[f'get {URL}'] << listing('100')
+
+    items: list[Any] = []
+    stream = watching.infinite_watch(settings=settings, vault=vault, resource=KEX, namespace='ns1')
+    async with contextlib.aclosing(stream):
+        async for item in stream:
+            items.append(item)
+            if len(items) >= 6:
+                break
+            await asyncio.sleep(15)  # the consumer's own work
+
+    assert [item['object']['metadata']['name'] for item in items[1:]] == ['o0', 'o1', 'o2', 'o3', 'o4']
+    assert len(watches(kmock)) == 1  # no reconnects: the stream was never silent for 10 s
+
+
+async def test_a_busy_stream_does_not_make_a_timer_per_chunk(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+        monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The loop's timers of the inactivity timeout (70 s) are counted; kmock's short pauses are not.
+    loop = asyncio.get_running_loop()
+    long_timers = 0
+    original_call_at = loop.call_at
+
+    def call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        nonlocal long_timers
+        long_timers += when - loop.time() > 60
+        return original_call_at(when, *args, **kwargs)
+
+    monkeypatch.setattr(loop, 'call_at', call_at)
+    events = [line('ADDED', obj(f'o{i}', str(101 + i))) for i in range(300)]
+    paused = [item for event in events for item in (lambda: asyncio.sleep(0.001), event)]  # a chunk each
+    watches(kmock)[:1] << (*paused, ...)
+    kmock[f'get {URL}'] << listing('100')
+
+    items = await take(301, settings, vault)
+
+    assert items[-1] == {'type': 'ADDED', 'object': obj('o299', '400')}
+    assert long_timers <= 10  # the requests' own, and the reads' one; with a timer per read: 300 or more
+
+
+async def test_a_cancellation_during_a_read_is_not_a_timeout(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+) -> None:
+    settings.watching.inactivity_timeout = 10
+    watches(kmock) << (line('ADDED', obj('a', '101')), ...)  # and then silence
+    kmock[f'get {URL}'] << listing('100')
+    task = asyncio.create_task(take(100, settings, vault))
+    await asyncio.sleep(5)  # in the middle of the silent read
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert looptime == 5
+    assert len(watches(kmock)) == 1
+
+
 async def test_client_timeout_reconnects(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
                                          vault: Vault, looptime: float) -> None:
     settings.watching.client_timeout = 30

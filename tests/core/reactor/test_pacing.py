@@ -96,6 +96,54 @@ async def test_lending_after_a_delay_keeps_the_seat_for_the_quick_ones(looptime:
     assert pacer.free == 1
 
 
+async def test_delayed_lendings_of_many_seats_share_one_timer_of_the_loop(looptime: float) -> None:
+    loop = asyncio.get_running_loop()
+    pacer = Pacer(1000)
+    lent_at: list[float] = []
+    all_inside = asyncio.Event()
+    inside = 0
+
+    async def holder(index: int) -> None:
+        nonlocal inside
+        await asyncio.sleep(index / 1000)  # each lends its seat at its own time: 0.5 s after it is inside
+        async with pacer.seat() as seat, seat.lending(0.5):
+            inside += 1
+            if inside == 1000:
+                all_inside.set()
+            await asyncio.sleep(2)
+            lent_at.append(loop.time())
+
+    timers_before = len(loop._scheduled)  # type: ignore[attr-defined]  # asyncio's own heap of timers
+    tasks = [asyncio.create_task(holder(index)) for index in range(1000)]
+    await all_inside.wait()
+    # The holders' own sleeps are 1000 timers; the lendings' would be 1000 more, but take only one.
+    assert len(loop._scheduled) <= timers_before + 1000 + 1  # type: ignore[attr-defined]
+    await asyncio.sleep(0.6)
+    assert pacer.free == 1000  # all lent by now, each after its 0.5 s
+    await asyncio.gather(*tasks)
+    assert pacer.free == 1000
+
+
+async def test_lendings_with_different_delays_are_each_in_time(looptime: float) -> None:
+    loop = asyncio.get_running_loop()
+    pacer = Pacer(2)
+    events: list[tuple[float, str]] = []
+
+    async def holder(delay: float) -> None:
+        async with pacer.seat() as seat, seat.lending(delay):
+            await asyncio.sleep(3)
+
+    async def other(name: str) -> None:
+        await asyncio.sleep(0.01)
+        async with pacer.seat():
+            events.append((round(loop.time(), 2), name))
+            await asyncio.sleep(10)
+
+    # The second delay is shorter than the first one: its seat is lent first nevertheless.
+    await asyncio.gather(holder(2), holder(0.5), other('first'), other('second'))
+    assert events == [(0.5, 'first'), (2.0, 'second')]
+
+
 async def test_cancelled_waiters_leave_the_queue_and_pass_the_seat_on() -> None:
     pacer = Pacer(1)
     await pacer.acquire()

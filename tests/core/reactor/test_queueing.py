@@ -210,6 +210,78 @@ async def test_idle_workers_share_one_timer_of_the_loop(settings: OperatorSettin
     await streams.close()
 
 
+async def test_batching_windows_of_many_objects_share_one_timer_of_the_loop(
+        settings: OperatorSettings, looptime: float) -> None:
+    loop = asyncio.get_running_loop()
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings)
+    for index in range(1000):
+        streams.feed(event(f'kex{index}', 'first'))
+    await asyncio.sleep(1.01)  # all processed at 0.0-1.0; now, the "echoes" of all of them
+    timers_before = len(loop._scheduled)  # type: ignore[attr-defined]  # asyncio's own heap of timers
+    for index in range(1000):
+        streams.feed(event(f'kex{index}', 'echo'))
+        await asyncio.sleep(0.00001)  # each window starts at its own time
+    # A timer per window would be 1000 timers; the recorder's sleeps are not there yet: all are batching.
+    assert len(loop._scheduled) <= timers_before + 2  # type: ignore[attr-defined]
+    await asyncio.sleep(0.2)
+    assert all(recorder.values(f'kex{index}') == ['first', 'echo'] for index in range(1000))
+    await streams.close()
+
+
+async def test_batching_windows_end_each_at_its_own_time_and_restart_with_new_events(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'first'))
+    streams.feed(event('kex2', 'first'))
+    await asyncio.sleep(1.01)  # both processed at 0.0-1.0
+    streams.feed(event('kex1', 'echo'))  # its window: 1.01-1.11
+    await asyncio.sleep(0.05)
+    streams.feed(event('kex2', 'echo'))  # its window: 1.06-1.16, restarted at 1.11 by the next event
+    await asyncio.sleep(0.05)
+    streams.feed(event('kex2', 'echo2'))  # its window: 1.11-1.21
+    await asyncio.sleep(2)
+    times = {(name, value): round(time, 2) for time, name, _, value in recorder.calls}
+    assert times == {('kex1', 'first'): 0.0, ('kex2', 'first'): 0.0,
+                     ('kex1', 'echo'): 1.11, ('kex2', 'echo2'): 1.21}
+    await streams.close()
+
+
+async def test_a_batching_window_shortened_meanwhile_ends_in_time(
+        settings: OperatorSettings, looptime: float) -> None:
+    settings.queueing.batch_window = 1.0
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'first'))  # processed at 0.0-1.0
+    await asyncio.sleep(0.1)
+    streams.feed(event('kex2', 'first'))  # processed at 0.1-1.1
+    await asyncio.sleep(0.91)
+    streams.feed(event('kex1', 'echo'))  # its window: 1.01-2.01
+    await asyncio.sleep(0.1)
+    settings.queueing.batch_window = 0.1
+    streams.feed(event('kex2', 'echo'))  # its window: 1.11-1.21, earlier than the one before it
+    await asyncio.sleep(2)
+    times = {(name, value): round(time, 2) for time, name, _, value in recorder.calls}
+    assert times == {('kex1', 'first'): 0.0, ('kex2', 'first'): 0.1,
+                     ('kex1', 'echo'): 2.01, ('kex2', 'echo'): 1.21}
+    await streams.close()
+
+
+async def test_closing_interrupts_the_batching_windows(settings: OperatorSettings, looptime: float) -> None:
+    settings.queueing.batch_window = 100
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'first'))
+    await asyncio.sleep(1.01)
+    streams.feed(event('kex1', 'echo'))  # batched until 101.01 unless interrupted
+    await asyncio.sleep(1)
+    await streams.close()
+    assert recorder.values('kex1') == ['first', 'echo']
+    assert asyncio.get_running_loop().time() == pytest.approx(3.01, abs=0.01)  # the echo took 1 s: 2.01-3.01
+    assert streams.active_count == 0
+
+
 async def test_idle_workers_wait_forever_without_the_idle_timeout(
         settings: OperatorSettings, looptime: float) -> None:
     settings.queueing.idle_timeout = None  # type: ignore[assignment]

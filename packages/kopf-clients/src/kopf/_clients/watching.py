@@ -95,6 +95,78 @@ def build_watch_params(
     return params
 
 
+# The deadlines this close to the loop's time are over (the loop runs its timers a bit early, within its
+# clock's resolution).
+_CLOCK_SLACK = 0.001
+
+
+class _InactivityTimeout:
+    """
+    The inactivity timeout of a watch-stream's reads: as ``asyncio.timeout()`` around every read, but lazy.
+
+    A watch-stream is read chunk by chunk, and in a burst of events, often a chunk per event:
+    ``asyncio.timeout()`` around every read would arm a timer of the loop and cancel it for each of them.
+    Here, a read only notes when it has started; one timer looks at the current read when the earliest
+    possible expiry comes, and re-arms itself for that read's deadline (or goes away between the reads).
+    The expired read is cancelled, and the cancellation turns into ``TimeoutError``, as with the original.
+    """
+
+    __slots__ = ('_cancelling', '_expired', '_reading', '_started', '_task', '_timeout', '_timer')
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__()
+        self._timeout = timeout
+        self._started = 0.0  # when the current or latest read has started (in the loop's time)
+        self._reading = False
+        self._expired = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+
+    def expired(self) -> bool:
+        """Whether the latest read was interrupted by this timeout (not by another one or a cancellation)."""
+        return self._expired
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def __aenter__(self) -> None:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError('The inactivity timeout must be used in a task.')
+        loop = asyncio.get_running_loop()
+        self._task = task
+        self._cancelling = task.cancelling()
+        self._started = loop.time()
+        self._reading = True
+        self._expired = False
+        if self._timer is None:
+            self._timer = loop.call_at(self._started + self._timeout, self._check)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: object) -> None:
+        self._reading = False
+        task, self._task = self._task, None
+        # Our own cancellation is taken back in any case; it becomes a timeout only if nobody else cancels.
+        if self._expired and task is not None and task.uncancel() <= self._cancelling \
+                and exc_type is asyncio.CancelledError:
+            raise TimeoutError from exc
+
+    def _check(self) -> None:
+        self._timer = None
+        if not self._reading or self._task is None:
+            return  # between the reads: the next read arms the timer again
+        loop = asyncio.get_running_loop()
+        deadline = self._started + self._timeout
+        if loop.time() + _CLOCK_SLACK >= deadline:
+            self._expired = True
+            self._task.cancel()
+        else:
+            self._timer = loop.call_at(deadline, self._check)
+
+
 async def _read_lines(
         response: StreamedResponse,
         *,
@@ -108,43 +180,52 @@ async def _read_lines(
     The end, the break, and the silence are not errors: the caller reconnects in all cases.
     """
     buffer = bytearray()
-    while True:
-        timeout_scope = asyncio.timeout(inactivity_timeout)
-        try:
-            async with timeout_scope:
-                chunk = await response.readany()
-        except TimeoutError:
-            if timeout_scope.expired():
-                logger.debug(f'The watch-stream has been silent for {inactivity_timeout}s; '
-                             f'reconnecting: {what}')
-            else:
-                logger.debug(f'The watch-stream has reached its client-side timeout: {what}')
-            chunk = b''
-        except NetworkError as e:
-            logger.debug(f'The watch-stream has been disconnected: {what} -> {e!r}')
-            chunk = b''
-
-        if not chunk:  # EOF or the end of our patience.
-            if buffer.strip():
-                logger.warning(f'The watch-stream has ended in the middle of a line; dropping it: {what}')
-            return
-
-        buffer.extend(chunk)
-        *lines, rest = buffer.split(b'\n')
-        buffer = bytearray(rest)
-        for line in lines:
-            if not line.strip():
-                continue
+    silence = _InactivityTimeout(inactivity_timeout) if inactivity_timeout is not None else None
+    try:
+        while True:
             try:
-                data = jsons.loads(line)
-            except ValueError:  # incl. UnicodeDecodeError
-                logger.warning(f'Skipping an unparseable line in the watch-stream: {bytes(line[:200])!r}')
-                continue
-            if not isinstance(data, dict) or not isinstance(data.get('type'), str) \
-                    or not isinstance(data.get('object'), dict):
-                logger.warning(f'Skipping an unrecognised line in the watch-stream: {bytes(line[:200])!r}')
-                continue
-            yield cast(RawInput, data)
+                if silence is None:
+                    chunk = await response.readany()
+                else:
+                    async with silence:
+                        chunk = await response.readany()
+            except TimeoutError:
+                if silence is not None and silence.expired():
+                    logger.debug(f'The watch-stream has been silent for {inactivity_timeout}s; '
+                                 f'reconnecting: {what}')
+                else:
+                    logger.debug(f'The watch-stream has reached its client-side timeout: {what}')
+                chunk = b''
+            except NetworkError as e:
+                logger.debug(f'The watch-stream has been disconnected: {what} -> {e!r}')
+                chunk = b''
+
+            if not chunk:  # EOF or the end of our patience.
+                if buffer.strip():
+                    logger.warning(f'The watch-stream has ended in the middle of a line; dropping it: {what}')
+                return
+
+            buffer.extend(chunk)
+            *lines, rest = buffer.split(b'\n')
+            buffer = bytearray(rest)
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    data = jsons.loads(line)
+                except ValueError:  # incl. UnicodeDecodeError
+                    logger.warning('Skipping an unparseable line in the watch-stream: '
+                                   f'{bytes(line[:200])!r}')
+                    continue
+                if not isinstance(data, dict) or not isinstance(data.get('type'), str) \
+                        or not isinstance(data.get('object'), dict):
+                    logger.warning('Skipping an unrecognised line in the watch-stream: '
+                                   f'{bytes(line[:200])!r}')
+                    continue
+                yield cast(RawInput, data)
+    finally:
+        if silence is not None:
+            silence.close()  # not to keep this generator's objects until the timer fires for nothing
 
 
 async def _watch_once(

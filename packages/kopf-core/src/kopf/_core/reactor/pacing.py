@@ -32,6 +32,8 @@ import asyncio
 import collections
 import contextlib
 
+from kopf._cogs.helpers import alarms
+
 __all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat']
 
 # How many objects are processed by the framework at once (the handlers and sleeps excluded).
@@ -59,6 +61,8 @@ class Pacer:
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
         self._room_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # The seats lent after a delay: one timer of the loop for all the handlers' calls, not one each.
+        self._lendings: alarms.Alarms[_Lending] = alarms.Alarms()
 
     @property
     def free(self) -> int:
@@ -181,7 +185,9 @@ class _Lending:
             return
         self._lent = True
         if self._delay > 0:
-            self._timer = asyncio.get_running_loop().call_later(self._delay, seat._leave)
+            loop = asyncio.get_running_loop()
+            if not seat._pacer._lendings.add(self, loop.time() + self._delay, seat._leave):
+                self._timer = loop.call_later(self._delay, seat._leave)  # another delay: out of the order
         else:
             seat._leave()
 
@@ -189,4 +195,6 @@ class _Lending:
         if self._lent:
             if self._timer is not None:
                 self._timer.cancel()
+            elif self._delay > 0:
+                self._seat._pacer._lendings.discard(self)
             await self._seat._take_back()

@@ -22,7 +22,8 @@ is deleted), and their streams are forgotten: an idle object costs no task and n
 record of its identity (to notice its disappearance while the watch-stream was not watching).
 The idle workers of a watch-stream share one timer of the event loop (for the one that went idle first):
 not one per worker, which the loop would keep in its heap of timers (with Python-level comparisons)
-and cancel at almost every event.
+and cancel at almost every event. So do the batching windows of its workers (waited for after nearly
+every processing, for the echoes of its own patches; see :mod:`kopf._cogs.helpers.alarms`).
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -58,6 +59,7 @@ from kopf._clients import watching
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
 from kopf._cogs.configs.networking import iter_backoffs
+from kopf._cogs.helpers import alarms
 from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
@@ -238,6 +240,7 @@ class ObjectStreams:
         # would skip more and more of their emptied slots (until it is resized); an ordered dict's is O(1).
         self._idle: collections.OrderedDict[Hashable, _Stream] = collections.OrderedDict()
         self._idle_sweeper: asyncio.TimerHandle | None = None
+        self._silences: alarms.Alarms[_Stream] = alarms.Alarms()  # the ends of the batching windows
         self._known: dict[Hashable, ObjectIdentity] = {}
         self._listing: set[Hashable] | None = None
         self._throttles: dict[Hashable, _Throttle] = {}
@@ -352,6 +355,7 @@ class ObjectStreams:
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
             self._idle_sweeper = None
+        self._silences.cancel()  # the pressure below wakes up the batching workers, too
         self._start_some(len(self._deferred))  # as if never deferred: they process what they have
         for stream in self._streams.values():
             stream.pressure.set()
@@ -461,10 +465,19 @@ class ObjectStreams:
 
     async def _wait_for_silence(self, stream: _Stream) -> None:
         """Batch the bursts of events: wait until no new events arrive within the batching window."""
+        loop = asyncio.get_running_loop()
         while not self._closing.is_set():
             stream.pressure.clear()
             events = stream.events
-            await _wait_or_expire(stream.pressure, self._settings.queueing.batch_window)
+            window: float | None = self._settings.queueing.batch_window
+            # The pressure set by the alarm is told from the new events' by their count, as with the timers.
+            if window is not None and self._silences.add(stream, loop.time() + window, stream.pressure.set):
+                try:
+                    await stream.pressure.wait()
+                finally:
+                    self._silences.discard(stream)
+            else:
+                await _wait_or_expire(stream.pressure, window)
             if stream.events == events and not self._closing.is_set():
                 break  # the window has passed in silence (otherwise, it starts anew)
 
