@@ -51,6 +51,17 @@ def handled(cluster: Cluster, namespace: str) -> bool:
     return all('create_fn' in (stored(cluster, name, namespace)['status'] or {}) for name in OBJECTS)
 
 
+async def start_the_floor(cluster: Cluster, *options: str) -> asyncio.subprocess.Process:
+    """The same objects in two namespaces: for the framework, and for the floor client (started here)."""
+    await cluster.create_namespace(FLOOR_NAMESPACE)
+    for namespace in ('default', FLOOR_NAMESPACE):
+        for name, parts in OBJECTS.items():
+            await cluster.create(name, parts['spec'], namespace=namespace, metadata=parts.get('metadata'))
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(FLOOR_CLIENT), '--server', cluster.emulator.url, '--namespace', FLOOR_NAMESPACE,
+        *options)
+
+
 @pytest.mark.parametrize('deletion', [False, True], ids=['create_only', 'create_delete'])
 async def test_the_floor_makes_the_frameworks_requests_and_writes(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
@@ -66,14 +77,7 @@ async def test_the_floor_makes_the_frameworks_requests_and_writes(
         def delete_fn(**_: Any) -> None:
             pass
 
-    await cluster.create_namespace(FLOOR_NAMESPACE)
-    for namespace in ('default', FLOOR_NAMESPACE):
-        for name, parts in OBJECTS.items():
-            await cluster.create(name, parts['spec'], namespace=namespace, metadata=parts.get('metadata'))
-
-    floor = await asyncio.create_subprocess_exec(
-        sys.executable, str(FLOOR_CLIENT), '--server', cluster.emulator.url, '--namespace', FLOOR_NAMESPACE,
-        *(['--delete-handler'] if deletion else []))
+    floor = await start_the_floor(cluster, *(['--delete-handler'] if deletion else []))
     try:
         async with operator(registry, settings):
             await eventually(lambda: handled(cluster, 'default') and handled(cluster, FLOOR_NAMESPACE))
@@ -115,14 +119,7 @@ async def test_the_floors_timers_make_the_frameworks_requests_and_writes(
         return all((stored(cluster, name, namespace)['status'] or {}).get('tick', 0) >= at_least
                    for name in OBJECTS)
 
-    await cluster.create_namespace(FLOOR_NAMESPACE)
-    for namespace in ('default', FLOOR_NAMESPACE):
-        for name, parts in OBJECTS.items():
-            await cluster.create(name, parts['spec'], namespace=namespace, metadata=parts.get('metadata'))
-
-    floor = await asyncio.create_subprocess_exec(
-        sys.executable, str(FLOOR_CLIENT), '--server', cluster.emulator.url, '--namespace', FLOOR_NAMESPACE,
-        '--timer', '0.2')
+    floor = await start_the_floor(cluster, '--timer', '0.2')
     try:
         async with operator(registry, settings):
             await eventually(lambda: ticked('default', 3) and ticked(FLOOR_NAMESPACE, 3))
