@@ -94,3 +94,24 @@ async def test_cancelling_forgets_all_and_stops_the_timer(looptime: float) -> No
     assert alarms.add('c', 11.0, lambda: calls.append('c'))  # usable again, with any deadline
     await asyncio.sleep(10)
     assert calls == ['c']
+
+
+async def test_a_failing_callback_does_not_stop_the_others(looptime: float) -> None:
+    loop = asyncio.get_running_loop()
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context['exception']))
+    calls: list[str] = []
+    alarms: Alarms[str] = Alarms()
+
+    def fail() -> None:
+        raise ValueError('boom')
+
+    alarms.add('a', 1.0, fail)
+    alarms.add('b', 1.0, lambda: calls.append('b'))
+    alarms.add('c', 2.0, lambda: calls.append('c'))
+    try:
+        await asyncio.sleep(10)
+    finally:
+        loop.set_exception_handler(None)
+    assert calls == ['b', 'c']
+    assert [str(exc) for exc in reported] == ['boom']

@@ -81,4 +81,8 @@ class Alarms(Generic[_K]):
                 self._timer = loop.call_at(deadline, self._fire)
                 break
             del due[key]
-            callback()
+            try:
+                callback()
+            except Exception as e:  # reported as the loop does for its own callbacks; the others still go
+                loop.call_exception_handler({'message': f'An alarm\'s callback has failed: {callback!r}',
+                                             'exception': e})
