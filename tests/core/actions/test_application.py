@@ -261,6 +261,7 @@ async def test_one_request_for_a_whole_successful_cycle(
 #
 
 OURS = 'kopf.zalando.org/KopfFinalizerMarker'
+TEST_FAILED = 'testing value /metadata/resourceVersion'  # a JSON-patch's `test` operation has failed
 
 
 async def test_adding_our_finalizer_is_guarded_by_the_version_and_leaves_the_patch_intact(
@@ -310,6 +311,43 @@ async def test_adding_our_finalizer_to_a_changed_object_keeps_the_others_finaliz
     # The rejected guarded patch; the rest (main, status); the finalizer alone.
     assert k8s_emulator.requests.count('patch') == 4
     assert k8s_emulator.requests.count('patch', subresource='status') == 1
+
+
+async def test_our_finalizer_is_retried_when_the_object_changes_again_meanwhile(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
+    # The guarded merge-patch is rejected (the object has changed), and then the JSON-patch too
+    # (it has changed again between the fresh read and the JSON-patch): it is built anew from a newer state.
+    k8s_emulator.fail_requests(1, status=409, method='PATCH', message='the object has been modified')
+    k8s_emulator.fail_requests(1, status=422, method='PATCH', message=TEST_FAILED)
+    patch = Patch()
+    patch.meta['finalizers'] = [OURS]
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=logger)
+    assert result is not None
+    stored = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert stored['metadata']['finalizers'] == [OURS]
+    assert result['metadata']['resourceVersion'] == stored['metadata']['resourceVersion']
+    assert 'The object has changed again; retrying the finalizer on it.' in messages(caplog)
+    # The guarded merge-patch (409), a read, the JSON-patch (422), a read, the JSON-patch.
+    assert k8s_emulator.requests.count('patch') == 3
+    assert k8s_emulator.requests.count('get') == 2
+
+
+async def test_our_finalizer_fails_when_the_object_keeps_changing(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger) -> None:
+    k8s_emulator.fail_requests(1, status=409, method='PATCH', message='the object has been modified')
+    k8s_emulator.fail_requests(None, status=422, method='PATCH', message=TEST_FAILED)
+    patch = Patch()
+    patch.meta['finalizers'] = [OURS]
+    with pytest.raises(APIError) as err:
+        await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                          patch=patch, logger=logger)
+    assert err.value.status == 422
+    assert k8s_emulator.requests.count('patch') == 1 + 3  # a limited number of attempts, no endless loop
+    stored = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert not stored['metadata'].get('finalizers')
 
 
 async def test_releasing_puts_the_status_first_then_removes_our_finalizer(

@@ -13,7 +13,8 @@ after the delays) accumulates its changes into one :class:`kopf.Patch` and hands
   the main part is guarded by the object's ``resourceVersion``, so that the finalizers added by others
   meanwhile are never lost in the whole list; if the API rejects it (the object has changed),
   the rest is applied unguarded and our finalizer alone is changed by a guarded JSON-patch of its
-  position against the fresh object. When the finalizer is removed from an object being deleted,
+  position against the fresh object (built anew from a newer one if the object changes again meanwhile,
+  a few times). When the finalizer is removed from an object being deleted,
   the status goes first: the object can vanish right after the finalizer's removal;
 * the transformation functions (``patch.fns``): one JSON-patch, computed against the body returned
   by the previous request (or the original one), guarded by its ``resourceVersion``, so that
@@ -32,7 +33,7 @@ import logging
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from kopf._clients.errors import APIConflictError, APINotFoundError
+from kopf._clients.errors import APIConflictError, APINotFoundError, APIUnprocessableEntityError
 from kopf._clients.fetching import read_obj
 from kopf._clients.patching import json_patch_obj, patch_obj, split_merge_patch
 from kopf._clients.vault import Vault
@@ -105,6 +106,10 @@ async def apply_patch(
     return writer.latest
 
 
+# How many times our finalizer is added or removed against a newer version of an object that keeps changing.
+_FINALIZER_ATTEMPTS = 3
+
+
 class _Writer:
     """The requests of one application of a patch, each against the latest known state of the object."""
 
@@ -173,13 +178,26 @@ class _Writer:
             fresh = await self.merge_patch({**rest, **then}, subject='resource')
         else:
             fresh = await self._read()
-        if fresh is None:
-            return None
-        if finalizer in wanted:
-            operations = finalizers.make_blocking_json_patch(fresh, finalizer)
-        else:
-            operations = finalizers.make_allowing_json_patch(fresh, finalizer)
-        return await self.json_patch(operations) if operations else fresh
+        # Between the fresh state and the JSON-patch, the object can change again (e.g. other controllers
+        # are busy with it): the patch's `test` of the version fails (HTTP 422). It is built anew from
+        # a newer state a few times; a lasting contention fails as the other API errors do.
+        for attempt in range(_FINALIZER_ATTEMPTS):
+            if fresh is None:
+                return None
+            if finalizer in wanted:
+                operations = finalizers.make_blocking_json_patch(fresh, finalizer)
+            else:
+                operations = finalizers.make_allowing_json_patch(fresh, finalizer)
+            if not operations:
+                return fresh
+            try:
+                return await self.json_patch(operations)
+            except APIUnprocessableEntityError:
+                if attempt + 1 >= _FINALIZER_ATTEMPTS:
+                    raise
+                self.logger.debug('The object has changed again; retrying the finalizer on it.')
+                fresh = await self._read()
+        raise AssertionError('unreachable: the last attempt returns or raises')
 
     async def _read(self) -> RawBody | None:
         try:
