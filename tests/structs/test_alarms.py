@@ -1,5 +1,5 @@
 """
-The alarms: many callbacks at their deadlines by one timer of the loop (the loop's fake time: looptime).
+The alarms: many keys due at their deadlines by one timer of the loop (the loop's fake time: looptime).
 """
 import asyncio
 
@@ -18,9 +18,9 @@ def scheduled_timers() -> int:
 async def test_each_callback_is_called_once_at_its_own_deadline(looptime: float) -> None:
     loop = asyncio.get_running_loop()
     calls: list[tuple[str, float]] = []
-    alarms: Alarms[str] = Alarms()
+    alarms: Alarms[str] = Alarms(lambda key: calls.append((key, loop.time())))
     for key, deadline in [('a', 1.0), ('b', 1.5), ('c', 1.5), ('d', 3.0)]:
-        assert alarms.add(key, deadline, lambda key=key: calls.append((key, loop.time())))
+        assert alarms.add(key, deadline)
     await asyncio.sleep(10)
     assert calls == [('a', 1.0), ('b', 1.5), ('c', 1.5), ('d', 3.0)]
     assert len(alarms) == 0
@@ -29,10 +29,10 @@ async def test_each_callback_is_called_once_at_its_own_deadline(looptime: float)
 
 async def test_many_deadlines_take_one_timer_of_the_loop(looptime: float) -> None:
     calls: list[int] = []
-    alarms: Alarms[int] = Alarms()
+    alarms: Alarms[int] = Alarms(calls.append)
     timers_before = scheduled_timers()
     for index in range(1000):
-        assert alarms.add(index, 1.0 + index / 1000, lambda index=index: calls.append(index))
+        assert alarms.add(index, 1.0 + index / 1000)
     assert scheduled_timers() == timers_before + 1
     await asyncio.sleep(1.25)
     assert calls == list(range(len(calls)))  # in the order of the deadlines
@@ -45,10 +45,10 @@ async def test_many_deadlines_take_one_timer_of_the_loop(looptime: float) -> Non
 async def test_discarded_ones_are_not_called_and_the_next_ones_are_in_time(looptime: float) -> None:
     loop = asyncio.get_running_loop()
     calls: list[tuple[str, float]] = []
-    alarms: Alarms[str] = Alarms()
-    alarms.add('a', 1.0, lambda: calls.append(('a', loop.time())))
-    alarms.add('b', 2.0, lambda: calls.append(('b', loop.time())))
-    alarms.add('c', 3.0, lambda: calls.append(('c', loop.time())))
+    alarms: Alarms[str] = Alarms(lambda key: calls.append((key, loop.time())))
+    alarms.add('a', 1.0)
+    alarms.add('b', 2.0)
+    alarms.add('c', 3.0)
     alarms.discard('a')
     alarms.discard('c')
     alarms.discard('z')  # unknown: nothing happens
@@ -59,10 +59,10 @@ async def test_discarded_ones_are_not_called_and_the_next_ones_are_in_time(loopt
 async def test_an_earlier_deadline_is_refused_while_later_ones_are_due(looptime: float) -> None:
     loop = asyncio.get_running_loop()
     calls: list[tuple[str, float]] = []
-    alarms: Alarms[str] = Alarms()
-    assert alarms.add('late', 5.0, lambda: calls.append(('late', loop.time())))
-    assert not alarms.add('early', 1.0, lambda: calls.append(('early', loop.time())))
-    assert alarms.add('same', 5.0, lambda: calls.append(('same', loop.time())))
+    alarms: Alarms[str] = Alarms(lambda key: calls.append((key, loop.time())))
+    assert alarms.add('late', 5.0)
+    assert not alarms.add('early', 1.0)
+    assert alarms.add('same', 5.0)
     await asyncio.sleep(10)
     assert calls == [('late', 5.0), ('same', 5.0)]
 
@@ -71,10 +71,10 @@ async def test_an_earlier_deadline_is_accepted_when_the_later_ones_are_gone(loop
     # The timer is still armed for the discarded one at 5.0; the new one at 1.0 must not wait for it.
     loop = asyncio.get_running_loop()
     calls: list[tuple[str, float]] = []
-    alarms: Alarms[str] = Alarms()
-    alarms.add('late', 5.0, lambda: calls.append(('late', loop.time())))
+    alarms: Alarms[str] = Alarms(lambda key: calls.append((key, loop.time())))
+    alarms.add('late', 5.0)
     alarms.discard('late')
-    assert alarms.add('early', 1.0, lambda: calls.append(('early', loop.time())))
+    assert alarms.add('early', 1.0)
     await asyncio.sleep(10)
     assert calls == [('early', 1.0)]
     assert scheduled_timers() == 0
@@ -82,16 +82,16 @@ async def test_an_earlier_deadline_is_accepted_when_the_later_ones_are_gone(loop
 
 async def test_cancelling_forgets_all_and_stops_the_timer(looptime: float) -> None:
     calls: list[str] = []
-    alarms: Alarms[str] = Alarms()
+    alarms: Alarms[str] = Alarms(calls.append)
     timers_before = scheduled_timers()
-    alarms.add('a', 1.0, lambda: calls.append('a'))
-    alarms.add('b', 2.0, lambda: calls.append('b'))
+    alarms.add('a', 1.0)
+    alarms.add('b', 2.0)
     alarms.cancel()
     assert len(alarms) == 0
     assert scheduled_timers() == timers_before
     await asyncio.sleep(10)
     assert calls == []
-    assert alarms.add('c', 11.0, lambda: calls.append('c'))  # usable again, with any deadline
+    assert alarms.add('c', 11.0)  # usable again, with any deadline
     await asyncio.sleep(10)
     assert calls == ['c']
 
@@ -101,14 +101,16 @@ async def test_a_failing_callback_does_not_stop_the_others(looptime: float) -> N
     reported: list[BaseException] = []
     loop.set_exception_handler(lambda _, context: reported.append(context['exception']))
     calls: list[str] = []
-    alarms: Alarms[str] = Alarms()
 
-    def fail() -> None:
-        raise ValueError('boom')
+    def on_due(key: str) -> None:
+        if key == 'a':
+            raise ValueError('boom')
+        calls.append(key)
 
-    alarms.add('a', 1.0, fail)
-    alarms.add('b', 1.0, lambda: calls.append('b'))
-    alarms.add('c', 2.0, lambda: calls.append('c'))
+    alarms: Alarms[str] = Alarms(on_due)
+    alarms.add('a', 1.0)
+    alarms.add('b', 1.0)
+    alarms.add('c', 2.0)
     try:
         await asyncio.sleep(10)
     finally:

@@ -36,7 +36,7 @@ from kopf._clients import api, errors, fetching
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import ClientSettings
-from kopf._cogs.helpers import jsons
+from kopf._cogs.helpers import alarms, jsons
 from kopf._cogs.structs.bodies import RawBody, RawEvent, RawInput
 from kopf._cogs.structs.references import Resource
 
@@ -93,11 +93,6 @@ def build_watch_params(
         params['sendInitialEvents'] = 'true'
         params['resourceVersionMatch'] = 'NotOlderThan'
     return params
-
-
-# The deadlines this close to the loop's time are over (the loop runs its timers a bit early, within its
-# clock's resolution).
-_CLOCK_SLACK = 0.001
 
 
 class _InactivityTimeout:
@@ -160,7 +155,7 @@ class _InactivityTimeout:
             return  # between the reads: the next read arms the timer again
         loop = asyncio.get_running_loop()
         deadline = self._started + self._timeout
-        if loop.time() + _CLOCK_SLACK >= deadline:
+        if loop.time() + alarms.CLOCK_SLACK >= deadline:
             self._expired = True
             self._task.cancel()
         else:

@@ -181,9 +181,8 @@ class _Writer:
         # Between the fresh state and the JSON-patch, the object can change again (e.g. other controllers
         # are busy with it): the patch's `test` of the version fails (HTTP 422). It is built anew from
         # a newer state a few times; a lasting contention fails as the other API errors do.
-        for attempt in range(_FINALIZER_ATTEMPTS):
-            if fresh is None:
-                return None
+        attempts = 1
+        while fresh is not None:
             if finalizer in wanted:
                 operations = finalizers.make_blocking_json_patch(fresh, finalizer)
             else:
@@ -193,11 +192,12 @@ class _Writer:
             try:
                 return await self.json_patch(operations)
             except APIUnprocessableEntityError:
-                if attempt + 1 >= _FINALIZER_ATTEMPTS:
+                if attempts >= _FINALIZER_ATTEMPTS:
                     raise
-                self.logger.debug('The object has changed again; retrying the finalizer on it.')
-                fresh = await self._read()
-        raise AssertionError('unreachable: the last attempt returns or raises')
+            attempts += 1
+            self.logger.debug('The object has changed again; retrying the finalizer on it.')
+            fresh = await self._read()
+        return None
 
     async def _read(self) -> RawBody | None:
         try:

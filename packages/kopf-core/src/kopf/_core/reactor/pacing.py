@@ -62,7 +62,7 @@ class Pacer:
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
         self._room_waiters: list[tuple[int, asyncio.Future[None]]] = []
         # The seats lent after a delay: one timer of the loop for all the handlers' calls, not one each.
-        self._lendings: alarms.Alarms[_Lending] = alarms.Alarms()
+        self._lendings: alarms.Alarms[_Lending] = alarms.Alarms(_Lending.lend_out)
 
     @property
     def free(self) -> int:
@@ -186,10 +186,13 @@ class _Lending:
         self._lent = True
         if self._delay > 0:
             loop = asyncio.get_running_loop()
-            if not seat._pacer._lendings.add(self, loop.time() + self._delay, seat._leave):
+            if not seat._pacer._lendings.add(self, loop.time() + self._delay):
                 self._timer = loop.call_later(self._delay, seat._leave)  # another delay: out of the order
         else:
             seat._leave()
+
+    def lend_out(self) -> None:
+        self._seat._leave()
 
     async def __aexit__(self, *_: object) -> None:
         if self._lent:

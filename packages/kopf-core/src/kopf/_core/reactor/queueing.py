@@ -23,7 +23,7 @@ record of its identity (to notice its disappearance while the watch-stream was n
 The idle workers of a watch-stream share one timer of the event loop (for the one that went idle first):
 not one per worker, which the loop would keep in its heap of timers (with Python-level comparisons)
 and cancel at almost every event. So do the batching windows of its workers (waited for after nearly
-every processing, for the echoes of its own patches; see :mod:`kopf._cogs.helpers.alarms`).
+every processing, for the echoes of its own patches). See :mod:`kopf._cogs.helpers.alarms`.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -73,9 +73,6 @@ logger = logging.getLogger(__name__)
 
 # How many objects may wait for the pacer's seats before the new objects' workers are deferred.
 _BACKLOG = pacing.DEFAULT_SEATS
-
-# The idle workers this close to their expiry are expired now (the loop's clock is not infinitely precise).
-_CLOCK_SLACK = 0.001
 
 
 class Processor(Protocol):
@@ -185,7 +182,11 @@ class _Stream:
     worker: asyncio.Task[None] | None = None
     events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
     received_at: float = 0.0  # when the pending event has arrived (the loop's time)
-    idle_since: float = 0.0  # when its worker has started waiting for new events (the loop's time)
+
+
+def _press(stream: _Stream) -> None:
+    # As _wait_or_expire() does: the waiter sees no new events counted, or nothing pending.
+    stream.pressure.set()
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -235,12 +236,9 @@ class ObjectStreams:
         self._toggle = toggle if indexer is not None else None
         self._unindexed: set[Hashable] = set()  # the objects of the initial listing not indexed yet
         self._streams: dict[Hashable, _Stream] = {}
-        # The idle workers' streams in the order they went idle, i.e. of their expiry (the timeout is common).
-        # Not a plain dict: with the entries removed from its head all the time, getting its first item
-        # would skip more and more of their emptied slots (until it is resized); an ordered dict's is O(1).
-        self._idle: collections.OrderedDict[Hashable, _Stream] = collections.OrderedDict()
-        self._idle_sweeper: asyncio.TimerHandle | None = None
-        self._silences: alarms.Alarms[_Stream] = alarms.Alarms()  # the ends of the batching windows
+        # The ends of the idle workers' timeouts and of the batching windows: one loop timer for each kind.
+        self._idle: alarms.Alarms[_Stream] = alarms.Alarms(_press)
+        self._silences: alarms.Alarms[_Stream] = alarms.Alarms(_press)
         self._known: dict[Hashable, ObjectIdentity] = {}
         self._listing: set[Hashable] | None = None
         self._throttles: dict[Hashable, _Throttle] = {}
@@ -352,10 +350,8 @@ class ObjectStreams:
         self._closing.set()
         if self._starter is not None:
             self._starter.cancel()
-        if self._idle_sweeper is not None:
-            self._idle_sweeper.cancel()
-            self._idle_sweeper = None
-        self._silences.cancel()  # the pressure below wakes up the batching workers, too
+        self._idle.cancel()  # the pressure below wakes up the idle and the batching workers
+        self._silences.cancel()
         self._start_some(len(self._deferred))  # as if never deferred: they process what they have
         for stream in self._streams.values():
             stream.pressure.set()
@@ -378,7 +374,7 @@ class ObjectStreams:
                 if stream.pending is None:
                     if self._closing.is_set():
                         break
-                    await self._wait_while_idle(key, stream)
+                    await self._wait_while_idle(stream)
                     if stream.pending is None:
                         break  # idle for too long, or closing with nothing left to do.
 
@@ -419,21 +415,11 @@ class ObjectStreams:
             if self._streams.get(key) is stream:
                 del self._streams[key]
 
-    async def _wait_while_idle(self, key: Hashable, stream: _Stream) -> None:
-        """Wait for a new event, or until the idle timeout is over (then, the sweeper sets the pressure)."""
+    async def _wait_while_idle(self, stream: _Stream) -> None:
+        """Wait for a new event, or until the idle timeout is over (then, the alarm sets the pressure)."""
         if stream.pressure.is_set():
             return
-        if self._idle_timeout is None:
-            await stream.pressure.wait()
-            return
-        stream.idle_since = asyncio.get_running_loop().time()
-        self._idle[key] = stream
-        if self._idle_sweeper is None:
-            self._arm_idle_sweeper()
-        try:
-            await stream.pressure.wait()
-        finally:
-            self._idle.pop(key, None)
+        await self._wait_or_alarm(self._idle, stream, self._idle_timeout)
 
     @property
     def _idle_timeout(self) -> float | None:
@@ -441,43 +427,26 @@ class ObjectStreams:
         idle_timeout: float | None = self._settings.queueing.idle_timeout
         return idle_timeout
 
-    def _arm_idle_sweeper(self) -> None:
-        idle_timeout = self._idle_timeout
-        if self._idle and idle_timeout is not None and not self._closing.is_set():
-            earliest = next(iter(self._idle.values())).idle_since
-            self._idle_sweeper = asyncio.get_running_loop().call_at(earliest + idle_timeout, self._sweep_idle)
-
-    def _sweep_idle(self) -> None:
-        """Wake up the workers idle for too long (the earliest ones first), and wait for the next of them."""
-        self._idle_sweeper = None
-        idle_timeout = self._idle_timeout
-        if idle_timeout is None:  # the settings have changed meanwhile: the workers wait for events forever
-            return
-        deadline = asyncio.get_running_loop().time() + _CLOCK_SLACK - idle_timeout
-        expired: list[Hashable] = []
-        for key, stream in self._idle.items():
-            if stream.idle_since > deadline:
-                break
-            expired.append(key)
-        for key in expired:
-            self._idle.pop(key).pressure.set()  # as _wait_or_expire() does: the worker sees nothing pending
-        self._arm_idle_sweeper()
+    @staticmethod
+    async def _wait_or_alarm(waits: alarms.Alarms[_Stream], stream: _Stream, delay: float | None) -> None:
+        """Wait for the stream's pressure, set by a new event or by the alarm after the delay (if any)."""
+        if delay is None:
+            await stream.pressure.wait()
+        elif waits.add(stream, asyncio.get_running_loop().time() + delay):
+            try:
+                await stream.pressure.wait()
+            finally:
+                waits.discard(stream)
+        else:  # e.g. the delay was reduced in the settings meanwhile: out of the alarms' order
+            await _wait_or_expire(stream.pressure, delay)
 
     async def _wait_for_silence(self, stream: _Stream) -> None:
         """Batch the bursts of events: wait until no new events arrive within the batching window."""
-        loop = asyncio.get_running_loop()
         while not self._closing.is_set():
             stream.pressure.clear()
             events = stream.events
-            window: float | None = self._settings.queueing.batch_window
-            # The pressure set by the alarm is told from the new events' by their count, as with the timers.
-            if window is not None and self._silences.add(stream, loop.time() + window, stream.pressure.set):
-                try:
-                    await stream.pressure.wait()
-                finally:
-                    self._silences.discard(stream)
-            else:
-                await _wait_or_expire(stream.pressure, window)
+            # The pressure set by the alarm is told from the new events' by their count.
+            await self._wait_or_alarm(self._silences, stream, self._settings.queueing.batch_window)
             if stream.events == events and not self._closing.is_set():
                 break  # the window has passed in silence (otherwise, it starts anew)
 
