@@ -216,9 +216,11 @@ class ApiHandler:
             return error_response(e)
         except web.HTTPRequestEntityTooLarge:
             return error_response(errors.ApiError(413, f'Request entity too large: limit is {MAX_BODY_SIZE}'))
-        except ConnectionResetError:  # incl. aiohttp's: the client has gone (e.g. a watcher at its exit)
+        except ConnectionResetError:  # incl. aiohttp's: the client has gone while its response was written
+            # Re-raised, it would be logged by aiohttp as a server error with a traceback; the client that
+            # could read the status is gone anyway (writing this response fails quietly in aiohttp).
             logger.debug('The client has disconnected during %s %s', request.method, request.path_qs)
-            raise
+            return web.Response(status=499, text='The client has closed the connection.')
         except Exception as e:
             logger.exception('The emulator failed to serve %s %s', request.method, request.path_qs)
             return error_response(errors.internal_error(f'{type(e).__name__}: {e}'))
@@ -558,9 +560,9 @@ class ApiHandler:
                 watcher.offer(event)
         state.watchers.add(watcher)
 
+        response = web.StreamResponse(status=200, headers={'Content-Type': _JSON})
+        response.enable_chunked_encoding()
         try:
-            response = web.StreamResponse(status=200, headers={'Content-Type': _JSON})
-            response.enable_chunked_encoding()
             await response.prepare(request)
             await self._stream(
                 response, watcher, info, timeout_seconds=timeout_seconds, allow_bookmarks=allow_bookmarks
@@ -569,13 +571,14 @@ class ApiHandler:
                 if request.transport is not None:
                     request.transport.abort()
                 return response
-            try:
-                await response.write_eof()
-            except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one too
-                pass  # the client went away first (e.g. an operator stopping): nothing to finish
-            return response
+            await response.write_eof()
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one too
+            # The client has gone first (e.g. an operator stopping), maybe while an event was on its way
+            # (its EOF is seen, its connection not yet closed): the usual end of a watch, not an error.
+            logger.debug('The watcher has disconnected from %s', request.path_qs)
         finally:
             state.watchers.discard(watcher)
+        return response
 
     async def _stream(
         self,
