@@ -349,3 +349,13 @@ async def test_pagination(api) -> None:
     assert pages == 3
     assert names == [f'cm{index}' for index in range(7)]
     assert (await api.get(f'{CMS}?limit=3&continue=garbage!')).status == 400
+
+
+async def test_non_ascii_and_big_integers_are_stored_and_sent_as_they_are(api, crd) -> None:
+    # As real servers do: UTF-8 on the wire (not \u-escapes); integers beyond 64 bits are kept exactly.
+    for name, spec in [('kex1', {'text': 'Grüße, 世界'}), ('kex2', {'text': 'Grüße', 'big': 2**70})]:
+        reply = await api.post(KEXES, kex(name, spec=spec))
+        assert reply.status == 201, reply
+        fetched = await api.get(f'{KEXES}/{name}')
+        assert spec['text'].encode() in fetched.raw
+        assert fetched.body['spec'] == spec

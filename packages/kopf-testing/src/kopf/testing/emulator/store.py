@@ -13,17 +13,38 @@ import asyncio
 import collections
 import json
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any, Literal
 
 from kopf.testing.emulator import selectors
 from kopf.testing.emulator.resources import ResourceInfo, StorageKey
 
+_orjson: ModuleType | None
+try:
+    import orjson as _orjson
+except ImportError:  # optional: the standard library does the same, slower
+    _orjson = None
+
 EventType = Literal['ADDED', 'MODIFIED', 'DELETED']
+
 ObjectRef = tuple[StorageKey, str, str]  # (storage key, namespace or "", name)
 
 
 def encode(body: Any) -> bytes:
-    return json.dumps(body, separators=(',', ':')).encode()
+    """
+    Compact UTF-8 JSON, as real servers send it: every stored object and every response goes through it.
+
+    With orjson (installed with kopf-clients), ~10x faster than the standard library: encoding was ~20%
+    of the emulator's CPU per PATCH, and the emulator is the API server of the tests and benchmarks.
+    What orjson refuses (integers beyond 64 bits, non-string keys) is encoded by the standard library.
+    """
+    if _orjson is not None:
+        try:
+            encoded: bytes = _orjson.dumps(body)
+            return encoded
+        except TypeError:
+            pass
+    return json.dumps(body, separators=(',', ':'), ensure_ascii=False).encode('utf-8')
 
 
 def with_resource_version(body: dict[str, Any], resource_version: int) -> dict[str, Any]:
