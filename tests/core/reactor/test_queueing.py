@@ -176,43 +176,6 @@ async def test_idle_workers_exit_and_leave_no_tasks(settings: OperatorSettings, 
     await streams.close()
 
 
-async def test_events_needing_no_processing_start_no_workers(
-        settings: OperatorSettings, looptime: float) -> None:
-    # E.g. the echoes of our own patches: dropped before a worker is started for them, but only then;
-    # an object that has a worker gets all its events, so that the latest one always reaches the processing.
-    recorder = Recorder()
-    settled = {'settled'}
-    streams = ObjectStreams(processor=recorder, resource=KEX, namespace='ns1', settings=settings,
-                            settled=lambda raw_event: raw_event['object']['spec']['value'] in settled)
-    tasks_before = asyncio.all_tasks()
-    streams.feed(event('kex1', 'settled'))
-    assert streams.active_count == 0 and asyncio.all_tasks() == tasks_before
-    assert streams.known_count == 1  # known to exist all the same
-
-    streams.feed(event('kex1', 'new'))
-    streams.feed(event('kex2', 'new'))
-    await asyncio.sleep(1)  # processed and idle, the workers are still there
-    streams.feed(event('kex1', 'settled'))  # to the existing worker: the processing decides
-    await asyncio.sleep(10)  # idle and gone
-    streams.feed(event('kex2', 'settled'))
-    await asyncio.sleep(1)
-    assert recorder.values('kex1') == ['new', 'settled']
-    assert recorder.values('kex2') == ['new']
-    await streams.close()
-
-
-async def test_indexed_events_all_start_workers(settings: OperatorSettings, looptime: float) -> None:
-    # The indices see every event, the echoes of our own patches too: a worker is started for each.
-    recorder = Recorder()
-    indexer = Recorder()
-    streams = ObjectStreams(processor=recorder, resource=KEX, namespace='ns1', settings=settings,
-                            indexer=indexer, settled=lambda raw_event: True)
-    streams.feed(event('kex1', 'settled'))
-    await asyncio.sleep(1)
-    assert indexer.values('kex1') == ['settled']
-    await streams.close()
-
-
 async def test_idle_workers_expire_each_at_its_own_time(settings: OperatorSettings, looptime: float) -> None:
     recorder = Recorder()
     streams = make_streams(recorder, settings)

@@ -10,7 +10,6 @@ patch of other fields, any filter that sees the whole body: processed as usual.
 The processing's work is seen through a diff-base storage of our own (a public extension point),
 which counts how often the last handled essence is read: once per processed event.
 """
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -18,14 +17,10 @@ from typing import Any
 import pytest
 
 import kopf
-from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import Body, BodyEssence
 from kopf._cogs.structs.references import Resource
-from kopf._core.engines.spawning import SpawningEngine
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
-from kopf._core.reactor.inventory import ResourceMemories
-from kopf._core.reactor.processing import process_resource_event
 
 
 class CountingDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
@@ -253,48 +248,3 @@ class _SetEvent:
 
     async def wait(self) -> bool:
         return True
-
-
-async def test_timers_own_patches_are_taken_at_once_and_older_states_do_not_take_them_back(
-        registry: OperatorRegistry, settings: OperatorSettings, vault: Vault, kex: Resource, cluster: Any,
-) -> None:
-    # With only daemons & timers on the resource, a timer's own patch gives the object's new state at once:
-    # the next call sees it before (here: without) its echo. An older state that comes later (e.g. an event
-    # that the watch-stream delivers late) is already included in it, and does not take it back.
-    seen: list[int] = []
-    called = asyncio.Event()
-
-    @kopf.timer(kex.plural, registry=registry, interval=0.01)
-    async def counter(status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
-        seen.append(status.get('count', 0))
-        patch.status['count'] = status.get('count', 0) + 1
-        called.set()
-
-    spawner = SpawningEngine(registry=registry, settings=settings, vault=vault)
-    memories = ResourceMemories()
-
-    async def process(raw_body: Any, event_type: str | None = 'MODIFIED') -> None:
-        await process_resource_event(raw_event={'type': event_type, 'object': raw_body},  # type: ignore[typeddict-item]
-                                     resource=kex, namespace='default', registry=registry, settings=settings,
-                                     memories=memories, vault=vault, spawner=spawner)
-
-    async def calls(count: int) -> None:
-        async with asyncio.timeout(5):
-            while len(seen) < count:
-                called.clear()
-                await called.wait()
-
-    try:
-        await cluster.create()
-        await process(cluster.get(), event_type=None)  # listed: our finalizer is added
-        await process(cluster.get())  # the finalizer's echo (no echoes of the timer's patches come after it)
-        await calls(len(seen) + 2)  # the calls made before the finalizer's echo might have seen older states
-        first = len(seen)
-        older = cluster.get()
-        await calls(len(seen) + 5)
-        await process(older)
-        await calls(len(seen) + 5)
-    finally:
-        await spawner.shutdown()
-    # Each call has seen the previous one's result, none has seen an older state.
-    assert seen[first:] == list(range(seen[first], seen[first] + len(seen) - first))

@@ -47,15 +47,6 @@ class _lazy_view(Generic[_OwnerT, _ViewT]):  # lower-case: named as the decorato
         return view
 
 
-
-def version_of(body: Mapping[str, Any] | None) -> str | None:
-    """The object's ``metadata.resourceVersion`` (of a raw body or of a live view as it is now), if any."""
-    if body is None:
-        return None
-    meta = (body if type(body) is dict else dicts.raw_mapping(body)).get('metadata')
-    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
-    return str(version) if version else None
-
 # The labels and annotations of an object, as handlers see them (read-only).
 Labels = Mapping[str, str]
 Annotations = Mapping[str, str]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from kopf._clients.errors import APIConflictError, APIError, APIUnprocessableEntityError
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers.typedefs import Logger
-from kopf._cogs.structs.bodies import Body, RawBody, version_of
+from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import application, execution, invocation, loggers
@@ -188,18 +188,16 @@ class ObjectSpawns:
     ``body`` is the live view given to the daemons & timers: it is replaced in place with every new
     state of the object, so that they always see the latest one (no copies are made).
     ``changed_at`` is when the object has changed last time (the loop's time): for the timers' idling.
-    ``memory`` is the reactor's memory of the object (for the echoes of the timers' own patches).
     The finished daemons & timers stay in the records (so that they are not started again) until
     the object stops matching their filters.
     """
 
-    __slots__ = ('body', 'changed_at', 'daemons', 'memo', 'memory', 'owner', 'resource', 'timers', 'waiters')
+    __slots__ = ('body', 'changed_at', 'daemons', 'memo', 'owner', 'resource', 'timers', 'waiters')
 
     def __init__(self, *, owner: object, body: Body, resource: Resource, memo: Any,
-                 changed_at: float, memory: Any = None) -> None:
+                 changed_at: float) -> None:
         super().__init__()
         self.owner = owner
-        self.memory = memory
         self.body = body
         self.resource = resource
         self.memo = memo
@@ -332,15 +330,13 @@ async def execute_and_apply(
         daemon: Daemon | None = None,
         calling: Callable[[], None] | None = None,
         called: Callable[[], None] | None = None,
-        patched: Callable[[str | None, RawBody], None] | None = None,
 ) -> Outcome:
     """
     Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
 
     ``calling`` is notified right before the function is called; ``called`` when the function is over,
     before its patch is applied (e.g. for the timers to measure their intervals from the function's end,
-    not from the API's answer, and to know when the call is in the framework's own steps). ``patched``
-    gets the object's version that the patch was made on and the object as patched (if it still exists).
+    not from the API's answer, and to know when the call is in the framework's own steps).
 
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object
@@ -369,11 +365,8 @@ async def execute_and_apply(
     execution.deliver_results(outcomes={handler.id: outcome}, patch=patch)
     if patch:
         try:
-            version = version_of(cause.body) if patched is not None else None
-            latest = await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
-                                                   body=cause.body, patch=patch, logger=logger)
-            if patched is not None and latest is not None:
-                patched(version, latest)
+            await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
+                                          body=cause.body, patch=patch, logger=logger)
         except (APIConflictError, APIUnprocessableEntityError) as e:
             if patch.fns:
                 logger.warning(f'The patch of {handler.id!r} has failed; its transformation functions '

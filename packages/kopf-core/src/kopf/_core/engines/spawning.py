@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers.typedefs import Logger
-from kopf._cogs.structs.bodies import Body, RawBody, version_of
+from kopf._cogs.structs.bodies import Body, RawBody
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
@@ -36,7 +36,7 @@ from kopf._core.intents.causes import ResourceSpawningCause
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import DaemonHandler, HandlerId, SpawningHandler, TimerHandler
 from kopf._core.intents.registries import OperatorRegistry
-from kopf._core.persistence import finalizers
+from kopf._core.persistence.finalizers import is_deletion_ongoing
 
 __all__ = ['SpawningEngine', 'daemon_killer', 'event_received_at']
 
@@ -53,7 +53,6 @@ class ObjectMemory(Protocol):
 
     memo: Any
     daemons: Any  # the place for the engine's own record of the object
-    settled_version: str | None  # the version whose echo needs no processing (see the reactor's processing)
 
 
 class SpawningEngine:
@@ -72,8 +71,7 @@ class SpawningEngine:
         self.settings = settings
         self.indices: Mapping[str, Any] = indices if indices is not None else {}
         self.daemons = Daemons(settings=settings, vault=vault, indices=self.indices)
-        self.timers = Timers(settings=settings, vault=vault, indices=self.indices,
-                             on_own_patch=self._take_own_patch)
+        self.timers = Timers(settings=settings, vault=vault, indices=self.indices)
         self._objects: dict[int, ObjectSpawns] = {}  # by id(): for pausing & resuming
         # The resources whose daemons & timers have no filters (as of these handlers of the registry).
         self._unfiltered: dict[Resource, tuple[tuple[SpawningHandler, ...],
@@ -104,7 +102,7 @@ class SpawningEngine:
         if spawns is not None and spawns.owner is not self:
             spawns = None  # e.g. memories shared with a previous operator: its records are not ours.
 
-        deleted = gone or finalizers.is_deletion_ongoing(raw_body)
+        deleted = gone or is_deletion_ongoing(raw_body)
         now = asyncio.get_running_loop().time()
         received_at = event_received_at.get()
         if received_at is not None and received_at < now:
@@ -113,7 +111,7 @@ class SpawningEngine:
             if deleted or self._closed:
                 return False
             spawns = ObjectSpawns(owner=self, body=Body(raw_body), resource=resource, memo=memory.memo,
-                                  changed_at=now, memory=memory)
+                                  changed_at=now)
             memory.daemons = spawns
             self._objects[id(spawns)] = spawns
         else:
@@ -132,31 +130,6 @@ class SpawningEngine:
             return needed
         else:
             return self._requires_finalizer(spawns, logger=logger)
-
-    def _take_own_patch(self, spawns: ObjectSpawns, version: str | None, raw_body: RawBody) -> None:
-        """
-        Take the object's new state from the API's response to a timer's own patch, not from its echo.
-
-        If nothing else can be due for that state, its version is settled: the echo of it is then dropped
-        by the queueing before it starts (or wakes up) the object's worker --- for 10,000 objects with
-        a timer, 10,000 workers started and torn down per interval less. Otherwise, it is processed as usual.
-        Nothing else is due if: the resource has no change or event handlers (they see every state); no newer
-        state of the object has been seen since the patch was made on ``version`` (e.g. its echo has come
-        first); the object is not being deleted, and our finalizer needs no change.
-        """
-        memory = spawns.memory
-        resource = spawns.resource
-        if memory is None or self._paused or self._closed or spawns.owner is not self:
-            return
-        if self.registry.changing.has_handlers(resource) or self.registry.watching.has_handlers(resource):
-            return
-        if version is None or version_of(spawns.body) != version or finalizers.is_deletion_ongoing(raw_body):
-            return
-        logger = loggers.LocalObjectLogger(body=raw_body, settings=self.settings)
-        needed = self.process(memory=memory, resource=resource, raw_body=raw_body, gone=False, logger=logger)
-        finalizer = self.settings.persistence.finalizer
-        if finalizers.decide(body=raw_body, finalizer=finalizer, requires_finalizer=needed) is None:
-            memory.settled_version = version_of(raw_body)
 
     async def wait_until_idle(
             self,

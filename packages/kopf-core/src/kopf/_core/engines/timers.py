@@ -42,11 +42,10 @@ import functools
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kopf._clients.vault import Vault
-from kopf._cogs.structs.bodies import RawBody
 from kopf._cogs.structs.patches import Patch, PatchFn
 from kopf._core.actions import loggers
 from kopf._core.actions.progression import HandlerState, handler_kwargs
@@ -96,13 +95,11 @@ class Timer:
 class Timers:
     """The scheduler of all the timers of one operator (see the module's description)."""
 
-    def __init__(self, *, settings: OperatorSettings, vault: Vault, indices: Mapping[str, Any],
-                 on_own_patch: Callable[[ObjectSpawns, str | None, RawBody], None] | None = None) -> None:
+    def __init__(self, *, settings: OperatorSettings, vault: Vault, indices: Mapping[str, Any]) -> None:
         super().__init__()
         self.settings = settings
         self.vault = vault
         self.indices = indices
-        self._on_own_patch = on_own_patch  # the object as a call's patch has made it (see execute_and_apply)
         self._heap: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()  # for the equal deadlines: the timers themselves are not comparable
         self._scheduled = 0  # how many timers have a valid entry in the heap
@@ -338,12 +335,9 @@ class Timers:
                 ended.append(loop.time())
                 self._called(timer)
 
-            on_own_patch = self._on_own_patch
-            patched = functools.partial(on_own_patch, spawns) if on_own_patch is not None else None
             outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
                                               cause=cause, state=state, logger=logger,
-                                              calling=functools.partial(self._calling, timer), called=called,
-                                              patched=patched)
+                                              calling=functools.partial(self._calling, timer), called=called)
             final, failed, delay = outcome.final, outcome.exception is not None, outcome.delay
             if not final:
                 state = state.with_outcome(outcome)  # only the retries need the state (it is reset otherwise)

@@ -47,7 +47,7 @@ from typing import Any
 from kopf._clients.errors import APIUnprocessableEntityError
 from kopf._clients.vault import Vault
 from kopf._cogs.structs import dicts
-from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent, version_of
+from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody, RawEvent
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import application, execution, lifecycles, loggers, progression
@@ -60,7 +60,7 @@ from kopf._core.persistence import diffbase, finalizers
 from kopf._core.reactor import pacing
 from kopf._core.reactor.inventory import ResourceMemories, ResourceMemory
 
-__all__ = ['is_settled_echo', 'process_resource_event']
+__all__ = ['process_resource_event']
 
 # How the handling cycles are named in the logs: "Creation is in progress", "Updating is processed", etc.
 _TITLES: Mapping[str, str] = {
@@ -73,6 +73,12 @@ _TITLES: Mapping[str, str] = {
 
 def _title(reason: str) -> str:
     return _TITLES.get(reason, reason.capitalize())
+
+
+def _version_of(raw_body: Mapping[str, Any] | None) -> str | None:
+    meta = raw_body.get('metadata') if raw_body is not None else None
+    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
+    return str(version) if version else None
 
 
 async def process_resource_event(
@@ -103,7 +109,7 @@ async def process_resource_event(
     ``spawner`` runs the daemons & timers of the objects; None: they are not run (only the finalizer is kept).
     The API errors escape (the queueing logs them and retries the object later).
     """
-    if is_settled_echo(raw_event, memories=memories):
+    if _is_settled_echo(raw_event, memories=memories):
         return
     if raw_event['type'] == 'DELETED' and _forget_deleted(
             raw_event, resource=resource, registry=registry, settings=settings,
@@ -148,12 +154,6 @@ async def _process_event(
     spawned_need: bool | None = None  # whether the daemons & timers need our finalizer, if known
     if (spawner is not None and not gone and registry.spawning.has_handlers(resource) and
             not registry.changing.has_handlers(resource) and not registry.watching.has_handlers(resource)):
-        if memory.settled_version is not None:
-            # A timer's own patch has given us a state whose echo is yet to come; the watch-stream's events
-            # come in order, so this one is older and already included in it (its patch was made upon it).
-            if event_type == 'MODIFIED' and version_of(raw_body) != memory.settled_version:
-                return
-            memory.settled_version = None  # the echo itself (with the debug logs on), or a listing anew
         spawned_need = spawner.process(memory=memory, resource=resource, raw_body=raw_body, gone=False,
                                        logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
         if not finalizers.is_deletion_ongoing(raw_body) and finalizers.decide(
@@ -200,16 +200,13 @@ async def _process_event(
             memories.forget(raw_body)
 
 
-def is_settled_echo(raw_event: RawEvent, *, memories: ResourceMemories) -> bool:
+def _is_settled_echo(raw_event: RawEvent, *, memories: ResourceMemories) -> bool:
     """
     Whether the event is the echo of our own latest patch that needs no processing at all.
 
     It is known when the patch is made (see :func:`_settles`): the version that the patch has made
     differs from the handled one only by the framework's own writes, which nothing looks at, and nothing
     was due after it. So the processing of that very version would do nothing but notice the consistency.
-    For the objects with only daemons & timers, the timers' own patches settle their versions too: the
-    spawning engine takes the patched object from the API's response (see :mod:`..engines.spawning`).
-    The queueing asks this before it starts a worker for an event (the echoes then start none).
     The object's state is the same for the same version, so a version check is enough for the echo.
     With the debug logs on, the echo is processed as usual: to log what Kopf logs for it (the "no changes").
     """
@@ -217,7 +214,7 @@ def is_settled_echo(raw_event: RawEvent, *, memories: ResourceMemories) -> bool:
         return False
     raw_body = raw_event['object']
     memory = memories.get(raw_body)
-    if memory is None or memory.settled_version is None or memory.settled_version != version_of(raw_body):
+    if memory is None or memory.settled_version is None or memory.settled_version != _version_of(raw_body):
         return False
     memory.settled_version = memory.expected_version = None  # consistent now, as the processing would find
     return True
@@ -697,7 +694,7 @@ def _is_consistent(memory: ResourceMemory, raw_body: Mapping[str, Any]) -> bool:
     expected = memory.expected_version
     if expected is None:
         return True
-    actual = version_of(raw_body)
+    actual = _version_of(raw_body)
     if actual is not None and (actual == expected or _is_newer(actual, expected)):
         memory.expected_version = None
         return True
@@ -729,8 +726,8 @@ async def _wait_for_consistency(context: _Context) -> bool:
 
 def _remember_version(memory: ResourceMemory, *, old_raw: Mapping[str, Any], new_raw: RawBody | None) -> bool:
     """Remember the version made by our patch (if any) to wait for it; True if a new version was made."""
-    new_version = version_of(new_raw)
-    if new_version is None or new_version == version_of(old_raw):
+    new_version = _version_of(new_raw)
+    if new_version is None or new_version == _version_of(old_raw):
         return False
     memory.expected_version = new_version
     memory.expected_since = asyncio.get_running_loop().time()

@@ -52,7 +52,7 @@ import contextlib
 import dataclasses
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
+from collections.abc import Awaitable, Hashable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
@@ -217,13 +217,9 @@ class ObjectStreams:
             readiness: IndexingReadiness | None = None,
             toggle: ReadinessToggle | None = None,
             pacer: pacing.Pacer | None = None,
-            settled: Callable[[RawEvent], bool] | None = None,
     ) -> None:
         super().__init__()
         self._processor = processor
-        # Whether an event needs no processing at all (the echo of our own patch): then, if the object has
-        # no worker now, none is started for it. Not for the indexed resources: they index every event.
-        self._settled = settled if indexer is None else None
         # The pacer of the processing (the same as the processor's), to hold the new workers back while
         # many objects wait for its seats already; not for the indexed resources: every listed object
         # must be indexed before any is processed, so the indexing of none can be held back.
@@ -295,8 +291,6 @@ class ObjectStreams:
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
         stream = self._streams.get(key)
         if stream is None:
-            if self._settled is not None and self._settled(raw_event):
-                return
             stream = _Stream(pressure=_Pressure())
             self._streams[key] = stream
             if self._is_crowded():
@@ -576,13 +570,11 @@ async def watcher(
         indexer: Processor | None = None,
         readiness: IndexingReadiness | None = None,
         pacer: pacing.Pacer | None = None,
-        settled: Callable[[RawEvent], bool] | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
 
     ``indexer`` (if the resource is indexed) and ``readiness`` (of the operator's indices): see above.
-    ``settled``: whether an event needs no processing (e.g. the echo of our own patch): no worker for it.
 
     The watch-stream survives the disconnects by itself; if it fails (e.g. HTTP 403 or 404), the failure
     is logged and the watching restarts after a delay from ``settings.queueing.error_delays``
@@ -594,8 +586,7 @@ async def watcher(
     toggle = readiness.expect(f'{name} {scope}') if readiness is not None and indexer is not None else None
     streams = ObjectStreams(processor=processor, resource=resource, namespace=namespace,
                             settings=settings, limiter=limiter,
-                            indexer=indexer, readiness=readiness, toggle=toggle, pacer=pacer,
-                            settled=settled)
+                            indexer=indexer, readiness=readiness, toggle=toggle, pacer=pacer)
     logger.debug(f'Starting the watch-stream for {name} {scope}.')
     try:
         delays = iter_backoffs(settings.queueing.error_delays)

@@ -523,7 +523,6 @@ def _spawn_core_tasks(
     indexer = make_indexer(indexers=indexers, memories=memories, registry=registry,
                            settings=settings, memo=memo)
     readiness = indexers.readiness if indexers is not None else None
-    settled = functools.partial(processing.is_settled_echo, memories=memories)
 
     # The replicas' coordination: the peering (per served namespace or cluster-wide) and the Lease election
     # close the gate while the operator must not handle the objects (see the orchestrator).
@@ -541,8 +540,7 @@ def _spawn_core_tasks(
                                                          identity=identity, namespace=namespace)
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
                                 processor=processor, limiter=limiter, readiness=readiness, pacer=pacer,
-                                indexer=indexer if registry.indexing.has_handlers(resource) else None,
-                                settled=settled)
+                                indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
     tasks.observers = [
         asyncio.create_task(observation.resource_observer(
