@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from kopf._cogs.helpers import jsons
 from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.patches import Patch
 from kopf._core.persistence import conventions
@@ -118,6 +119,16 @@ def test_fields_are_removed_with_empty_parents(
     assert repr(essence) == original  # the dicts shared with the original are not modified
 
 
+@pytest.fixture(params=['orjson', 'stdlib'])
+def json_parsing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways of decoding: parsing anew (orjson), or copies of the parsed values (the standard library)."""
+    if request.param == 'orjson':
+        pytest.importorskip('orjson')
+    else:  # as where orjson is not installed (the parsing then falls back to the standard library)
+        monkeypatch.setattr(jsons, 'ACCELERATED', False)
+
+
+@pytest.mark.usefixtures('json_parsing')
 def test_decoded_values_are_private_copies() -> None:
     text = '{"started":"x","subrefs":["a/b"],"nested":{"k":[1]}}'
     first = conventions.decode_json(text)
@@ -127,6 +138,7 @@ def test_decoded_values_are_private_copies() -> None:
     assert conventions.decode_json(text) == {'started': 'x', 'subrefs': ['a/b'], 'nested': {'k': [1]}}
 
 
+@pytest.mark.usefixtures('json_parsing')
 @pytest.mark.parametrize('text', ['', '{', 'not json'])
 def test_invalid_json_fails(text: str) -> None:
     with pytest.raises(ValueError):

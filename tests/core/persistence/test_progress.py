@@ -16,6 +16,7 @@ from kopf._core.persistence import (
     SmartProgressStorage,
     StatusProgressStorage,
 )
+from kopf._core.persistence.progress import holds_no_records
 
 RECORD: ProgressRecord = {'started': '2020-01-01T00:00:00+00:00', 'stopped': None, 'delayed': None,
                           'purpose': 'create', 'retries': 1, 'success': True, 'failure': False,
@@ -172,3 +173,66 @@ def test_clearing_keeps_the_original_essence(storage: ProgressStorage) -> None:
     assert json.dumps(essence) == original
     assert cleared.get('spec') == {'x': 1}
     assert 'labels' not in cleared.get('metadata', {})
+
+
+#
+# The check that lets a handling cycle skip the reads & purges of the records.
+#
+
+BUILT_IN_STORAGES = [
+    pytest.param(AnnotationsProgressStorage(), id='annotations'),
+    pytest.param(AnnotationsProgressStorage(prefix='my-op.example.com'), id='annotations-own-prefix'),
+    pytest.param(StatusProgressStorage(), id='status'),
+    pytest.param(StatusProgressStorage(field='status.my-op'), id='status-own-field'),
+    pytest.param(SmartProgressStorage(), id='smart'),
+    pytest.param(MultiProgressStorage([AnnotationsProgressStorage(), StatusProgressStorage()]), id='multi'),
+]
+
+
+def _stored_on_object(storage: ProgressStorage, key: str) -> Body:
+    """An object with the record of the handler as the storage stores it (incl. Kopf's old status records)."""
+    patch = Patch()
+    storage.store(key=key, record=RECORD, body=Body({}), patch=patch)
+    if isinstance(storage, SmartProgressStorage):  # it writes no status records, but reads Kopf's old ones
+        return Body({'status': {'kopf': {'progress': {key: dict(RECORD)}}}})
+    return Body(json.loads(json.dumps(patch)))
+
+
+@pytest.mark.parametrize('storage', BUILT_IN_STORAGES)
+@pytest.mark.parametrize('key', ['create_fn', LONG_ID, 'parent/child'])
+def test_objects_with_records_are_never_assumed_empty(storage: ProgressStorage, key: str) -> None:
+    body = _stored_on_object(storage, key)
+    assert storage.fetch(key=key, body=body) is not None  # as a sanity check of the arrangement
+    assert not holds_no_records(storage, keys=['other_fn', key], body=body)
+
+
+@pytest.mark.parametrize('storage', BUILT_IN_STORAGES)
+@pytest.mark.parametrize('body', [
+    pytest.param({}, id='bare'),
+    pytest.param({'metadata': {'annotations': {
+        'kopf.zalando.org/last-handled-configuration': '{"spec":{}}\n',
+        'kopf.zalando.org/other_fn': json.dumps(RECORD),
+        'example.com/create_fn': 'x',
+    }}, 'status': {'kopf': {'progress': {'other_fn': RECORD}}, 'create_fn': {'message': 'hello'}}},
+        id='records-of-other-handlers'),
+])
+def test_objects_without_the_handlers_records_are_empty(
+        storage: ProgressStorage, body: dict[str, Any],
+) -> None:
+    assert holds_no_records(storage, keys=['create_fn', 'delete_fn'], body=Body(body))
+
+
+class _ElsewhereStorage(AnnotationsProgressStorage):
+    """A subclass of a built-in storage that keeps its records elsewhere (not on the object)."""
+
+    def fetch(self, *, key: str, body: Body) -> ProgressRecord | None:
+        return RECORD
+
+
+@pytest.mark.parametrize('storage', [
+    pytest.param(_ElsewhereStorage(), id='subclass'),
+    pytest.param(MultiProgressStorage([AnnotationsProgressStorage(), _ElsewhereStorage()]),
+                 id='multi-with-it'),
+])
+def test_custom_storages_are_never_assumed_empty(storage: ProgressStorage) -> None:
+    assert not holds_no_records(storage, keys=['create_fn'], body=Body({}))

@@ -18,7 +18,10 @@ try:
 except ImportError:  # e.g. installed with --no-deps, or on a platform with no wheels of it
     _orjson = None
 
-__all__ = ['dumps', 'loads']
+__all__ = ['ACCELERATED', 'dumps', 'loads']
+
+# Whether the parsing is native (orjson): then, parsing a small document anew is cheaper than copying one.
+ACCELERATED: bool = _orjson is not None
 
 if _orjson is not None:
     _OPTIONS = _orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME

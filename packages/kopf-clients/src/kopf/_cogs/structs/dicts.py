@@ -90,6 +90,8 @@ def resolve(
     """
     path = parse_field(field)
     value: Any = obj if obj is not None else {}
+    if type(value) in _view_classes:  # e.g. a body: its raw mapping passes the exact-dict checks below
+        value = value._resolve()
     for index, key in enumerate(path):
         # The exact-dict check goes first: it is the usual case, and much faster than the ABC check.
         if (type(value) is dict or isinstance(value, Mapping)) and key in value:

