@@ -334,6 +334,7 @@ def holds_no_records(storage: ProgressStorage, *, keys: Collection[str], body: b
         return container is None or (type(container) is dict and not any(key in container for key in keys))
     return False
 
+
 def locate(storage: ProgressStorage, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
     """
     Where the storage keeps the handler's record on this object (in words), and the stored value as is.
