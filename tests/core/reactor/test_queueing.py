@@ -155,43 +155,58 @@ async def test_worker_limit_caps_the_parallel_processing(settings: OperatorSetti
     await streams.close()
 
 
-async def test_idle_workers_exit_and_leave_no_tasks(settings: OperatorSettings, looptime: float) -> None:
+async def test_idle_workers_exit_once_the_batching_window_is_over_and_leave_no_tasks(
+        settings: OperatorSettings, looptime: float) -> None:
     recorder = Recorder()
     streams = make_streams(recorder, settings)
     tasks_before = asyncio.all_tasks()
     for index in range(1000):
         streams.feed(event(f'kex{index}', index))
-    await asyncio.sleep(4.5)  # processed at 0.0, idle since then
+    await asyncio.sleep(0.09)  # processed at 0.0, idle since then: their echoes would still be batched
     assert len(recorder.calls) == 1000
     assert streams.active_count == 1000
-    await asyncio.sleep(1)  # the idle timeout is over at 5.0
+    await asyncio.sleep(0.02)  # the batching window is over at 0.1, long before the idle timeout (5 s)
     assert streams.active_count == 0
     assert streams.known_count == 1000
     assert asyncio.all_tasks() == tasks_before
 
-    # A new event of an idle object starts a new worker.
+    # A new event of an idle object starts a new worker, and goes at once, as after any quiet period.
     streams.feed(event('kex7', 'again'))
     await asyncio.sleep(1)
     assert recorder.values('kex7') == [7, 'again']
+    assert recorder.calls[-1][0] == pytest.approx(0.11)
+    await streams.close()
+
+
+async def test_idle_workers_exit_after_the_idle_timeout_if_it_is_shorter(
+        settings: OperatorSettings, looptime: float) -> None:
+    settings.queueing.idle_timeout = 0.05
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1))
+    await asyncio.sleep(0.04)
+    assert streams.active_count == 1
+    await asyncio.sleep(0.02)
+    assert streams.active_count == 0
     await streams.close()
 
 
 async def test_idle_workers_expire_each_at_its_own_time(settings: OperatorSettings, looptime: float) -> None:
     recorder = Recorder()
     streams = make_streams(recorder, settings)
-    streams.feed(event('kex1', 1))  # idle since 0.0
-    await asyncio.sleep(2)
-    streams.feed(event('kex2', 2))  # idle since 2.0
-    await asyncio.sleep(1)
-    streams.feed(event('kex1', 'again'))  # idle since 3.0 (not 0.0 anymore)
-    await asyncio.sleep(1)
-    streams.feed(event('kex3', 3))  # idle since 4.0
+    streams.feed(event('kex1', 1))  # processed at 0.00, idle till 0.10
+    await asyncio.sleep(0.02)
+    streams.feed(event('kex2', 2))  # processed at 0.02, idle till 0.12
+    await asyncio.sleep(0.02)
+    streams.feed(event('kex3', 3))  # processed at 0.04, idle till 0.14
+    await asyncio.sleep(0.01)
+    streams.feed(event('kex3', 'again'))  # batched till 0.15, processed then, idle till 0.25 (not 0.14)
     active: list[tuple[float, int]] = []
-    for moment in [6.9, 7.1, 7.9, 8.1, 8.9, 9.1]:
+    for moment in [0.09, 0.11, 0.13, 0.24, 0.26]:
         await asyncio.sleep(moment - asyncio.get_running_loop().time())
         active.append((moment, streams.active_count))
-    assert active == [(6.9, 3), (7.1, 2), (7.9, 2), (8.1, 1), (8.9, 1), (9.1, 0)]
-    assert recorder.values('kex1') == [1, 'again']
+    assert active == [(0.09, 3), (0.11, 2), (0.13, 1), (0.24, 1), (0.26, 0)]
+    assert recorder.values('kex3') == [3, 'again']
     await streams.close()
 
 
@@ -202,10 +217,10 @@ async def test_idle_workers_share_one_timer_of_the_loop(settings: OperatorSettin
     streams = make_streams(recorder, settings)
     for index in range(1000):
         streams.feed(event(f'kex{index}', index))
-        await asyncio.sleep(0.001)  # each goes idle at its own time
+        await asyncio.sleep(0.00001)  # each goes idle at its own time
     assert streams.active_count == 1000
     assert len(loop._scheduled) <= timers_before + 2  # type: ignore[attr-defined]
-    await asyncio.sleep(6)
+    await asyncio.sleep(1)
     assert streams.active_count == 0
     await streams.close()
 
@@ -459,10 +474,10 @@ async def test_closing_interrupts_the_idle_workers_and_the_throttling(
     recorder = Recorder(failures=1)
     streams = make_streams(recorder, settings)
     streams.feed(event('kex1', 1))  # fails and throttles for 1s
-    streams.feed(event('kex2', 2))  # succeeds and idles for 5s
-    await asyncio.sleep(0.5)
+    streams.feed(event('kex2', 2))  # succeeds and idles for the batching window (0.1 s)
+    await asyncio.sleep(0.05)
     await streams.close(exit_timeout=settings.queueing.exit_timeout)
-    assert looptime == 0.5
+    assert looptime == 0.05
     assert streams.active_count == 0
 
 

@@ -1,8 +1,10 @@
 """
-The deferral of new workers while many objects wait for the pacer's seats (e.g. a big initial listing).
+The deferral of new workers while many objects wait for the pacer's seats (e.g. a big initial listing),
+and the back-pressure on the watch-stream when even the deferred ones are too many.
 
-Without it, every listed object gets a worker at once, suspended deep in the processing until a seat
-is free; with it, the objects beyond the backlog have only their streams until there is room.
+Without the deferral, every listed object gets a worker at once, suspended deep in the processing until
+a seat is free; with it, the objects beyond the backlog have only their streams until there is room.
+Without the back-pressure, every event of a burst is parsed and kept in memory until its turn.
 """
 import asyncio
 from typing import Any
@@ -126,6 +128,51 @@ async def test_closing_starts_the_deferred_ones_to_finish_them(settings: Operato
     await streams.close(exit_timeout=100)
     assert len(processor.order) == BACKLOG * 3
     assert workers() == 0
+
+
+async def test_backlog_is_reported_until_it_is_down_by_half(settings: OperatorSettings) -> None:
+    pacer = pacing.Pacer(seats=2)
+    processor = SeatedProcessor(pacer, duration=1)
+    processor.expected = 10
+    streams = make_streams(processor, settings, pacer)
+    for i in range(10):
+        streams.feed(listed(f'obj-{i:05d}'))
+    await asyncio.sleep(0)
+    assert streams.backlog == 6  # 2 are seated, 2 are starting, 6 wait for their workers' start
+    assert streams.backlogged  # at twice as many as the seats
+    await streams.wait_for_room()
+    assert asyncio.get_running_loop().time() == pytest.approx(3.0)  # 6 done, 2 seated, 2 waiting, 0 deferred
+    assert streams.backlog < 4
+    assert not streams.backlogged
+    await processor.processed.wait()
+    assert processor.order == [f'obj-{i:05d}' for i in range(10)]
+    await streams.close(exit_timeout=1)
+
+
+async def test_no_backlog_without_the_pacer(settings: OperatorSettings) -> None:
+    pacer = pacing.Pacer(seats=1)
+    processor = SeatedProcessor(pacer, duration=1)
+    streams = ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings)
+    for i in range(10):
+        streams.feed(listed(f'obj-{i:05d}'))
+    await asyncio.sleep(0)
+    assert not streams.backlogged
+    await asyncio.wait_for(streams.wait_for_room(), timeout=0.001)
+    await streams.close(exit_timeout=100)
+
+
+async def test_closing_ends_the_waiting_for_room(settings: OperatorSettings) -> None:
+    pacer = pacing.Pacer(seats=1)
+    processor = SeatedProcessor(pacer, duration=1)
+    streams = make_streams(processor, settings, pacer)
+    for i in range(10):
+        streams.feed(listed(f'obj-{i:05d}'))
+    room = asyncio.create_task(streams.wait_for_room())
+    await asyncio.sleep(0.5)
+    assert not room.done()
+    await streams.close(exit_timeout=0.1)
+    assert room.done()
+    await room  # no error: the reader goes on, and sees the closing
 
 
 async def test_room_is_reported_when_half_of_the_backlog_is_seated() -> None:

@@ -13,6 +13,7 @@ from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor import pacing
 from kopf._core.reactor.queueing import watcher
 from kopf.testing.emulator import KubernetesEmulator
 
@@ -138,3 +139,40 @@ async def test_failing_watcher_restarts_with_delays(
     assert failures[0].getMessage().startswith(
         'Watcher for kopfexamples.v1.kopf.dev@default has failed: HTTP 403')
     assert failures[0].levelno == logging.ERROR
+
+
+async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_is_lost(
+        settings: OperatorSettings, vault: Vault, kex_crd: None, kube: Kube, caplog: pytest.LogCaptureFixture,
+        emulator: KubernetesEmulator, wait_for: WaitFor,
+) -> None:
+    caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
+    pacer = pacing.Pacer(seats=1)
+    gate = asyncio.Event()
+    states = LatestStates()
+
+    async def processor(**kwargs: Any) -> None:
+        async with pacer.seat():  # as the real processing does: one object at a time here
+            await gate.wait()
+            await states(**kwargs)
+
+    task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace='default',
+                                       processor=processor, pacer=pacer))
+    try:
+        await wait_for(lambda: emulator.open_watches == 1)
+        for index in range(10):
+            await kube.create_kex(f'kex{index}', spec={'value': index})
+        await wait_for(lambda: any('is held back' in message for message in caplog.messages))
+        assert 'The watch-stream for kopfexamples.v1.kopf.dev in \'default\' is held back: ' \
+               '2 objects wait for their processing.' in caplog.messages
+
+        # Broken while held back: resumed from where it was read, with nothing lost.
+        emulator.drop_watches(path='kopfexamples', abort=True)
+        await kube.patch_kex('kex9', {'spec': {'value': 'last'}})
+        gate.set()
+        await wait_for(lambda: len(states.values) == 10 and states.values['kex9'] == 'last')
+        assert {name: value for name, value in states.values.items() if name != 'kex9'} == \
+               {f'kex{index}': index for index in range(9)}
+        assert states.overlaps == 0
+    finally:
+        task.cancel()
+        await asyncio.wait([task])

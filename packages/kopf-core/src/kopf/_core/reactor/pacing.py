@@ -57,12 +57,18 @@ class Pacer:
         seats = DEFAULT_SEATS if seats is None else seats
         if seats < 1:
             raise ValueError(f'The pacer needs at least one seat, got {seats!r}.')
+        self._seats = seats
         self._free = seats
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
         self._room_waiters: list[tuple[int, asyncio.Future[None]]] = []
         # The seats lent after a delay: one timer of the loop for all the handlers' calls, not one each.
         self._lendings: alarms.Alarms[_Lending] = alarms.Alarms(_Lending.lend_out)
+
+    @property
+    def seats(self) -> int:
+        """How many objects can be in the framework's hands at once (taken and free seats together)."""
+        return self._seats
 
     @property
     def free(self) -> int:

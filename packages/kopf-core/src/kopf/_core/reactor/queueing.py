@@ -17,13 +17,21 @@ the processing's own patches come in quick succession, and only the latest of th
 The newer events also set ``stream_pressure``, so that a processor sleeping on something
 (e.g. for its delayed handlers) can wake up earlier.
 
-Workers exit after ``settings.queueing.idle_timeout`` with no new events (or right after the object
-is deleted), and their streams are forgotten: an idle object costs no task and no queue, only a small
-record of its identity (to notice its disappearance while the watch-stream was not watching).
+Workers exit once their batching window has passed with no new events (or after ``settings.queueing.
+idle_timeout`` if it is shorter; or right after the object is deleted), and their streams are forgotten:
+an idle object costs no task and no queue, only a small record of its identity (to notice its disappearance
+while the watch-stream was not watching). An idle worker would keep nothing else: past the window, a new
+event is processed at once anyway, by a new worker as well as by the old one.
 The idle workers of a watch-stream share one timer of the event loop (for the one that went idle first):
 not one per worker, which the loop would keep in its heap of timers (with Python-level comparisons)
 and cancel at almost every event. So do the batching windows of its workers (waited for after nearly
 every processing, for the echoes of its own patches). See :mod:`kopf._cogs.helpers.alarms`.
+
+Back-pressure: when twice as many objects as the pacer has seats wait for them (or for their workers'
+start), the watch-stream is not read until only half as many wait. Otherwise, a burst of events (e.g.
+a deletion of thousands of objects at once) is parsed faster than it is processed, and every object's
+body waits in memory; held back, the events wait in the sockets' buffers as bytes (the API client stops
+reading the socket when its buffer is full). Nothing is lost: the events are only read a bit later.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -70,10 +78,6 @@ from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor import pacing
 
 logger = logging.getLogger(__name__)
-
-# How many objects may wait for the pacer's seats before the new objects' workers are deferred.
-_BACKLOG = pacing.DEFAULT_SEATS
-
 
 class Processor(Protocol):
     """
@@ -224,9 +228,13 @@ class ObjectStreams:
         # many objects wait for its seats already; not for the indexed resources: every listed object
         # must be indexed before any is processed, so the indexing of none can be held back.
         self._pacer = pacer if indexer is None else None
+        # How many objects may wait for the pacer's seats before the new objects' workers are deferred
+        # (as many as are seated); twice as many waiting or deferred hold the watch-stream back.
+        self._backlog_limit = pacer.seats if pacer is not None else pacing.DEFAULT_SEATS
         self._deferred: collections.deque[Hashable] = collections.deque()  # no worker yet: in this order
         self._starter: asyncio.Task[None] | None = None  # starts the deferred workers when there is room
         self._unstarted = 0  # the workers created but not running yet (so not waiting for seats yet)
+        self._room: asyncio.Future[None] | None = None  # the watch-stream's reader waits for room here
         self._resource = resource
         self._namespace = namespace
         self._settings = settings
@@ -315,7 +323,8 @@ class ObjectStreams:
         A deferred object costs only its stream (the latest event, which is kept anyway).
         """
         pacer = self._pacer
-        return pacer is not None and (bool(self._deferred) or pacer.waiting + self._unstarted >= _BACKLOG)
+        return pacer is not None and (bool(self._deferred) or
+                                      pacer.waiting + self._unstarted >= self._backlog_limit)
 
     def _defer(self, key: Hashable) -> None:
         self._deferred.append(key)
@@ -327,8 +336,8 @@ class ObjectStreams:
         assert self._pacer is not None
         try:
             while self._deferred:
-                await self._pacer.wait_for_room(_BACKLOG)
-                self._start_some(_BACKLOG - self._pacer.waiting - self._unstarted)
+                await self._pacer.wait_for_room(self._backlog_limit)
+                self._start_some(self._backlog_limit - self._pacer.waiting - self._unstarted)
                 await asyncio.sleep(0)  # let the started workers run up to the pacer
         finally:
             self._starter = None
@@ -340,6 +349,38 @@ class ObjectStreams:
             if stream is not None and stream.worker is None:
                 self._start(key, stream)
                 count -= 1
+        room = self._room
+        if room is not None and not room.done():
+            room.set_result(None)  # the reader looks again whether there is room for more events now
+
+    @property
+    def backlog(self) -> int:
+        """How many objects wait for their processing: for the pacer's seats, or for their workers' start."""
+        return (self._pacer.waiting if self._pacer is not None else 0) + len(self._deferred)
+
+    @property
+    def backlogged(self) -> bool:
+        """
+        Whether so many objects wait for their processing that the watch-stream should not be read for now.
+
+        Without this, a burst of events (e.g. a deletion of thousands of objects at once) is parsed faster
+        than it is processed, and all the objects' bodies are held at once, waiting for their turn.
+        Held back, the unread events wait in the socket's buffers, as mere bytes.
+        """
+        return self._pacer is not None and self.backlog >= 2 * self._backlog_limit
+
+    async def wait_for_room(self) -> None:
+        """Wait until the backlog is below its limit again (at once if not backlogged, or if closing)."""
+        pacer = self._pacer
+        while pacer is not None and self.backlogged and not self._closing.is_set():
+            if self._deferred:  # the deferred ones are started by batches as the seats are taken
+                room = self._room = asyncio.get_running_loop().create_future()
+                try:
+                    await room
+                finally:
+                    self._room = None
+            else:  # so, at least that many wait for seats: this waits for sure (no busy loop)
+                await pacer.wait_for_room(2 * self._backlog_limit)
 
     async def close(self, *, exit_timeout: float | None = None) -> None:
         """
@@ -348,6 +389,8 @@ class ObjectStreams:
         The idle workers exit at once; the busy ones see the pressure (as if new events arrived).
         """
         self._closing.set()
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
         if self._starter is not None:
             self._starter.cancel()
         self._idle.cancel()  # the pressure below wakes up the idle and the batching workers
@@ -423,9 +466,19 @@ class ObjectStreams:
 
     @property
     def _idle_timeout(self) -> float | None:
+        """
+        How long an idle worker waits for new events: only as long as they would be batched (if shorter).
+
+        The batching window (since the latest processing has ended) is the only thing an idle worker keeps.
+        Past it, a new event is processed at once anyway, by a new worker as well as by the old one;
+        but an idle worker costs its task and a stack of coroutines (~2.3 KB): ~11 MB for 5,000 objects
+        processed within the default idle timeout (5 s), e.g. after an initial listing or a mass deletion.
+        """
         # Typed as a number in the settings, but None was always accepted here: the workers never expire.
         idle_timeout: float | None = self._settings.queueing.idle_timeout
-        return idle_timeout
+        if idle_timeout is None:
+            return None
+        return min(idle_timeout, self._settings.queueing.batch_window)
 
     @staticmethod
     async def _wait_or_alarm(waits: alarms.Alarms[_Stream], stream: _Stream, delay: float | None) -> None:
@@ -600,6 +653,10 @@ async def watcher(
                         streams.feed(item)
                         if item is Bookmark.LISTED:
                             delays = iter_backoffs(settings.queueing.error_delays)
+                        if streams.backlogged:  # back-pressure: the bodies wait in the socket, not in memory
+                            logger.debug(f'The watch-stream for {name} {scope} is held back: '
+                                         f'{streams.backlog} objects wait for their processing.')
+                            await streams.wait_for_room()
             except Exception as e:
                 last_delay = next(delays, last_delay)
                 logger.exception(f'Watcher for {name}@{namespace} has failed: {e}; '
