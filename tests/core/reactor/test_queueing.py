@@ -326,6 +326,25 @@ async def test_deleted_objects_release_their_workers_at_once(
     await streams.close()
 
 
+async def test_deletions_are_not_batched_right_after_a_processing(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'first'))
+    streams.feed(event('kex2', 'first'))
+    await asyncio.sleep(1.01)  # both processed at 0.0-1.0
+    streams.feed(event('kex1', 'gone', type='DELETED'))  # nothing comes after it: processed at once
+    streams.feed(event('kex2', 'echo'))  # batched till 1.11 unless anything else comes
+    await asyncio.sleep(0.05)
+    streams.feed(event('kex2', 'gone', type='DELETED'))  # ends the batching at once, at 1.06
+    await asyncio.sleep(2)
+    times = {(name, type): round(time, 2) for time, name, type, _ in recorder.calls}
+    assert times == {('kex1', 'MODIFIED'): 0.0, ('kex2', 'MODIFIED'): 0.0,
+                     ('kex1', 'DELETED'): 1.01, ('kex2', 'DELETED'): 1.06}
+    assert streams.active_count == 0
+    await streams.close()
+
+
 async def test_objects_vanished_between_listings_are_deleted(
         settings: OperatorSettings, looptime: float) -> None:
     recorder = Recorder()

@@ -176,3 +176,32 @@ async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_i
     finally:
         task.cancel()
         await asyncio.wait([task])
+
+
+async def test_listing_is_never_held_back_so_the_watching_starts_at_once(
+        settings: OperatorSettings, vault: Vault, kex_crd: None, kube: Kube, caplog: pytest.LogCaptureFixture,
+        emulator: KubernetesEmulator, wait_for: WaitFor,
+) -> None:
+    # The listing is in memory anyway; the echoes of the patches made meanwhile come via the watching.
+    caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
+    pacer = pacing.Pacer(seats=1)
+    gate = asyncio.Event()
+    states = LatestStates()
+
+    async def processor(**kwargs: Any) -> None:
+        async with pacer.seat():
+            await gate.wait()
+            await states(**kwargs)
+
+    for index in range(10):
+        await kube.create_kex(f'kex{index}', spec={'value': index})
+    task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace='default',
+                                       processor=processor, pacer=pacer))
+    try:
+        await wait_for(lambda: emulator.open_watches == 1)  # while all but one wait for the only seat
+        assert not any('is held back' in message for message in caplog.messages)
+        gate.set()
+        await wait_for(lambda: states.values == {f'kex{index}': index for index in range(10)})
+    finally:
+        task.cancel()
+        await asyncio.wait([task])

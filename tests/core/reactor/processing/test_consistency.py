@@ -97,6 +97,26 @@ async def test_older_version_until_the_timeout(
 
 
 @pytest.mark.usefixtures('created')
+async def test_older_version_after_the_timeout_is_skipped_if_newer_events_have_come(
+        operator: Any, cluster: Any, settings: OperatorSettings, requests: Callable[..., int],
+        messages: Callable[[], list[str]]) -> None:
+    # E.g. the echoes of our patches came late, all at once: the first one is stale, the newer ones wait.
+    settings.persistence.consistency_timeout = 0.1
+    await asyncio.sleep(0.2)  # the timeout is over
+    count = len(messages())
+    pressure = asyncio.Event()
+    pressure.set()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await operator.process(body=older(cluster.get()), pressure=pressure)
+
+    # The stale state is not handled even after the timeout: the newer event is processed instead.
+    assert loop.time() - started < 0.1
+    assert requests() == 0
+    assert messages()[count:] == []
+
+
+@pytest.mark.usefixtures('created')
 async def test_no_consistency_tracking_with_zero_timeout(
         operator: Any, cluster: Any, settings: OperatorSettings, messages: Callable[[], list[str]]) -> None:
     settings.persistence.consistency_timeout = 0

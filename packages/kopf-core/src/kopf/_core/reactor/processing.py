@@ -713,6 +713,8 @@ async def _wait_for_consistency(context: _Context) -> bool:
     False means that a newer event of the object has arrived meanwhile (it will be processed instead).
     """
     memory = context.memory
+    if context.stream_pressure is not None and context.stream_pressure.is_set():
+        return False  # newer already (e.g. when the events come late): never handle a state known to be stale
     loop = asyncio.get_running_loop()
     timeout = context.settings.persistence.consistency_timeout
     remaining = memory.expected_since + (timeout or 0) - loop.time()

@@ -14,6 +14,7 @@ a quiet period (e.g. of a new object, or of one seen in a listing) is processed 
 but when the object has just been processed (within ``settings.queueing.batch_window``), the events
 are batched until they stop arriving within the window of each other: e.g. the watch-events caused by
 the processing's own patches come in quick succession, and only the latest of them is processed.
+A deletion ends the batching at once: nothing comes after it, so there is nothing to wait for.
 The newer events also set ``stream_pressure``, so that a processor sleeping on something
 (e.g. for its delayed handlers) can wake up earlier.
 
@@ -32,6 +33,8 @@ start), the watch-stream is not read until only half as many wait. Otherwise, a 
 a deletion of thousands of objects at once) is parsed faster than it is processed, and every object's
 body waits in memory; held back, the events wait in the sockets' buffers as bytes (the API client stops
 reading the socket when its buffer is full). Nothing is lost: the events are only read a bit later.
+The listings are not held back: their objects are in memory anyway (as one response), and the watching
+starts only after them, so the echoes of the patches made meanwhile would come only as late.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -186,6 +189,11 @@ class _Stream:
     worker: asyncio.Task[None] | None = None
     events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
     received_at: float = 0.0  # when the pending event has arrived (the loop's time)
+
+
+def _is_final(stream: _Stream) -> bool:
+    # Nothing comes after the deletion (of this uid): no reason to wait for more events to batch them.
+    return stream.pending is not None and stream.pending['type'] == 'DELETED'
 
 
 def _press(stream: _Stream) -> None:
@@ -424,7 +432,7 @@ class ObjectStreams:
                 # The first event after a quiet period goes at once; the events right after a processing
                 # (e.g. the echoes of its own patches) are batched until they stop coming.
                 window = self._settings.queueing.batch_window
-                if processed_at is not None and loop.time() - processed_at < window:
+                if processed_at is not None and loop.time() - processed_at < window and not _is_final(stream):
                     await self._wait_for_silence(stream)
                 raw_event, stream.pending = stream.pending, None
                 received_at = stream.received_at
@@ -495,7 +503,7 @@ class ObjectStreams:
 
     async def _wait_for_silence(self, stream: _Stream) -> None:
         """Batch the bursts of events: wait until no new events arrive within the batching window."""
-        while not self._closing.is_set():
+        while not self._closing.is_set() and not _is_final(stream):
             stream.pressure.clear()
             events = stream.events
             # The pressure set by the alarm is told from the new events' by their count.
@@ -653,7 +661,10 @@ async def watcher(
                         streams.feed(item)
                         if item is Bookmark.LISTED:
                             delays = iter_backoffs(settings.queueing.error_delays)
-                        if streams.backlogged:  # back-pressure: the bodies wait in the socket, not in memory
+                        # Back-pressure: the bodies wait in the socket, not in memory. Not for the listings:
+                        # they are in memory anyway, and the watching (with the echoes of our patches) starts
+                        # after them: held back, the echoes would come long after the patches.
+                        if item is not Bookmark.LISTED and item['type'] is not None and streams.backlogged:
                             logger.debug(f'The watch-stream for {name} {scope} is held back: '
                                          f'{streams.backlog} objects wait for their processing.')
                             await streams.wait_for_room()
