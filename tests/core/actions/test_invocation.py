@@ -235,26 +235,6 @@ async def test_a_burst_of_quick_sync_functions_takes_fewer_jobs_than_calls(
     assert 1 <= counting_executor.jobs < 200
 
 
-async def test_sync_calls_one_after_another_are_served_by_a_lingering_job(
-        counting_executor: CountingExecutor) -> None:
-    # E.g. a handler per object in a burst of objects: each call comes when the previous one is over.
-    results = [await invoke(sync_fn, kwargs={'x': i}, executor=counting_executor) for i in range(20)]
-    assert results == [i * 3 for i in range(20)]
-    assert counting_executor.jobs < 10  # a job per call without the lingering (usually: 1 job)
-
-
-def test_lingering_jobs_leave_the_executor_soon_after_the_calls() -> None:
-    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-    loop = asyncio.new_event_loop()
-    try:
-        assert loop.run_until_complete(invoke(sync_fn, kwargs={'x': 2}, executor=executor)) == 6
-        # The only thread of the executor is free again for other jobs once the runner stops lingering.
-        assert executor.submit(lambda: 'other').result(timeout=1) == 'other'
-    finally:
-        loop.close()
-        executor.shutdown(wait=True)
-
-
 async def test_a_slow_sync_function_does_not_hold_back_the_next_ones(
         counting_executor: CountingExecutor) -> None:
     release = threading.Event()

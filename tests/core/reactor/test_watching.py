@@ -150,9 +150,12 @@ async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_i
     gate = asyncio.Event()
     states = LatestStates()
 
+    held_back: list[bool] = []
+
     async def processor(**kwargs: Any) -> None:
         async with pacer.seat():  # as the real processing does: one object at a time here
             await gate.wait()
+            held_back.append(pacing.held_back_since.get()(0))  # as the consistency waits see it
             await states(**kwargs)
 
     task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace='default',
@@ -173,6 +176,7 @@ async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_i
         assert {name: value for name, value in states.values.items() if name != 'kex9'} == \
                {f'kex{index}': index for index in range(9)}
         assert states.overlaps == 0
+        assert all(held_back)  # every one of them was seen while or after the stream was held back
     finally:
         task.cancel()
         await asyncio.wait([task])

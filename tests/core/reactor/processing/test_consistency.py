@@ -14,6 +14,7 @@ import kopf
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
+from kopf._core.reactor import pacing
 
 
 def older(obj: Any, by: int = 1) -> Any:
@@ -114,6 +115,27 @@ async def test_older_version_after_the_timeout_is_skipped_if_newer_events_have_c
     assert loop.time() - started < 0.1
     assert requests() == 0
     assert messages()[count:] == []
+
+
+@pytest.mark.usefixtures('created')
+async def test_older_version_after_the_timeout_waits_if_the_watch_stream_was_held_back(
+        operator: Any, cluster: Any, settings: OperatorSettings, requests: Callable[..., int],
+        messages: Callable[[], list[str]]) -> None:
+    # The queueing tells this for every object: here, its watch-stream was held back by the back-pressure.
+    pacing.held_back_since.set(lambda since: True)
+    settings.persistence.consistency_timeout = 0.1
+    await asyncio.sleep(0.2)  # the timeout is over
+    count = len(messages())
+    await operator.process(body=older(cluster.get()))
+
+    # The stale state is not handled: the echo of our patch is late by our own doing, and will come.
+    assert requests() == 0
+    assert len(messages()[count:]) == 1
+    assert 'is late: the watch-stream was held back. The object waits for it.' in messages()[count]
+
+    # When it comes, it is processed as usual.
+    await operator.process()
+    assert messages()[-2] == 'Something has changed, but we are not interested (the essence is the same).'
 
 
 @pytest.mark.usefixtures('created')

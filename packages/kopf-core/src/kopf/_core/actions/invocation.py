@@ -133,9 +133,6 @@ class RunningCall:
         return f'<{type(self).__name__} {self.description!r}>'
 
 
-# How long a runner of the sync calls waits for more calls before it gives its thread back, in seconds.
-RUNNER_LINGER = 0.01
-
 # The sync calls being run by the threads now (of all lanes and executors): for the operator's exit.
 _running: set[RunningCall] = set()
 _running_lock = threading.Lock()
@@ -170,13 +167,11 @@ class _Lane:
 
     A job per call (``executor.submit()`` and a future per call, then a future of the loop chained to it)
     costs more than most handlers themselves. Instead, a runner job runs the queued calls one by one
-    until none are left, and then waits a little (:data:`RUNNER_LINGER`) for more: in a stream of calls
-    that come one at a time (e.g. a handler per object in a burst of objects), one job serves them all.
-    A new runner is submitted only when there is no free runner: neither a waiting one nor one that
-    is still starting. A runner that takes a call while more calls are waiting and no other runner is free
-    submits one more runner. So the concurrency grows as with a job per call (every call gets a thread
-    as soon as the executor has one), but a burst of quick calls takes only a few jobs. Any executor
-    works this way, including the custom ones of ``settings.execution.executor``.
+    until none are left. A new runner is submitted only when there is no free runner: neither an idle
+    one nor one that is still starting. A runner that takes a call while more calls are waiting and
+    no other runner is free submits one more runner. So the concurrency grows as with a job per call
+    (every call gets a thread as soon as the executor has one), but a burst of quick calls takes only
+    a few jobs. Any executor works this way, including the custom ones of ``settings.execution.executor``.
     """
 
     _lanes: 'weakref.WeakKeyDictionary[concurrent.futures.Executor, _Lane]' = weakref.WeakKeyDictionary()
@@ -186,11 +181,9 @@ class _Lane:
         super().__init__()
         self._executor_ref = weakref.ref(executor)  # a strong one would keep the lanes' key alive
         self._lock = threading.Lock()
-        self._arrival = threading.Condition(self._lock)  # the waiting runners are woken up by new calls
         self._calls: collections.deque[_Call] = collections.deque()
         self._runners = 0  # submitted and not exited yet (incl. those still queued in the executor)
         self._busy = 0  # running a call now
-        self._waiting = 0  # waiting for new calls before exiting
 
     @classmethod
     def of(cls, executor: concurrent.futures.Executor) -> '_Lane':
@@ -206,8 +199,6 @@ class _Lane:
             needs_runner = self._runners == self._busy
             if needs_runner:
                 self._runners += 1
-            elif self._waiting:
-                self._arrival.notify()
         if needs_runner:
             try:
                 executor.submit(self._run)
@@ -244,12 +235,6 @@ class _Lane:
         with self._lock:
             if finished:
                 self._busy -= 1
-            if not self._calls and finished:
-                self._waiting += 1
-                try:
-                    self._arrival.wait(RUNNER_LINGER)  # the lock is released while waiting
-                finally:
-                    self._waiting -= 1
             if not self._calls:
                 self._runners -= 1
                 return None

@@ -23,7 +23,9 @@ The change handling needs a consistent state of the object: our own latest patch
 via the watch-stream, otherwise the old state of the object would be handled once again.
 Until then, or until ``settings.persistence.consistency_timeout`` passes since the patch, the handling
 waits; a newer event of the object (the ``stream_pressure``) interrupts the wait, and the newer
-event is processed instead. The event-watching handlers are never delayed by this.
+event is processed instead. A state known to be stale is not handled even after the timeout: when a newer
+event is there already, or when the watch-stream was held back by the back-pressure since the patch
+(the echo is late by our own doing, and will come). The event-watching handlers are never delayed by this.
 
 A handling cycle of several handlers takes several steps (events): the default lifecycle runs one
 handler per step, with a patch of the progress after each. If the object's essence changes between
@@ -710,7 +712,8 @@ async def _wait_for_consistency(context: _Context) -> bool:
     """
     Wait until the consistency timeout since our latest patch; True if the object can be handled now.
 
-    False means that a newer event of the object has arrived meanwhile (it will be processed instead).
+    False means that a newer event of the object has arrived meanwhile (it will be processed instead),
+    or that our patch is late since the watch-stream was held back (its event will surely come then).
     """
     memory = context.memory
     if context.stream_pressure is not None and context.stream_pressure.is_set():
@@ -725,6 +728,12 @@ async def _wait_for_consistency(context: _Context) -> bool:
             left = await application.sleep(remaining, context.stream_pressure)
         if left is not None:
             return False
+    if pacing.held_back_since.get()(memory.expected_since):
+        # Late by our own doing (the back-pressure): it will come, surely; the stale state is not handled.
+        context.local_logger.debug(f'Our own patch (version {memory.expected_version}) is late: '
+                                   f'the watch-stream was held back. The object waits for it.')
+        return False
+    if remaining > 0:
         context.local_logger.debug(f'Our own patch (version {memory.expected_version}) has not arrived '
                                    f'in time; the object is handled as it is now.')
     memory.expected_version = None

@@ -35,6 +35,8 @@ body waits in memory; held back, the events wait in the sockets' buffers as byte
 reading the socket when its buffer is full). Nothing is lost: the events are only read a bit later.
 The listings are not held back: their objects are in memory anyway (as one response), and the watching
 starts only after them, so the echoes of the patches made meanwhile would come only as late.
+Held back, the echoes of our own patches come late: the processing knows it (``pacing.held_back_since``)
+and waits for them rather than handling the stale states when the consistency timeout is over.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -243,6 +245,8 @@ class ObjectStreams:
         self._starter: asyncio.Task[None] | None = None  # starts the deferred workers when there is room
         self._unstarted = 0  # the workers created but not running yet (so not waiting for seats yet)
         self._room: asyncio.Future[None] | None = None  # the watch-stream's reader waits for room here
+        self._held_back_at: float | None = None  # since when the watch-stream is held back, if it is now
+        self._released_at = float('-inf')  # when it was held back last time, until then
         self._resource = resource
         self._namespace = namespace
         self._settings = settings
@@ -380,15 +384,25 @@ class ObjectStreams:
     async def wait_for_room(self) -> None:
         """Wait until the backlog is below its limit again (at once if not backlogged, or if closing)."""
         pacer = self._pacer
-        while pacer is not None and self.backlogged and not self._closing.is_set():
-            if self._deferred:  # the deferred ones are started by batches as the seats are taken
-                room = self._room = asyncio.get_running_loop().create_future()
-                try:
-                    await room
-                finally:
-                    self._room = None
-            else:  # so, at least that many wait for seats: this waits for sure (no busy loop)
-                await pacer.wait_for_room(2 * self._backlog_limit)
+        loop = asyncio.get_running_loop()
+        self._held_back_at = loop.time()
+        try:
+            while pacer is not None and self.backlogged and not self._closing.is_set():
+                if self._deferred:  # the deferred ones are started by batches as the seats are taken
+                    room = self._room = loop.create_future()
+                    try:
+                        await room
+                    finally:
+                        self._room = None
+                else:  # so, at least that many wait for seats: this waits for sure (no busy loop)
+                    await pacer.wait_for_room(2 * self._backlog_limit)
+        finally:
+            self._held_back_at = None
+            self._released_at = loop.time()
+
+    def was_held_back_since(self, moment: float) -> bool:
+        """Whether the watch-stream has been held back at any time since the moment (in the loop's time)."""
+        return self._held_back_at is not None or self._released_at >= moment
 
     async def close(self, *, exit_timeout: float | None = None) -> None:
         """
@@ -451,8 +465,10 @@ class ObjectStreams:
                     if latest is not raw_event:
                         raw_event, received_at = latest, stream.received_at
 
-                # For the processing (of this task only): the timers count from when the object was seen.
+                # For the processing (of this task only): the timers count from when the object was seen;
+                # the consistency waits know if the echoes of the patches can be late for our own reasons.
                 spawning.event_received_at.set(received_at)
+                pacing.held_back_since.set(self.was_held_back_since)
                 await self._process(key, raw_event, stream)
                 processed_at = loop.time()
 
