@@ -178,6 +178,36 @@ async def test_idle_workers_exit_once_the_batching_window_is_over_and_leave_no_t
     await streams.close()
 
 
+async def test_objects_returning_within_the_idle_timeout_keep_their_workers_for_it(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the echoes of the timers' patches every second: a new worker for every one would cost more.
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    tasks_before = asyncio.all_tasks()
+    streams.feed(event('kex1', 1))  # processed at 0.0, its worker leaves at 0.1
+    streams.feed(event('kex2', 1))  # processed at 0.0, its worker leaves at 0.1, it never comes back
+    await asyncio.sleep(1)
+    assert streams.active_count == 0
+    streams.feed(event('kex1', 2))  # back within the idle timeout (5 s) since its worker left: at 1.0
+    await asyncio.sleep(4.9)
+    assert streams.active_count == 1  # idle since 1.0, for the idle timeout
+    streams.feed(event('kex1', 3))  # the same worker, idle since 5.9 now
+    await asyncio.sleep(4.9)
+    assert streams.active_count == 1
+    await asyncio.sleep(0.2)
+    assert streams.active_count == 0  # left at 10.9
+    assert recorder.values('kex1') == [1, 2, 3]
+    assert [round(time, 2) for time, name, *_ in recorder.calls if name == 'kex1'] == [0.0, 1.0, 5.9]
+
+    # Not returning anymore: a worker of its own after the idle timeout is a brief one again.
+    await asyncio.sleep(6)
+    streams.feed(event('kex1', 4))
+    await asyncio.sleep(0.2)
+    assert streams.active_count == 0
+    assert asyncio.all_tasks() == tasks_before
+    await streams.close()
+
+
 async def test_idle_workers_exit_after_the_idle_timeout_if_it_is_shorter(
         settings: OperatorSettings, looptime: float) -> None:
     settings.queueing.idle_timeout = 0.05

@@ -149,6 +149,26 @@ async def test_backlog_is_reported_until_it_is_down_by_half(settings: OperatorSe
     await streams.close(exit_timeout=1)
 
 
+async def test_objects_are_not_returning_after_the_stream_was_held_back(settings: OperatorSettings) -> None:
+    # Their events are late by our own doing then (e.g. the echoes of their patches), not by their nature.
+    settings.queueing.idle_timeout = 100
+    pacer = pacing.Pacer(seats=1)
+    processor = SeatedProcessor(pacer, duration=1)
+    streams = make_streams(processor, settings, pacer)
+    streams.feed(listed('obj-a'))  # processed at 0-1, its worker leaves at 1.1: it can return till 101.1
+    await asyncio.sleep(2)
+    assert streams.active_count == 0
+    for i in range(4):
+        streams.feed(listed(f'obj-{i:05d}'))
+    assert streams.backlogged
+    await streams.wait_for_room()  # as the watcher does: held back until 4.0
+    streams.feed(listed('obj-a'))  # back, but late by our own doing: processed at 6-7, leaves at 7.1
+    await asyncio.sleep(8 - asyncio.get_running_loop().time())
+    assert streams.active_count == 0  # a worker of its own for 100 s otherwise
+    assert processor.order == ['obj-a', 'obj-00000', 'obj-00001', 'obj-00002', 'obj-00003', 'obj-a']
+    await streams.close(exit_timeout=1)
+
+
 async def test_no_backlog_without_the_pacer(settings: OperatorSettings) -> None:
     pacer = pacing.Pacer(seats=1)
     processor = SeatedProcessor(pacer, duration=1)

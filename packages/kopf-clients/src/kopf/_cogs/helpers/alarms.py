@@ -49,6 +49,9 @@ class Alarms(Generic[_K]):
     def __len__(self) -> int:
         return len(self._due)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._due
+
     def add(self, key: _K, deadline: float) -> bool:
         """
         Make the key due at the deadline (in the loop's time); False if it is earlier than the latest one.

@@ -18,11 +18,13 @@ A deletion ends the batching at once: nothing comes after it, so there is nothin
 The newer events also set ``stream_pressure``, so that a processor sleeping on something
 (e.g. for its delayed handlers) can wake up earlier.
 
-Workers exit once their batching window has passed with no new events (or after ``settings.queueing.
-idle_timeout`` if it is shorter; or right after the object is deleted), and their streams are forgotten:
-an idle object costs no task and no queue, only a small record of its identity (to notice its disappearance
-while the watch-stream was not watching). An idle worker would keep nothing else: past the window, a new
-event is processed at once anyway, by a new worker as well as by the old one.
+Workers exit once their batching window has passed with no new events (or right after the object
+is deleted), and their streams are forgotten: an idle object costs no task and no queue, only a small
+record of its identity (to notice its disappearance while the watch-stream was not watching). An idle
+worker would keep nothing else: past the window, a new event is processed at once anyway, by a new worker
+as well as by the old one. Only the objects that come back within ``settings.queueing.idle_timeout``
+after their worker has left (e.g. with the echoes of their timers' patches every second) keep their next
+worker for the whole idle timeout, as all did before: a new worker for every event would cost more.
 The idle workers of a watch-stream share one timer of the event loop (for the one that went idle first):
 not one per worker, which the loop would keep in its heap of timers (with Python-level comparisons)
 and cancel at almost every event. So do the batching windows of its workers (waited for after nearly
@@ -191,11 +193,16 @@ class _Stream:
     worker: asyncio.Task[None] | None = None
     events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
     received_at: float = 0.0  # when the pending event has arrived (the loop's time)
+    returning: bool = False  # its previous worker left within the idle timeout: this one waits for it
 
 
 def _is_final(stream: _Stream) -> bool:
     # Nothing comes after the deletion (of this uid): no reason to wait for more events to batch them.
     return stream.pending is not None and stream.pending['type'] == 'DELETED'
+
+
+def _forget(key: Hashable) -> None:
+    pass  # the object's parting is over: it is only removed from the alarms
 
 
 def _press(stream: _Stream) -> None:
@@ -257,7 +264,9 @@ class ObjectStreams:
         self._unindexed: set[Hashable] = set()  # the objects of the initial listing not indexed yet
         self._streams: dict[Hashable, _Stream] = {}
         # The ends of the idle workers' timeouts and of the batching windows: one loop timer for each kind.
-        self._idle: alarms.Alarms[_Stream] = alarms.Alarms(_press)
+        self._idle: alarms.Alarms[_Stream] = alarms.Alarms(_press)  # the workers of the returning objects
+        self._brief: alarms.Alarms[_Stream] = alarms.Alarms(_press)  # the others, for their batching windows
+        self._parted: alarms.Alarms[Hashable] = alarms.Alarms(_forget)  # the workers left lately
         self._silences: alarms.Alarms[_Stream] = alarms.Alarms(_press)
         self._known: dict[Hashable, ObjectIdentity] = {}
         self._listing: set[Hashable] | None = None
@@ -309,16 +318,17 @@ class ObjectStreams:
             self._toggle = None
 
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
+        now = asyncio.get_running_loop().time()
         stream = self._streams.get(key)
         if stream is None:
-            stream = _Stream(pressure=_Pressure())
+            stream = _Stream(pressure=_Pressure(), returning=self._is_returning(key, now))
             self._streams[key] = stream
             if self._is_crowded():
                 self._defer(key)
             else:
                 self._start(key, stream)
         stream.pending = raw_event
-        stream.received_at = asyncio.get_running_loop().time()
+        stream.received_at = now
         stream.events += 1
         stream.pressure.set()
 
@@ -416,6 +426,8 @@ class ObjectStreams:
         if self._starter is not None:
             self._starter.cancel()
         self._idle.cancel()  # the pressure below wakes up the idle and the batching workers
+        self._brief.cancel()
+        self._parted.cancel()
         self._silences.cancel()
         self._start_some(len(self._deferred))  # as if never deferred: they process what they have
         for stream in self._streams.values():
@@ -441,6 +453,8 @@ class ObjectStreams:
                         break
                     await self._wait_while_idle(stream)
                     if stream.pending is None:
+                        if not self._closing.is_set():
+                            self._remember_parting(key)
                         break  # idle for too long, or closing with nothing left to do.
 
                 # The first event after a quiet period goes at once; the events right after a processing
@@ -483,26 +497,52 @@ class ObjectStreams:
                 del self._streams[key]
 
     async def _wait_while_idle(self, stream: _Stream) -> None:
-        """Wait for a new event, or until the idle timeout is over (then, the alarm sets the pressure)."""
+        """
+        Wait for a new event, or until the idle timeout is over (then, the alarm sets the pressure).
+
+        Only the workers of the returning objects wait for the whole idle timeout; the others wait only
+        as long as their new events would be batched (the batching window, if shorter). The batching window
+        is the only thing an idle worker keeps: past it, a new event is processed at once anyway, by a new
+        worker as well as by the old one; but an idle worker costs its task and a stack of coroutines
+        (~2.3 KB): ~11 MB for 5,000 objects processed within the idle timeout (5 s by default), e.g.
+        after an initial listing or a mass deletion. The objects that come back (e.g. with the echoes of
+        their timers' patches every second) would cost a new worker every time instead: they keep theirs.
+        """
         if stream.pressure.is_set():
             return
-        await self._wait_or_alarm(self._idle, stream, self._idle_timeout)
+        idle_timeout = self._idle_timeout
+        window = self._settings.queueing.batch_window
+        if stream.returning or idle_timeout is None or idle_timeout <= window:
+            await self._wait_or_alarm(self._idle, stream, idle_timeout)
+        else:
+            await self._wait_or_alarm(self._brief, stream, window)
+
+    def _is_returning(self, key: Hashable, now: float) -> bool:
+        """
+        Whether the object comes back within the idle timeout after its worker has left (and forget that).
+
+        Not while the watch-stream is held back, or was lately: then, the events come late by our own doing
+        (e.g. the echoes of the patches made just before the worker left), not by the object's nature;
+        and with many objects at once (it is a burst), whose workers would wait for nothing.
+        """
+        if key not in self._parted:
+            return False
+        self._parted.discard(key)
+        idle_timeout = self._idle_timeout
+        return idle_timeout is None or not self.was_held_back_since(now - idle_timeout)
+
+    def _remember_parting(self, key: Hashable) -> None:
+        """Remember for the idle timeout that the object's worker has left (if it was a brief one)."""
+        idle_timeout = self._idle_timeout
+        if idle_timeout is not None and idle_timeout > self._settings.queueing.batch_window:
+            # Refused if out of order (the timeout was reduced meanwhile): then, it is forgotten at once.
+            self._parted.add(key, asyncio.get_running_loop().time() + idle_timeout)
 
     @property
     def _idle_timeout(self) -> float | None:
-        """
-        How long an idle worker waits for new events: only as long as they would be batched (if shorter).
-
-        The batching window (since the latest processing has ended) is the only thing an idle worker keeps.
-        Past it, a new event is processed at once anyway, by a new worker as well as by the old one;
-        but an idle worker costs its task and a stack of coroutines (~2.3 KB): ~11 MB for 5,000 objects
-        processed within the default idle timeout (5 s), e.g. after an initial listing or a mass deletion.
-        """
         # Typed as a number in the settings, but None was always accepted here: the workers never expire.
         idle_timeout: float | None = self._settings.queueing.idle_timeout
-        if idle_timeout is None:
-            return None
-        return min(idle_timeout, self._settings.queueing.batch_window)
+        return idle_timeout
 
     @staticmethod
     async def _wait_or_alarm(waits: alarms.Alarms[_Stream], stream: _Stream, delay: float | None) -> None:
