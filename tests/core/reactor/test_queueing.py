@@ -274,13 +274,19 @@ async def test_batching_windows_of_many_objects_share_one_timer_of_the_loop(
     await streams.close()
 
 
-async def test_batching_windows_end_each_at_its_own_time_and_restart_with_new_events(
-        settings: OperatorSettings, looptime: float) -> None:
+async def two_processed_at_once(settings: OperatorSettings) -> tuple[Recorder, ObjectStreams]:
+    """Two objects processed at 0.0-1.0; the time is 1.01 now: right after their processing."""
     recorder = Recorder(duration=1)
     streams = make_streams(recorder, settings)
     streams.feed(event('kex1', 'first'))
     streams.feed(event('kex2', 'first'))
-    await asyncio.sleep(1.01)  # both processed at 0.0-1.0
+    await asyncio.sleep(1.01)
+    return recorder, streams
+
+
+async def test_batching_windows_end_each_at_its_own_time_and_restart_with_new_events(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder, streams = await two_processed_at_once(settings)
     streams.feed(event('kex1', 'echo'))  # its window: 1.01-1.11
     await asyncio.sleep(0.05)
     streams.feed(event('kex2', 'echo'))  # its window: 1.06-1.16, restarted at 1.11 by the next event
@@ -358,11 +364,7 @@ async def test_deleted_objects_release_their_workers_at_once(
 
 async def test_deletions_are_not_batched_right_after_a_processing(
         settings: OperatorSettings, looptime: float) -> None:
-    recorder = Recorder(duration=1)
-    streams = make_streams(recorder, settings)
-    streams.feed(event('kex1', 'first'))
-    streams.feed(event('kex2', 'first'))
-    await asyncio.sleep(1.01)  # both processed at 0.0-1.0
+    recorder, streams = await two_processed_at_once(settings)
     streams.feed(event('kex1', 'gone', type='DELETED'))  # nothing comes after it: processed at once
     streams.feed(event('kex2', 'echo'))  # batched till 1.11 unless anything else comes
     await asyncio.sleep(0.05)

@@ -46,6 +46,41 @@ class LatestStates:
             self.active[name] -= 1
 
 
+class GatedProcessor:
+    """A processor that holds the pacer's only seat until the gate opens: a slow processing, one at a time."""
+
+    def __init__(self, settings: OperatorSettings, vault: Vault) -> None:
+        self.settings = settings
+        self.vault = vault
+        self.pacer = pacing.Pacer(seats=1)
+        self.gate = asyncio.Event()
+        self.states = LatestStates()
+        self.held_back: list[bool] = []  # whether the stream was held back, as the consistency waits see it
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(watcher(settings=self.settings, vault=self.vault, resource=KEX,
+                                                namespace='default', processor=self, pacer=self.pacer))
+
+    async def __call__(self, **kwargs: Any) -> None:
+        async with self.pacer.seat():  # as the real processing does
+            await self.gate.wait()
+            self.held_back.append(pacing.held_back_since.get()(0))
+            await self.states(**kwargs)
+
+
+@pytest.fixture
+async def gated(settings: OperatorSettings, vault: Vault, kex_crd: None,
+                caplog: pytest.LogCaptureFixture) -> AsyncIterator[GatedProcessor]:
+    """A watcher with the gated processor (started when the test is ready), and its debug logs."""
+    caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
+    processor = GatedProcessor(settings, vault)
+    yield processor
+    if processor.task is not None:
+        processor.task.cancel()
+        await asyncio.wait([processor.task])
+
+
 @pytest.fixture
 async def states(settings: OperatorSettings, vault: Vault, kex_crd: None) -> AsyncIterator[LatestStates]:
     processor = LatestStates()
@@ -142,70 +177,37 @@ async def test_failing_watcher_restarts_with_delays(
 
 
 async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_is_lost(
-        settings: OperatorSettings, vault: Vault, kex_crd: None, kube: Kube, caplog: pytest.LogCaptureFixture,
+        gated: GatedProcessor, kube: Kube, caplog: pytest.LogCaptureFixture,
         emulator: KubernetesEmulator, wait_for: WaitFor,
 ) -> None:
-    caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
-    pacer = pacing.Pacer(seats=1)
-    gate = asyncio.Event()
-    states = LatestStates()
+    gated.start()
+    await wait_for(lambda: emulator.open_watches == 1)
+    for index in range(10):
+        await kube.create_kex(f'kex{index}', spec={'value': index})
+    await wait_for(lambda: any('is held back' in message for message in caplog.messages))
+    assert 'The watch-stream for kopfexamples.v1.kopf.dev in \'default\' is held back: ' \
+           '2 objects wait for their processing.' in caplog.messages
 
-    held_back: list[bool] = []
-
-    async def processor(**kwargs: Any) -> None:
-        async with pacer.seat():  # as the real processing does: one object at a time here
-            await gate.wait()
-            held_back.append(pacing.held_back_since.get()(0))  # as the consistency waits see it
-            await states(**kwargs)
-
-    task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace='default',
-                                       processor=processor, pacer=pacer))
-    try:
-        await wait_for(lambda: emulator.open_watches == 1)
-        for index in range(10):
-            await kube.create_kex(f'kex{index}', spec={'value': index})
-        await wait_for(lambda: any('is held back' in message for message in caplog.messages))
-        assert 'The watch-stream for kopfexamples.v1.kopf.dev in \'default\' is held back: ' \
-               '2 objects wait for their processing.' in caplog.messages
-
-        # Broken while held back: resumed from where it was read, with nothing lost.
-        emulator.drop_watches(path='kopfexamples', abort=True)
-        await kube.patch_kex('kex9', {'spec': {'value': 'last'}})
-        gate.set()
-        await wait_for(lambda: len(states.values) == 10 and states.values['kex9'] == 'last')
-        assert {name: value for name, value in states.values.items() if name != 'kex9'} == \
-               {f'kex{index}': index for index in range(9)}
-        assert states.overlaps == 0
-        assert all(held_back)  # every one of them was seen while or after the stream was held back
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
+    # Broken while held back: resumed from where it was read, with nothing lost.
+    emulator.drop_watches(path='kopfexamples', abort=True)
+    await kube.patch_kex('kex9', {'spec': {'value': 'last'}})
+    gated.gate.set()
+    await wait_for(lambda: len(gated.states.values) == 10 and gated.states.values['kex9'] == 'last')
+    assert {name: value for name, value in gated.states.values.items() if name != 'kex9'} == \
+           {f'kex{index}': index for index in range(9)}
+    assert gated.states.overlaps == 0
+    assert all(gated.held_back)  # every one of them was seen while or after the stream was held back
 
 
 async def test_listing_is_never_held_back_so_the_watching_starts_at_once(
-        settings: OperatorSettings, vault: Vault, kex_crd: None, kube: Kube, caplog: pytest.LogCaptureFixture,
+        gated: GatedProcessor, kube: Kube, caplog: pytest.LogCaptureFixture,
         emulator: KubernetesEmulator, wait_for: WaitFor,
 ) -> None:
     # The listing is in memory anyway; the echoes of the patches made meanwhile come via the watching.
-    caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
-    pacer = pacing.Pacer(seats=1)
-    gate = asyncio.Event()
-    states = LatestStates()
-
-    async def processor(**kwargs: Any) -> None:
-        async with pacer.seat():
-            await gate.wait()
-            await states(**kwargs)
-
     for index in range(10):
         await kube.create_kex(f'kex{index}', spec={'value': index})
-    task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace='default',
-                                       processor=processor, pacer=pacer))
-    try:
-        await wait_for(lambda: emulator.open_watches == 1)  # while all but one wait for the only seat
-        assert not any('is held back' in message for message in caplog.messages)
-        gate.set()
-        await wait_for(lambda: states.values == {f'kex{index}': index for index in range(10)})
-    finally:
-        task.cancel()
-        await asyncio.wait([task])
+    gated.start()
+    await wait_for(lambda: emulator.open_watches == 1)  # while all but one wait for the only seat
+    assert not any('is held back' in message for message in caplog.messages)
+    gated.gate.set()
+    await wait_for(lambda: gated.states.values == {f'kex{index}': index for index in range(10)})
