@@ -147,7 +147,7 @@ class QueueingSettings:
     """How many objects can be processed in parallel (None: unlimited)."""
 
     idle_timeout: float = 5.0
-    """How long an idle worker waits for new events, in seconds (or the batching window, if shorter)."""
+    """How long an idle worker of a returning object waits for new events, in seconds (see the queueing)."""
 
     exit_timeout: float = 2.0
     """How long the workers are awaited on the operator's exit before being cancelled, in seconds."""

@@ -532,7 +532,7 @@ class ObjectStreams:
         return idle_timeout is None or not self.was_held_back_since(now - idle_timeout)
 
     def _remember_parting(self, key: Hashable) -> None:
-        """Remember for the idle timeout that the object's worker has left (if it was a brief one)."""
+        """Remember for the idle timeout that the object's worker has left (if any worker can be brief)."""
         idle_timeout = self._idle_timeout
         if idle_timeout is not None and idle_timeout > self._settings.queueing.batch_window:
             # Refused if out of order (the timeout was reduced meanwhile): then, it is forgotten at once.
