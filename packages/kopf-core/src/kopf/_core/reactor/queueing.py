@@ -389,15 +389,18 @@ class ObjectStreams:
         than it is processed, and all the objects' bodies are held at once, waiting for their turn.
         Held back, the unread events wait in the socket's buffers, as mere bytes.
         """
-        return self._pacer is not None and self.backlog >= 2 * self._backlog_limit
+        pacer = self._pacer  # asked after every watch-event: no more calls than needed
+        return pacer is not None and pacer.waiting + len(self._deferred) >= 2 * self._backlog_limit
 
     async def wait_for_room(self) -> None:
         """Wait until the backlog is below its limit again (at once if not backlogged, or if closing)."""
         pacer = self._pacer
+        if pacer is None or not self.backlogged or self._closing.is_set():
+            return  # not held back at all (and not remembered as such)
         loop = asyncio.get_running_loop()
         self._held_back_at = loop.time()
         try:
-            while pacer is not None and self.backlogged and not self._closing.is_set():
+            while self.backlogged and not self._closing.is_set():
                 if self._deferred:  # the deferred ones are started by batches as the seats are taken
                     room = self._room = loop.create_future()
                     try:
@@ -445,6 +448,9 @@ class ObjectStreams:
     async def _worker(self, key: Hashable, stream: _Stream) -> None:
         self._unstarted -= 1
         loop = asyncio.get_running_loop()
+        # For the processing (of this task only): the consistency waits know if the echoes of the patches
+        # can be late for our own reasons. Once per worker: the task's context is the same for all its events.
+        pacing.held_back_since.set(self.was_held_back_since)
         processed_at: float | None = None  # when the latest processing has ended (in the loop's time)
         try:
             while True:
@@ -479,10 +485,8 @@ class ObjectStreams:
                     if latest is not raw_event:
                         raw_event, received_at = latest, stream.received_at
 
-                # For the processing (of this task only): the timers count from when the object was seen;
-                # the consistency waits know if the echoes of the patches can be late for our own reasons.
+                # For the processing (of this task only): the timers count from when the object was seen.
                 spawning.event_received_at.set(received_at)
-                pacing.held_back_since.set(self.was_held_back_since)
                 await self._process(key, raw_event, stream)
                 processed_at = loop.time()
 
