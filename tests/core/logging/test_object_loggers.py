@@ -90,6 +90,31 @@ def test_records_name_the_callers_not_the_loggers(
     assert record.funcName == 'test_records_name_the_callers_not_the_loggers'
 
 
+@pytest.mark.parametrize('level', ['debug', 'info', 'warning'])
+def test_records_honour_the_callers_stacklevel(
+        caplog: pytest.LogCaptureFixture, settings: OperatorSettings, namespaced_body: dict[str, Any],
+        level: str,
+) -> None:
+    # A helper that logs for its callers names them, as with the standard loggers.
+    def log_for_the_caller(logger: ObjectLogger) -> None:
+        getattr(logger, level)('hello', stacklevel=2)
+
+    caplog.set_level(logging.DEBUG, logger='kopf.objects')
+    log_for_the_caller(ObjectLogger(body=namespaced_body, settings=settings))
+    (record,) = [r for r in caplog.records if r.name == 'kopf.objects']
+    assert record.funcName == 'test_records_honour_the_callers_stacklevel'
+
+
+@pytest.mark.parametrize('level', ['debug', 'info'])
+def test_disabled_levels_make_no_records(
+        caplog: pytest.LogCaptureFixture, settings: OperatorSettings, namespaced_body: dict[str, Any],
+        level: str,
+) -> None:
+    caplog.set_level(logging.WARNING, logger='kopf.objects')
+    getattr(ObjectLogger(body=namespaced_body, settings=settings), level)('hello')
+    assert not [r for r in caplog.records if r.name == 'kopf.objects']
+
+
 def test_local_loggers_log_the_same_way(
         capsys: pytest.CaptureFixture[str], settings: OperatorSettings, namespaced_body: dict[str, Any],
 ) -> None:

@@ -70,6 +70,21 @@ def test_essence_ignores_the_system_fields_and_its_own_changes() -> None:
     assert storage.build(body=Body(changed)) == storage.build(body=Body(BODY))
 
 
+def test_essence_excludes_the_marked_prefixes_whatever_was_seen_before() -> None:
+    # The verdicts on the unmarked keys are remembered; a marker on the object still excludes its prefix.
+    storage = AnnotationsDiffBaseStorage()
+    unmarked = {'metadata': {'annotations': {'my-op.example.com/x': '1', 'other.example.com/y': '2'}}}
+    marked = {'metadata': {'annotations': {'my-op.example.com/x': '1', 'other.example.com/y': '2',
+                                           'my-op.example.com/kopf-managed': 'yes'}}}
+    kept_all = {'metadata': {'annotations': {'my-op.example.com/x': '1', 'other.example.com/y': '2'}}}
+    kept_foreign = {'metadata': {'annotations': {'other.example.com/y': '2'}}}
+    assert storage.build(body=Body(unmarked)) == kept_all
+    assert storage.build(body=Body(marked)) == kept_foreign
+    assert storage.build(body=Body(unmarked)) == kept_all
+    assert storage.build(body=Body({'metadata': {'annotations': {
+        'kopf.zalando.org/anything': 'x', 'sub.kopf.zalando.org/y': 'z'}}})) == {}
+
+
 def test_essence_is_independent_of_the_body() -> None:
     raw = json.loads(json.dumps(BODY))
     essence: Any = AnnotationsDiffBaseStorage().build(body=Body(raw))

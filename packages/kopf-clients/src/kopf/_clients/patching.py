@@ -12,7 +12,7 @@ handled, and there is nothing to patch then. The functions return None in that c
 """
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from kopf._clients import api, errors
 from kopf._clients.vault import Vault
@@ -69,8 +69,8 @@ async def _patch_parts(
     for subresource, payload in parts:
         url = resource.get_url(namespace=namespace, name=name, subresource=subresource)
         try:
-            body = cast(RawBody, await api.request('PATCH', url, payload=payload, content_type=content_type,
-                                                   settings=settings, vault=vault, logger=logger))
+            body = await api.request('PATCH', url, payload=payload, content_type=content_type,
+                                     settings=settings, vault=vault, logger=logger)
         except errors.APINotFoundError:
             logger.debug(f'The object {name!r} of {resource} does not exist anymore; nothing to patch.')
             return None

@@ -30,7 +30,7 @@ import contextlib
 import enum
 import logging
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any, cast
+from typing import Any
 
 from kopf._clients import api, errors, fetching
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
@@ -217,7 +217,7 @@ async def _read_lines(
                     logger.warning('Skipping an unrecognised line in the watch-stream: '
                                    f'{bytes(line[:200])!r}')
                     continue
-                yield cast(RawInput, data)
+                yield data  # type: ignore[misc]  # not cast(): it is a call, and this is done for every line
     finally:
         if silence is not None:
             silence.close()  # not to keep this generator's objects until the timer fires for nothing
@@ -328,9 +328,9 @@ async def infinite_watch(
 
                     elif event_type in ('ADDED', 'MODIFIED', 'DELETED'):
                         if listing is not None:
-                            listing.append(cast(RawBody, payload))
+                            listing.append(payload)  # type: ignore[arg-type]  # not cast(): a call, for every object
                         else:
-                            yield cast(RawEvent, {'type': event_type, 'object': payload})
+                            yield {'type': event_type, 'object': payload}  # type: ignore[misc]
                             resource_version = new_version or resource_version
 
                     else:

@@ -245,12 +245,12 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
         # the ABC's isinstance(); the subclasses of the views are registered when declared.
         if type(src) in _view_classes:
             # Follow the parent's own source (and its replacements), not the parent itself.
-            parent = cast('MappingView[Any, Any]', src)
+            parent: MappingView[Any, Any] = src  # type: ignore[assignment]  # not cast(): it is a call
             self._source = parent._source
-            self._path = parent._path + parse_field(path)
+            self._path = parent._path + parse_field(path) if path is not None else parent._path
         else:
             self._source = _Source(src)
-            self._path = parse_field(path)
+            self._path = parse_field(path) if path is not None else ()
 
     def _resolve(self) -> Mapping[_K, _V]:
         # This is the hot path of all handlers' kwargs: the exact-dict checks go before the ABC checks.
@@ -273,13 +273,22 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
     def __iter__(self) -> Iterator[_K]:
         return iter(self._resolve())
 
+    # The reads of the top-level views (e.g. the bodies, several per event) skip the resolution's call.
+
     def __getitem__(self, key: _K) -> _V:
+        if not self._path and type(mapping := self._source.mapping) is dict:
+            value: _V = mapping[key]
+            return value
         return self._resolve()[key]
 
     def __contains__(self, key: object) -> bool:
+        if not self._path and type(mapping := self._source.mapping) is dict:
+            return key in mapping
         return key in self._resolve()
 
     def get(self, key: _K, default: Any = None) -> Any:  # a faster shortcut of the Mapping's mixin.
+        if not self._path and type(mapping := self._source.mapping) is dict:
+            return mapping.get(key, default)
         return self._resolve().get(key, default)
 
 
@@ -291,7 +300,10 @@ def raw_mapping(obj: Mapping[_K, _V]) -> Mapping[_K, _V]:
     it is faster to resolve once. The result must not be kept: the view's source can be replaced.
     """
     if type(obj) in _view_classes:  # not isinstance(): the views are ABCs, and their checks are slow
-        return cast('MappingView[_K, _V]', obj)._resolve()
+        view: MappingView[_K, _V] = obj  # type: ignore[assignment]  # not cast(): it is a call
+        if not view._path and type(mapping := view._source.mapping) is dict:
+            return mapping
+        return view._resolve()
     return obj
 
 

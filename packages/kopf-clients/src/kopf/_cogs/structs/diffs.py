@@ -150,6 +150,9 @@ def reduce(d: Diff, field: FieldSpec) -> Diff:
     return Diff._of(items)
 
 
+_LEAF_TYPES: frozenset[type] = frozenset({str, int, float, bool, list})
+
+
 def _diff_into(items: list[DiffItem], a: Any, b: Any, path: FieldPath) -> None:
     # Into one list rather than via nested generators: a diff is computed in every handling cycle.
     if a is None and b is None:
@@ -158,7 +161,11 @@ def _diff_into(items: list[DiffItem], a: Any, b: Any, path: FieldPath) -> None:
         items.append(DiffItem(DiffOperation.ADD, path, None, b))
     elif b is None:
         items.append(DiffItem(DiffOperation.REMOVE, path, a, None))
-    elif (type(a) is dict or isinstance(a, Mapping)) and (type(b) is dict or isinstance(b, Mapping)):
+    elif (type(a) is dict and type(b) is dict) or (
+            # The ABCs' checks are Python-level calls: not for the usual leaves, which are surely no mappings.
+            type(a) not in _LEAF_TYPES and type(b) not in _LEAF_TYPES
+            and isinstance(a, Mapping) and isinstance(b, Mapping)
+    ):
         for key in a:
             _diff_into(items, a[key], b.get(key), (*path, key))
         for key in b:

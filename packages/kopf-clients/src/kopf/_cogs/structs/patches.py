@@ -76,7 +76,7 @@ class _SubPatch(MutableMapping[str, Any]):
 
     def _ensured(self) -> MutableMapping[str, Any]:
         value = self._parent.get(self._key)
-        if not isinstance(value, MutableMapping):
+        if type(value) is not dict and not isinstance(value, MutableMapping):
             value = self._parent[self._key] = {}
         return value
 

@@ -223,7 +223,7 @@ def _changes_our_finalizer(body: Mapping[str, Any], patch: Patch, finalizer: str
 
 def _version_of(raw_body: Mapping[str, Any]) -> str | None:
     meta = raw_body.get('metadata')
-    version = meta.get('resourceVersion') if isinstance(meta, Mapping) else None
+    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
     return str(version) if version else None
 
 

@@ -187,7 +187,8 @@ async def execute_handler_once(
         tokens = _set_handler_context(handler=handler, cause=cause, subexecution=subexecution)
         try:
             result = await _call(handler=handler, cause=cause, state=state, settings=settings, title=title)
-            await subexecution.execute_declared()
+            if subexecution.registry:  # the usual case is none: no coroutine is made then
+                await subexecution.execute_declared()
         finally:
             _reset_handler_context(tokens)
         subexecution.raise_if_unfinished()

@@ -88,7 +88,8 @@ async def invoke(
         result = await loop.run_in_executor(executor, call)
     else:
         result = await _run_in_thread(loop, executor, context, fn, kwargs, description)
-    if inspect.isawaitable(result):
+    # The usual results (None, dicts) go without the ABC's check, which is a Python-level call.
+    if result is not None and type(result) is not dict and inspect.isawaitable(result):
         result = await result
     return result
 

@@ -140,6 +140,21 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         twin._extra = {**self._extra, LOCAL_ATTR: cls.local} if self._extra is not None else None
         return twin
 
+    # Several debug & info messages per event, usually of disabled levels: checked at once, with no calls
+    # of the adapter's layers. When emitted, the records name the caller's function and line, not these.
+
+    def debug(self, msg: object, *args: object, exc_info: Any = None, stack_info: bool = False,
+              stacklevel: int = 1, extra: Mapping[str, object] | None = None, **kwargs: object) -> None:
+        if self.logger.isEnabledFor(logging.DEBUG):
+            self.log(logging.DEBUG, msg, *args, exc_info=exc_info, stack_info=stack_info,
+                     stacklevel=stacklevel + 1, extra=extra, **kwargs)
+
+    def info(self, msg: object, *args: object, exc_info: Any = None, stack_info: bool = False,
+             stacklevel: int = 1, extra: Mapping[str, object] | None = None, **kwargs: object) -> None:
+        if self.logger.isEnabledFor(logging.INFO):
+            self.log(logging.INFO, msg, *args, exc_info=exc_info, stack_info=stack_info,
+                     stacklevel=stacklevel + 1, extra=extra, **kwargs)
+
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         # Keep the caller's own extras (they get into JSON logs), but never let them replace ours.
         own_extra = self._own_extra()

@@ -516,8 +516,8 @@ def fetch_diffbase(*, storage: DiffBaseStorage, body: Body, logger: Logger) -> B
     except TypeError as e:  # e.g. not a string in the status, where a serialised essence is expected
         problem = str(e)
     else:
-        if essence is None or isinstance(essence, Mapping):
-            return cast(BodyEssence | None, essence)
+        if essence is None or type(essence) is dict or isinstance(essence, Mapping):
+            return essence  # type: ignore[return-value]  # not cast(): it is a call, for every event
         problem = f'it holds {describe_json(essence)}'
     where, stored = diffbase.locate(storage, body=body) or ('The stored diff-base', None)
     quote = f': {excerpt(stored)}' if isinstance(stored, str) else ''

@@ -174,6 +174,13 @@ def prematch(handler: ResourceHandler, cause: ResourceCause) -> bool:
 
 
 def _match(handler: ResourceHandler, cause: ResourceCause, *, with_changes: bool) -> bool:
+    # Most handlers have no filters at all (matched a few times per event): nothing to prepare then.
+    if not handler.labels and not handler.annotations and not handler.field and handler.when is None:
+        if not with_changes or not isinstance(handler, ChangingHandler):
+            return True
+        if not handler.field_needs_change and handler.old is None and handler.new is None:
+            return True
+
     kwargs = _LazyKwargs(cause, handler)
     # The views of the metadata are made only if needed: most handlers have no metadata filters.
     if handler.labels and not match_metadata(handler.labels, cause.body.metadata.labels, kwargs):

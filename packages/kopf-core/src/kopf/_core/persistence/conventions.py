@@ -41,6 +41,7 @@ KNOWN_PREFIXES: frozenset[str] = frozenset({'kopf.zalando.org'})
 MARKER_NAME = 'kopf-managed'
 KNOWN_MARKERS: frozenset[str] = frozenset({MARKER_NAME})
 MARKER_VALUE = 'yes'
+_MARKER_SUFFIXES = tuple(f'/{marker}' for marker in KNOWN_MARKERS)
 
 # The annotations that are never a part of the objects' essence: written by kubectl on every apply.
 SYSTEM_ANNOTATIONS: frozenset[str] = frozenset({'kubectl.kubernetes.io/last-applied-configuration'})
@@ -174,9 +175,10 @@ class StorageKeyMarkingConvention:
         """The prefixes declared as Kopf-managed by the markers among these annotation keys."""
         marked: set[str] = set()
         for key in keys:
-            parts = split_annotation_key(key)
-            if parts is not None and parts[1] in KNOWN_MARKERS:
-                marked.add(parts[0])
+            if key.endswith(_MARKER_SUFFIXES):  # not split: this is done for every key of every event
+                parts = split_annotation_key(key)
+                if parts is not None and parts[1] in KNOWN_MARKERS:
+                    marked.add(parts[0])
         return frozenset(marked)
 
     def store_marker(self, prefix: str, patch: patches.Patch, body: bodies.Body) -> None:
@@ -196,8 +198,10 @@ class StorageStanzaCleaner:
         """Remove these annotations from the essence, in place."""
         mutable: MutableMapping[str, Any] = essence  # type: ignore[assignment]  # not cast(): it is a call
         metadata = mutable.get('metadata')
-        annotations = metadata.get('annotations') if isinstance(metadata, MutableMapping) else None
-        if isinstance(annotations, MutableMapping):
+        annotations = None
+        if type(metadata) is dict or (metadata is not None and isinstance(metadata, MutableMapping)):
+            annotations = metadata.get('annotations')
+        if type(annotations) is dict or (annotations is not None and isinstance(annotations, MutableMapping)):
             for key in keys_to_remove:
                 annotations.pop(key, None)
 
@@ -206,7 +210,8 @@ class StorageStanzaCleaner:
         """Remove the empty annotations, labels, metadata, status of the essence, in place."""
         mutable: MutableMapping[str, Any] = essence  # type: ignore[assignment]  # not cast(): it is a call
         metadata = mutable.get('metadata')
-        if type(metadata) is dict or isinstance(metadata, MutableMapping):
+        # The exact-dict & None checks go first: the ABC's check is a Python-level call, and this is frequent.
+        if type(metadata) is dict or (metadata is not None and isinstance(metadata, MutableMapping)):
             for field in ('annotations', 'labels'):
                 if field in metadata and not metadata[field]:
                     del metadata[field]

@@ -17,7 +17,7 @@ The storages:
 """
 import abc
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, cast
+from typing import Any
 
 from kopf._cogs.structs import bodies, dicts, patches
 from kopf._core.persistence import conventions
@@ -95,12 +95,24 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
                 conventions.remove_along(essence, path)
 
         self.remove_empty_stanzas(essence)
-        return cast(bodies.BodyEssence, essence)
+        return essence  # type: ignore[return-value]  # not cast(): it is a call, for every event
 
     def _remove_system_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
         marked_prefixes = self.detect_marked_prefixes(annotations)
-        return {key: value for key, value in annotations.items()
-                if not is_system_annotation(key, marked_prefixes)}
+        if marked_prefixes:
+            return {key: value for key, value in annotations.items()
+                    if not is_system_annotation(key, marked_prefixes)}
+        # The usual case, for every event: the same few keys on all objects, their verdicts remembered.
+        meaningful: dict[str, str] = {}
+        for key, value in annotations.items():
+            system = _unmarked_system_keys.get(key)
+            if system is None:
+                system = is_system_annotation(key)
+                if len(_unmarked_system_keys) < _UNMARKED_SYSTEM_KEYS_LIMIT:
+                    _unmarked_system_keys[key] = system
+            if not system:
+                meaningful[key] = value
+        return meaningful
 
     @abc.abstractmethod
     def fetch(self, *, body: bodies.Body) -> bodies.BodyEssence | None:
@@ -111,6 +123,11 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
     def store(self, *, body: bodies.Body, patch: patches.Patch, essence: bodies.BodyEssence) -> None:
         """Save the essence as the new diff-base (in the patch if it is stored in the object)."""
         raise NotImplementedError
+
+
+# Whether an annotation key is a system one when no prefix is marked: remembered for the keys seen (bounded).
+_unmarked_system_keys: dict[str, bool] = {}
+_UNMARKED_SYSTEM_KEYS_LIMIT = 4096
 
 
 def is_system_annotation(key: str, marked_prefixes: Collection[str] = ()) -> bool:

@@ -48,15 +48,23 @@ def finalizers_of(body: Mapping[str, Any]) -> list[str]:
     return list(finalizers) if isinstance(finalizers, list) else []
 
 
+# These two are checked several times per event: _metadata_field() is inlined.
+
 def is_deletion_ongoing(body: Mapping[str, Any]) -> bool:
     """Whether the object is marked for deletion (and waits only for its finalizers to go)."""
-    return _metadata_field(body, 'deletionTimestamp') is not None
+    metadata = body.get('metadata')
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        return metadata.get('deletionTimestamp') is not None
+    return False
 
 
 def is_deletion_blocked(body: Mapping[str, Any], finalizer: str = DEFAULT_FINALIZER) -> bool:
     """Whether the object has this finalizer (i.e. its actual deletion waits for this operator)."""
-    finalizers = _metadata_field(body, 'finalizers')
-    return isinstance(finalizers, list) and finalizer in finalizers
+    metadata = body.get('metadata')
+    if type(metadata) is dict or isinstance(metadata, Mapping):
+        finalizers = metadata.get('finalizers')
+        return isinstance(finalizers, list) and finalizer in finalizers
+    return False
 
 
 class FinalizerAction(enum.Enum):
@@ -123,7 +131,7 @@ def apply_decision(
 def changes_finalizers(patch: Mapping[str, Any]) -> bool:
     """Whether the merge-patch replaces the list of finalizers (and so must be guarded by the version)."""
     metadata = patch.get('metadata')
-    return isinstance(metadata, Mapping) and 'finalizers' in metadata
+    return (type(metadata) is dict or isinstance(metadata, Mapping)) and 'finalizers' in metadata
 
 
 def make_blocking_json_patch(

@@ -151,11 +151,15 @@ async def _process_event(
     gone = event_type == 'DELETED'
     memory = memories.recall(raw_body, memo=memobase, noticed_by_listing=event_type is None, ephemeral=gone)
 
+    # Asked once per event, not in every step: each is a lookup by the resource (its hash is a Python call).
+    watching = registry.watching.has_handlers(resource)
+    spawning = registry.spawning.has_handlers(resource)
+    changing = registry.changing.has_handlers(resource)
+
     # The objects with only daemons & timers: most of their events are the echoes of the timers' own
     # patches, which need only the daemons & timers to be matched again, and nothing written back.
     spawned_need: bool | None = None  # whether the daemons & timers need our finalizer, if known
-    if (spawner is not None and not gone and registry.spawning.has_handlers(resource) and
-            not registry.changing.has_handlers(resource) and not registry.watching.has_handlers(resource)):
+    if spawner is not None and spawning and not gone and not changing and not watching:
         spawned_need = spawner.process(memory=memory, resource=resource, raw_body=raw_body, gone=False,
                                        logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
         if not finalizers.is_deletion_ongoing(raw_body) and finalizers.decide(
@@ -183,16 +187,18 @@ async def _process_event(
         indices=indices if indices is not None else {},
         seat=seat,
         spawner=spawner,
+        watching=watching,
+        spawning=spawning,
     )
     try:
-        if registry.watching.has_handlers(resource):
+        if watching:
             await _process_watching(context)
-        if spawned_need is None and spawner is not None and registry.spawning.has_handlers(resource):
+        if spawned_need is None and spawner is not None and spawning:
             spawned_need = _process_spawning(context)
 
-        if registry.changing.has_handlers(resource):
+        if changing:
             await _process_changing(context)
-        elif registry.spawning.has_handlers(resource):
+        elif spawning:
             # The daemons & timers need our finalizer too (to be stopped before the object is deleted).
             await _process_spawning_finalizer(context, requires_finalizer=spawned_need)
         elif patch and not gone:
@@ -237,7 +243,7 @@ def _forget_deleted(
     if spawner is not None and registry.spawning.has_handlers(resource):
         return False
     raw_body = raw_event['object']
-    if registry.changing.has_handlers(resource) and loggers.object_logger.isEnabledFor(logging.DEBUG):
+    if loggers.object_logger.isEnabledFor(logging.DEBUG) and registry.changing.has_handlers(resource):
         logger = loggers.ObjectLogger(body=raw_body, settings=settings)
         logger.debug('Deleted, really deleted, and we are notified.')
     memories.forget(raw_body)
@@ -263,6 +269,8 @@ class _Context:
     indices: Mapping[str, Any]
     seat: pacing.Seat | None
     spawner: SpawningEngine | None = None
+    watching: bool = False  # the resource has event handlers
+    spawning: bool = False  # the resource has daemons or timers (run if there is a spawner)
 
     def lending(self, delay: float = 0) -> AbstractAsyncContextManager[None]:
         """Let other objects be processed while this one waits for handlers or sleeps (see :mod:`.pacing`)."""
@@ -327,7 +335,7 @@ async def _spawning_exited(context: _Context) -> bool:
     Waits for them, but only as long as no newer event of the object arrives, and at most for the polling
     period of the daemons: if they are still running then, the object is "touched" and handled again.
     """
-    if context.spawner is None or not context.registry.spawning.has_handlers(context.resource):
+    if context.spawner is None or not context.spawning:
         return True  # nothing was ever spawned for the object: no need to give up the seat to wait
     async with context.lending():
         return await context.spawner.wait_until_idle(
@@ -390,13 +398,15 @@ async def _process_changing(context: _Context) -> None:
         context.logger.debug('Deletion, but we are done with it, and we do not care.')
 
     # The daemons & timers hold the object until they exit; if they are slow, the object is handled again.
-    deleting = finalizers.is_deletion_ongoing(body) and finalizers.is_deletion_blocked(body, finalizer)
+    # (The body is not patched until the cycle's end: its deletion's state is checked once.)
+    deletion_ongoing = finalizers.is_deletion_ongoing(body)
+    deleting = deletion_ongoing and finalizers.is_deletion_blocked(body, finalizer)
     if done and deleting and not await _spawning_exited(context):
         done = False
         delays.append(0)
 
     # Once the deletion is handled (or there is nothing to handle), the object is released.
-    if done and finalizers.is_deletion_ongoing(body):
+    if done and deletion_ongoing:
         release = finalizers.decide(body=body, finalizer=finalizer,
                                     requires_finalizer=False, deletion_done=True)
         if release is not None:
@@ -567,17 +577,18 @@ async def _process_handlers(
             logger=logger,
         )
     state = state.with_outcomes(outcomes)
-    if not state.done:  # otherwise, all the records are purged below: storing them first is for nothing
+    done = state.done
+    if not done:  # otherwise, all the records are purged below: storing them first is for nothing
         state.store(body=body, patch=patch, storage=storage)
     execution.deliver_results(outcomes=outcomes, patch=patch)
 
-    if state.done:
+    if done:
         memory.cycle_purpose = memory.cycle_essences = None
     elif cause.reason != Reason.DELETE:  # the object is going away: its cleanups are not repeated
         _remember_essences(memory, purpose=cause.reason, outcomes=outcomes, essence=new)
 
-    if state.done:
-        if cause_handlers:
+    if done:
+        if cause_handlers and logger.isEnabledFor(logging.INFO):  # the counting is not for nothing
             success, failure, _ = state.counts
             logger.info(f'{title} is processed: {success} succeeded; {failure} failed.')
         # The sub-handlers store their records in this very step: those are removed from the patch.
@@ -589,7 +600,7 @@ async def _process_handlers(
 
     storage.touch(body=body, patch=patch, value=None)
     storage.flush()
-    return state.done, state.delays
+    return done, ([] if done else state.delays)
 
 
 def _remember_essences(
@@ -782,14 +793,14 @@ def _settles(context: _Context) -> bool:
     handlers, daemons, timers) sees the object either: they get every change, and their echoes too.
     """
     registry, resource, patch = context.registry, context.resource, context.patch
-    if patch.fns or registry.watching.has_handlers(resource) or registry.spawning.has_handlers(resource):
+    if patch.fns or context.watching or context.spawning:
         return False
     if not registry.changing.is_blind_to_own_writes(resource):
         return False
     for key, value in patch.items():
         if key == 'status':
             continue
-        if key != 'metadata' or not isinstance(value, Mapping):
+        if key != 'metadata' or not (type(value) is dict or isinstance(value, Mapping)):
             return False
         for meta_key, meta_value in value.items():
             if meta_key == 'finalizers':
