@@ -77,41 +77,35 @@ def test_callers_extras_are_kept_but_cannot_replace_the_reference(
     assert record['object']['name'] == 'kex1'
 
 
+@pytest.mark.parametrize('via_helper', [False, True], ids=['direct', 'helper'])
 @pytest.mark.parametrize('level', ['debug', 'info', 'warning', 'error'])
 def test_records_name_the_callers_not_the_loggers(
         caplog: pytest.LogCaptureFixture, settings: OperatorSettings, namespaced_body: dict[str, Any],
-        level: str,
+        level: str, via_helper: bool,
 ) -> None:
-    # %(filename)s, %(funcName)s, %(lineno)d in the operators' log formats point to where they log.
+    # %(filename)s, %(funcName)s, %(lineno)d in the operators' log formats point to where they log;
+    # a helper that logs for its callers (``stacklevel=2``) names them, as with the standard loggers.
+    def log_for_the_caller(logger: ObjectLogger) -> None:
+        getattr(logger, level)('hello', stacklevel=2)
+
     caplog.set_level(logging.DEBUG, logger='kopf.objects')
-    getattr(ObjectLogger(body=namespaced_body, settings=settings), level)('hello')
+    logger = ObjectLogger(body=namespaced_body, settings=settings)
+    if via_helper:
+        log_for_the_caller(logger)
+    else:
+        getattr(logger, level)('hello')
     (record,) = [r for r in caplog.records if r.name == 'kopf.objects']
     assert record.filename == 'test_object_loggers.py'
     assert record.funcName == 'test_records_name_the_callers_not_the_loggers'
 
 
-@pytest.mark.parametrize('level', ['debug', 'info', 'warning'])
-def test_records_honour_the_callers_stacklevel(
-        caplog: pytest.LogCaptureFixture, settings: OperatorSettings, namespaced_body: dict[str, Any],
-        level: str,
-) -> None:
-    # A helper that logs for its callers names them, as with the standard loggers.
-    def log_for_the_caller(logger: ObjectLogger) -> None:
-        getattr(logger, level)('hello', stacklevel=2)
-
-    caplog.set_level(logging.DEBUG, logger='kopf.objects')
-    log_for_the_caller(ObjectLogger(body=namespaced_body, settings=settings))
-    (record,) = [r for r in caplog.records if r.name == 'kopf.objects']
-    assert record.funcName == 'test_records_honour_the_callers_stacklevel'
-
-
-@pytest.mark.parametrize('level', ['debug', 'info'])
 def test_disabled_levels_make_no_records(
         caplog: pytest.LogCaptureFixture, settings: OperatorSettings, namespaced_body: dict[str, Any],
-        level: str,
 ) -> None:
     caplog.set_level(logging.WARNING, logger='kopf.objects')
-    getattr(ObjectLogger(body=namespaced_body, settings=settings), level)('hello')
+    logger = ObjectLogger(body=namespaced_body, settings=settings)
+    logger.debug('hello')
+    logger.info('hello')
     assert not [r for r in caplog.records if r.name == 'kopf.objects']
 
 
