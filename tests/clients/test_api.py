@@ -316,6 +316,20 @@ async def test_401_switches_to_next_credentials(kmock: kmock.RawHandler, setting
     assert [req.headers['Authorization'] for req in kmock] == ['Bearer a', 'Bearer b', 'Bearer b']
 
 
+async def test_401_of_a_leased_credential_switches_to_next_credentials(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, info: ConnectionInfo,
+) -> None:
+    # The best credential's session exists after the first request: the second one leases it directly.
+    kmock['get /api', kmock.headers({'Authorization': 'Bearer a'})][:1] << {'via': 'a'}
+    kmock['get /api', kmock.headers({'Authorization': 'Bearer a'})] << 401
+    kmock['get /api', kmock.headers({'Authorization': 'Bearer b'})] << {'via': 'b'}
+    credentials = {'a': with_token(info, 'a', priority=10), 'b': with_token(info, 'b', priority=5)}
+    async with Vault(credentials) as vault:
+        results = [await api.request('GET', '/api', settings=settings, vault=vault) for _ in range(3)]
+    assert results == [{'via': 'a'}, {'via': 'b'}, {'via': 'b'}]
+    assert [req.headers['Authorization'] for req in kmock] == ['Bearer a', 'Bearer a', 'Bearer b', 'Bearer b']
+
+
 async def test_401_with_failed_relogin(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
                                        info: ConnectionInfo) -> None:
     kmock['get /api'] << 401 << {'kind': 'Status', 'code': 401, 'message': 'Unauthorized'}

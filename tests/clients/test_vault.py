@@ -286,40 +286,58 @@ async def test_extended_objects_not_closed_while_in_use() -> None:
     assert obj.closed  # released by the consumer
 
 
-async def test_lease_sole_for_one_unexpiring_credential_with_its_object() -> None:
+async def test_lease_best_for_one_unexpiring_credential_with_its_object() -> None:
     vault = Vault({'a': INFO_A})
-    assert vault.lease_sole(Closeable, 'test') is None  # the object is not made yet
+    assert vault.lease_best(Closeable, 'test') is None  # the object is not made yet
     objs = [obj async for _, _, obj in vault.extended(Closeable, 'test')]
 
-    lease = vault.lease_sole(Closeable, 'test')
+    lease = vault.lease_best(Closeable, 'test')
     assert lease is not None
     assert (lease.key, lease.info, lease.obj) == ('a', INFO_A, objs[0])
-    assert vault.lease_sole(Closeable, 'other') is None  # another purpose: another object
+    assert vault.lease_best(Closeable, 'other') is None  # another purpose: another object
     await lease.release()
     await lease.release()  # idempotent
     assert not lease.obj.closed
 
 
-async def test_lease_sole_refuses_several_or_expiring_credentials() -> None:
-    vault = Vault({'a': INFO_A, 'b': INFO_B})
-    [obj async for _, _, obj in vault.extended(Closeable, 'test')]
-    assert vault.lease_sole(Closeable, 'test') is None
+async def test_lease_best_of_several_credentials_is_the_first_of_the_iteration() -> None:
+    vault = Vault({'b': INFO_B, 'a': INFO_A, 'c': INFO_C})
+    assert vault.lease_best(Closeable, 'test') is None  # the objects are not made yet
+    objs = {key: obj async for key, _, obj in vault.extended(Closeable, 'test')}
+    lease = vault.lease_best(Closeable, 'test')
+    assert lease is not None
+    assert (lease.key, lease.info, lease.obj) == ('a', INFO_A, objs['a'])
+    await lease.release()
 
+    # Of equal priorities, any one (randomly, as the iteration does), but never a lower one.
+    equal = ConnectionInfo(server='https://a2', token='a2', priority=INFO_A.priority)
+    vault = Vault({'a': INFO_A, 'a2': equal, 'c': INFO_C})
+    [obj async for _, _, obj in vault.extended(Closeable, 'test')]
+    leased = set()
+    for _ in range(50):
+        lease = vault.lease_best(Closeable, 'test')
+        assert lease is not None
+        leased.add(lease.key)
+        await lease.release()
+    assert leased == {'a', 'a2'}
+
+
+async def test_lease_best_refuses_expiring_credentials() -> None:
     expiring = ConnectionInfo(server='https://x', token='x',
                               expiration=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1))
     vault = Vault({'x': expiring})
     [obj async for _, _, obj in vault.extended(Closeable, 'test')]
-    assert vault.lease_sole(Closeable, 'test') is None
+    assert vault.lease_best(Closeable, 'test') is None
 
 
 async def test_leased_object_closed_only_when_released() -> None:
     vault = Vault({'a': INFO_A})
     [obj async for _, _, obj in vault.extended(Closeable, 'test')]
-    lease = vault.lease_sole(Closeable, 'test')
+    lease = vault.lease_best(Closeable, 'test')
     assert lease is not None
     await vault.invalidate(lease.key, lease.info)
     assert not lease.obj.closed  # still in use
-    assert vault.lease_sole(Closeable, 'test') is None  # nothing to lease anymore
+    assert vault.lease_best(Closeable, 'test') is None  # nothing to lease anymore
     await lease.release()
     assert lease.obj.closed
 

@@ -185,8 +185,8 @@ async def _fetch(
     """
     factory, purpose = _context_factory(settings)
 
-    # The usual case (one credential, already in use before): no iteration over the vault.
-    lease = vault.lease_sole(factory, purpose)
+    # The usual case (unexpiring credentials, already in use before): no iteration over the vault.
+    lease = vault.lease_best(factory, purpose)
     if lease is not None:
         try:
             return await _fetch_with(lease.obj, method, url, data=data, headers=headers, params=params,

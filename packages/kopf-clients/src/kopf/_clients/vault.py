@@ -88,7 +88,7 @@ async def _close_object(obj: Any) -> None:
 
 
 class Lease(Generic[_T]):
-    """A credential and its attached object in use, from :meth:`Vault.lease_sole`."""
+    """A credential and its attached object in use, from :meth:`Vault.lease_best`."""
 
     __slots__ = ('_item', '_released', '_vault', 'key', 'obj')
 
@@ -331,18 +331,27 @@ class Vault:
         """
         return self._iterate(factory, purpose)
 
-    def lease_sole(self, factory: Callable[[ConnectionInfo], _T], purpose: str) -> 'Lease[_T] | None':
+    def lease_best(self, factory: Callable[[ConnectionInfo], _T], purpose: str) -> 'Lease[_T] | None':
         """
-        The fast path of :meth:`extended` for the usual case: one credential that never expires.
+        The fast path of :meth:`extended` for the usual case: credentials that never expire.
 
-        Returns ``None`` if the case is not that simple (several or no credentials, expiring ones,
-        the attached object not made yet): then, use :meth:`extended`. The lease must be released
-        with :meth:`Lease.release` when the object is not used anymore, as with the iteration.
+        The credential is the one that the iteration would yield first: of the best priority (a random one
+        of several equal ones, e.g. of the default logins when both pykube-ng and kubernetes are installed).
+        Returns ``None`` if the case is not that simple (no credentials, expiring ones, the attached object
+        not made yet): then, use :meth:`extended`. The lease must be released with :meth:`Lease.release`
+        when the object is not used anymore, as with the iteration.
         """
-        if len(self._items) != 1:
+        items = self._items
+        if len(items) == 1:  # the most usual case: nothing to choose from
+            ((key, item),) = items.items()
+            if item.info.expiration is not None:
+                return None
+        elif not items or self._has_expirations():
             return None
-        ((key, item),) = self._items.items()
-        if item.info.expiration is not None or purpose not in item.caches:
+        else:
+            best_priority = max(item.info.priority for item in items.values())
+            key, item = random.choice([(k, i) for k, i in items.items() if i.info.priority == best_priority])
+        if purpose not in item.caches:
             return None
         item.users += 1
         return Lease(self, key, item, item.caches[purpose])
