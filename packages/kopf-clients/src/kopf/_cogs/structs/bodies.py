@@ -103,6 +103,14 @@ class BodyEssence(TypedDict, total=False):
     status: dict[str, Any]
 
 
+# The paths of the views, parsed once.
+_METADATA: dicts.FieldPath = ('metadata',)
+_SPEC: dicts.FieldPath = ('spec',)
+_STATUS: dicts.FieldPath = ('status',)
+_LABELS: dicts.FieldPath = ('labels',)
+_ANNOTATIONS: dicts.FieldPath = ('annotations',)
+
+
 class Meta(dicts.MappingView[str, Any]):
     """The live view of an object's ``metadata`` with shortcuts to its well-known fields."""
 
@@ -117,12 +125,12 @@ class Meta(dicts.MappingView[str, Any]):
     # (Not ``MappingView[str, str](...)``: a subscripted generic costs more than the view itself.)
     @_lazy_view
     def labels(self) -> Labels:
-        view: dicts.MappingView[str, str] = dicts.MappingView(self, 'labels')
+        view: dicts.MappingView[str, str] = dicts.MappingView._nested_in(self, _LABELS)
         return view
 
     @_lazy_view
     def annotations(self) -> Annotations:
-        view: dicts.MappingView[str, str] = dicts.MappingView(self, 'annotations')
+        view: dicts.MappingView[str, str] = dicts.MappingView._nested_in(self, _ANNOTATIONS)
         return view
 
     @property
@@ -169,9 +177,10 @@ class Body(dicts.ReplaceableMappingView[str, Any]):
     """
 
     # The views are made on first use only: most handlers never look at most of them.
+    # (Made as Meta(self) & co would make them, but with fewer calls: several of them for every event.)
     @_lazy_view
     def metadata(self) -> Meta:
-        return Meta(self)
+        return Meta._nested_in(self, _METADATA)
 
     @property
     def meta(self) -> Meta:
@@ -179,8 +188,8 @@ class Body(dicts.ReplaceableMappingView[str, Any]):
 
     @_lazy_view
     def spec(self) -> Spec:
-        return Spec(self)
+        return Spec._nested_in(self, _SPEC)
 
     @_lazy_view
     def status(self) -> Status:
-        return Status(self)
+        return Status._nested_in(self, _STATUS)

@@ -11,7 +11,7 @@ so the views stay cheap and always show the latest state of their source.
 """
 import enum
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, Self, TypeVar, cast, overload
 
 # A normalised path to a field: a tuple of keys from the object's root.
 FieldPath = tuple[str, ...]
@@ -251,6 +251,18 @@ class MappingView(Mapping[_K, _V], Generic[_K, _V]):
         else:
             self._source = _Source(src)
             self._path = parse_field(path) if path is not None else ()
+
+    @classmethod
+    def _nested_in(cls, parent: 'MappingView[Any, Any]', path: FieldPath) -> Self:
+        """
+        A view nested in a view by a parsed path: the same as ``cls(parent, path)``, with no parsing & checks.
+
+        For the framework's own views made for every event (the bodies' ``meta``, ``spec``, etc.).
+        """
+        view = cls.__new__(cls)
+        view._source = parent._source
+        view._path = parent._path + path
+        return view
 
     def _resolve(self) -> Mapping[_K, _V]:
         # This is the hot path of all handlers' kwargs: the exact-dict checks go before the ABC checks.
