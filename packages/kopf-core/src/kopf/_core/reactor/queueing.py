@@ -619,9 +619,13 @@ class ObjectStreams:
 
     async def _process(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> None:
         try:
-            async with self._limiter if self._limiter is not None else contextlib.nullcontext():
+            if self._limiter is None:  # the usual case: no nullcontext() & its 3 calls for every event
                 await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
                                       resource=self._resource, namespace=self._namespace)
+            else:
+                async with self._limiter:
+                    await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
+                                          resource=self._resource, namespace=self._namespace)
         except asyncio.CancelledError:
             raise
         except Exception as e:
