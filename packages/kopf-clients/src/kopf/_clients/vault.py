@@ -87,6 +87,14 @@ async def _close_object(obj: Any) -> None:
         logger.exception(f'Failed to close an object attached to credentials: {type(obj).__name__}')
 
 
+
+def _best_of(candidates: list[tuple[VaultKey, _Item]]) -> tuple[VaultKey, _Item]:
+    """The credential of the best priority; a random one of several equal ones (to spread the load)."""
+    if len(candidates) == 1:  # the usual case: one credential, nothing to choose from
+        return candidates[0]
+    best_priority = max(item.info.priority for _, item in candidates)
+    return random.choice([(key, item) for key, item in candidates if item.info.priority == best_priority])
+
 class Lease(Generic[_T]):
     """A credential and its attached object in use, from :meth:`Vault.lease_best`."""
 
@@ -349,8 +357,7 @@ class Vault:
         elif not items or self._has_expirations():
             return None
         else:
-            best_priority = max(item.info.priority for item in items.values())
-            key, item = random.choice([(k, i) for k, i in items.items() if i.info.priority == best_priority])
+            key, item = _best_of(list(items.items()))
         if purpose not in item.caches:
             return None
         item.users += 1
@@ -382,11 +389,7 @@ class Vault:
             if not candidates:
                 return  # everything usable has been tried and is still in the vault.
 
-            if len(candidates) == 1:  # the usual case: one credential, nothing to choose from
-                key, item = candidates[0]
-            else:
-                best_priority = max(item.info.priority for _, item in candidates)
-                key, item = random.choice([(k, i) for k, i in candidates if i.info.priority == best_priority])
+            key, item = _best_of(candidates)
             yielded.append(item)
 
             obj: Any = None

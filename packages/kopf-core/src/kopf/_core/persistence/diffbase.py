@@ -16,6 +16,7 @@ The storages:
 * :class:`MultiDiffBaseStorage`: writes to all, reads from the first one that has the essence.
 """
 import abc
+import functools
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -103,16 +104,7 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
             return {key: value for key, value in annotations.items()
                     if not is_system_annotation(key, marked_prefixes)}
         # The usual case, for every event: the same few keys on all objects, their verdicts remembered.
-        meaningful: dict[str, str] = {}
-        for key, value in annotations.items():
-            system = _unmarked_system_keys.get(key)
-            if system is None:
-                system = is_system_annotation(key)
-                if len(_unmarked_system_keys) < _UNMARKED_SYSTEM_KEYS_LIMIT:
-                    _unmarked_system_keys[key] = system
-            if not system:
-                meaningful[key] = value
-        return meaningful
+        return {key: value for key, value in annotations.items() if not _is_unmarked_system_annotation(key)}
 
     @abc.abstractmethod
     def fetch(self, *, body: bodies.Body) -> bodies.BodyEssence | None:
@@ -123,11 +115,6 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
     def store(self, *, body: bodies.Body, patch: patches.Patch, essence: bodies.BodyEssence) -> None:
         """Save the essence as the new diff-base (in the patch if it is stored in the object)."""
         raise NotImplementedError
-
-
-# Whether an annotation key is a system one when no prefix is marked: remembered for the keys seen (bounded).
-_unmarked_system_keys: dict[str, bool] = {}
-_UNMARKED_SYSTEM_KEYS_LIMIT = 4096
 
 
 def is_system_annotation(key: str, marked_prefixes: Collection[str] = ()) -> bool:
@@ -143,6 +130,12 @@ def is_system_annotation(key: str, marked_prefixes: Collection[str] = ()) -> boo
     # Kopf's own prefix is excluded with all its subdomains, marked or not.
     return any(prefix == known or prefix.endswith('.' + known) for known in conventions.KNOWN_PREFIXES)
 
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_unmarked_system_annotation(key: str) -> bool:
+    """The same as :func:`is_system_annotation` with no marked prefixes, remembered for the keys seen."""
+    return is_system_annotation(key)
 
 class AnnotationsDiffBaseStorage(conventions.StorageKeyFormingConvention, DiffBaseStorage):
     """
