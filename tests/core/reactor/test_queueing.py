@@ -32,9 +32,10 @@ def event(name: str, value: Any = None, *, type: str | None = 'MODIFIED', uid: s
 class Recorder:
     """A processor that takes some time, remembers what it got, and checks the concurrency."""
 
-    def __init__(self, *, duration: float = 0, failures: int = 0) -> None:
+    def __init__(self, *, duration: float = 0, failures: int = 0, finished: bool | None = None) -> None:
         self.duration = duration
         self.failures = failures
+        self.finished = finished  # what the processing returns: whether the object is finished with
         self.calls: list[tuple[float, str, str | None, Any]] = []
         self.pressures: list[bool] = []
         self.active: collections.Counter[str] = collections.Counter()
@@ -42,7 +43,7 @@ class Recorder:
         self.max_total = 0
 
     async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                       resource: Resource, namespace: str | None) -> None:
+                       resource: Resource, namespace: str | None) -> bool | None:
         assert resource == KEX
         assert namespace == 'ns1'
         name = raw_event['object']['metadata']['name']
@@ -57,6 +58,7 @@ class Recorder:
             if self.failures > 0:
                 self.failures -= 1
                 raise RuntimeError('boom')
+            return self.finished
         finally:
             self.active[name] -= 1
 
@@ -74,10 +76,28 @@ def settings() -> OperatorSettings:
     return settings
 
 
-def make_streams(processor: Recorder, settings: OperatorSettings, limit: int | None = None) -> ObjectStreams:
+class Forgetter:
+    """A forgetter of the deleted objects without workers: it remembers whom it got, and answers as told."""
+
+    def __init__(self, *, forgets: bool = True, fails: bool = False) -> None:
+        self.forgets = forgets
+        self.fails = fails
+        self.names: list[str] = []
+
+    def __call__(self, *, raw_event: RawEvent, resource: Resource) -> bool:
+        assert resource == KEX
+        assert raw_event['type'] == 'DELETED'
+        self.names.append(raw_event['object']['metadata']['name'])
+        if self.fails:
+            raise RuntimeError('boom')
+        return self.forgets
+
+
+def make_streams(processor: Recorder, settings: OperatorSettings, limit: int | None = None,
+                 forgetter: Forgetter | None = None) -> ObjectStreams:
     limiter = asyncio.Semaphore(limit) if limit is not None else None
     return ObjectStreams(processor=processor, resource=KEX, namespace='ns1',
-                         settings=settings, limiter=limiter)
+                         settings=settings, limiter=limiter, forgetter=forgetter)
 
 
 async def test_a_burst_of_events_is_batched_and_the_latest_one_wins(
@@ -373,6 +393,96 @@ async def test_deletions_are_not_batched_right_after_a_processing(
     times = {(name, type): round(time, 2) for time, name, type, _ in recorder.calls}
     assert times == {('kex1', 'MODIFIED'): 0.0, ('kex2', 'MODIFIED'): 0.0,
                      ('kex1', 'DELETED'): 1.01, ('kex2', 'DELETED'): 1.06}
+    assert streams.active_count == 0
+    await streams.close()
+
+
+async def test_deleted_objects_without_workers_are_forgotten_without_workers(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the final events of a mass deletion: they come after the workers have left (the watch-stream
+    # was held back meanwhile), and a worker for each would only forget the object.
+    recorder = Recorder()
+    forgetter = Forgetter()
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    streams.feed(event('kex1', 'x'))
+    await asyncio.sleep(1)
+    assert streams.active_count == 0
+    tasks_before = asyncio.all_tasks()
+    streams.feed(event('kex1', 'x', type='DELETED'))
+    assert forgetter.names == ['kex1']  # at once, not by a worker
+    assert streams.active_count == 0
+    assert asyncio.all_tasks() == tasks_before
+    await asyncio.sleep(1)
+    assert [type for _, _, type, _ in recorder.calls] == ['MODIFIED']
+    assert streams.known_count == 0
+    await streams.close()
+
+
+async def test_deleted_objects_that_need_more_than_forgetting_go_to_the_workers(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the event handlers or the daemons of the resource must see the deletion.
+    recorder = Recorder()
+    forgetter = Forgetter(forgets=False)
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    streams.feed(event('kex1', 'x', type='DELETED'))
+    await asyncio.sleep(1)
+    assert forgetter.names == ['kex1']
+    assert [type for _, _, type, _ in recorder.calls] == ['DELETED']
+    assert streams.active_count == 0
+    await streams.close()
+
+
+async def test_deleted_objects_go_to_the_workers_when_the_forgetting_fails(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder()
+    forgetter = Forgetter(fails=True)
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    streams.feed(event('kex1', 'x', type='DELETED'))
+    await asyncio.sleep(1)
+    assert forgetter.names == ['kex1']
+    assert [type for _, _, type, _ in recorder.calls] == ['DELETED']
+    await streams.close()
+
+
+async def test_deleted_objects_with_workers_are_processed_by_them_not_forgotten(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1)
+    forgetter = Forgetter()
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    streams.feed(event('kex1', 'x'))
+    await asyncio.sleep(0.5)  # busy with it till 1.0
+    streams.feed(event('kex1', 'x', type='DELETED'))
+    await asyncio.sleep(2)
+    assert forgetter.names == []
+    assert [(round(time, 2), type) for time, _, type, _ in recorder.calls] == [(0, 'MODIFIED'),
+                                                                                (1, 'DELETED')]
+    assert streams.active_count == 0
+    await streams.close()
+
+
+async def test_finished_objects_release_their_workers_at_once(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. our finalizer is released from a deleted object: only its deletion can come, and it is forgotten.
+    recorder = Recorder(finished=True)
+    streams = make_streams(recorder, settings)
+    tasks_before = asyncio.all_tasks()
+    streams.feed(event('kex1', 'x'))
+    await asyncio.sleep(0.01)  # not for the batching window (0.1)
+    assert streams.active_count == 0
+    assert asyncio.all_tasks() == tasks_before
+    await streams.close()
+
+
+async def test_finished_objects_process_what_came_meanwhile_before_leaving(
+        settings: OperatorSettings, looptime: float) -> None:
+    recorder = Recorder(duration=1, finished=True)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'first'))
+    await asyncio.sleep(0.5)
+    streams.feed(event('kex1', 'second'))  # e.g. someone else's change during the processing
+    await asyncio.sleep(3)
+    assert [(round(time, 2), value) for time, _, _, value in recorder.calls] == [(0, 'first'),
+                                                                                  (1.1, 'second')]
     assert streams.active_count == 0
     await streams.close()
 

@@ -15,7 +15,7 @@ from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.indexing import IndexingReadiness
 from kopf._core.intents.configuration import OperatorSettings
-from kopf._core.reactor.queueing import ObjectStreams
+from kopf._core.reactor.queueing import Forgetter, ObjectStreams
 
 pytestmark = pytest.mark.looptime
 
@@ -60,11 +60,12 @@ def settings() -> OperatorSettings:
 
 
 def make_streams(settings: OperatorSettings, *, processor: Recorder, indexer: Recorder | None,
-                 readiness: IndexingReadiness, limit: int | None = None) -> ObjectStreams:
+                 readiness: IndexingReadiness, limit: int | None = None,
+                 forgetter: Forgetter | None = None) -> ObjectStreams:
     toggle = readiness.expect('kopfexamples in ns1') if indexer is not None else None
     return ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings,
                          limiter=asyncio.Semaphore(limit) if limit is not None else None,
-                         indexer=indexer, readiness=readiness, toggle=toggle)
+                         indexer=indexer, readiness=readiness, toggle=toggle, forgetter=forgetter)
 
 
 async def test_the_initial_listing_is_indexed_before_anything_is_processed(
@@ -174,3 +175,28 @@ async def test_closing_while_waiting_for_the_readiness_exits_at_once(
     assert looptime == 1
     assert processor.calls == []
     assert streams.active_count == 0
+
+
+async def test_deletions_of_indexed_objects_are_indexed_not_forgotten_without_workers(
+        settings: OperatorSettings, looptime: float) -> None:
+    # The indices must see the deletion, in order with the object's other events: only a worker does so.
+    forgotten: list[str] = []
+
+    def forgetter(*, raw_event: RawEvent, resource: Resource) -> bool:
+        forgotten.append(raw_event['object']['metadata']['name'])
+        return True
+
+    readiness = IndexingReadiness()
+    processor, indexer = Recorder(), Recorder()
+    streams = make_streams(settings, processor=processor, indexer=indexer, readiness=readiness,
+                           forgetter=forgetter)
+    streams.feed(event('kex1', 'a', type=None))
+    streams.feed(Bookmark.LISTED)
+    await asyncio.sleep(1)
+    assert streams.active_count == 0
+    streams.feed(event('kex1', 'gone', type='DELETED'))
+    await asyncio.sleep(1)
+    assert forgotten == []
+    assert indexer.values('kex1') == ['a', 'gone']
+    assert processor.values('kex1') == ['a', 'gone']
+    await streams.close()

@@ -120,6 +120,7 @@ class Operator:
         self.memo: object | None = None
         self.lifecycle: LifeCycleFn | None = None
         self.last_bodies: dict[str, RawBody] = {}
+        self.finished: list[bool] = []  # what the processing of each event has returned, in order
 
     def restart(self) -> None:
         """Forget everything in memory, as a new operator process would start."""
@@ -140,10 +141,11 @@ class Operator:
             assert body is not None, f'The object {name!r} does not exist.'
         self.last_bodies[name] = body
         raw_event: RawEvent = {'type': type, 'object': body}  # type: ignore[typeddict-item]
-        await process_resource_event(
+        finished = await process_resource_event(
             raw_event=raw_event, stream_pressure=pressure, resource=resource, namespace=NAMESPACE,
             registry=self.registry, settings=self.settings, memories=self.memories, vault=self.vault,
             memobase=self.memo, lifecycle=self.lifecycle)
+        self.finished.append(finished)
         return body
 
     async def settle(self, name: str = 'kex1', *, first: RawEventType | str = 'ADDED',

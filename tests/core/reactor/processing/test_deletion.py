@@ -45,6 +45,61 @@ async def test_deletion_with_the_finalizer(
     ]
 
 
+async def test_only_the_release_of_a_deleted_object_finishes_it(
+        registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource) -> None:
+    # Finished: nothing but the deletion can come, so the queueing lets the object's worker go at once.
+    attempts: list[int] = []
+
+    @kopf.on.delete(kex.plural, registry=registry)
+    def delete_fn(retry: int, **_: Any) -> None:
+        attempts.append(retry)
+        if retry == 0:
+            raise kopf.TemporaryError('not yet', delay=0)
+
+    await cluster.create()
+    await operator.settle()
+    assert operator.finished == [False, False]  # the finalizer added, then nothing to do
+
+    await cluster.delete('kex1')
+    operator.finished.clear()
+    await operator.settle(first='MODIFIED')
+    assert attempts == [0, 1]
+    assert cluster.get() is None
+    assert operator.finished == [False, True, False]  # retried, released, deleted
+
+
+async def test_the_release_finishes_the_object_even_with_foreign_finalizers(
+        registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource) -> None:
+    # Others' finalizers hold it, but ours is gone: whatever comes next is processed by a new worker.
+
+    @kopf.on.delete(kex.plural, registry=registry)
+    def delete_fn(**_: Any) -> None:
+        pass
+
+    await cluster.create(metadata={'finalizers': ['example.com/foreign']})
+    await operator.settle()
+    await cluster.delete('kex1')
+    operator.finished.clear()
+    await operator.process()
+    assert cluster.get()['metadata']['finalizers'] == ['example.com/foreign']
+    assert operator.finished == [True]
+
+
+async def test_deleted_objects_without_our_finalizer_are_not_finished_by_us(
+        registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource) -> None:
+
+    @kopf.on.create(kex.plural, registry=registry)
+    def create_fn(**_: Any) -> None:
+        pass
+
+    await cluster.create(metadata={'finalizers': ['example.com/foreign']})
+    await operator.settle()
+    await cluster.delete('kex1')
+    operator.finished.clear()
+    await operator.settle(first='MODIFIED')
+    assert operator.finished == [False]
+
+
 async def test_deletion_results_go_before_the_release(
         registry: OperatorRegistry, operator: Any, cluster: Any, emulator: Any, kex: Resource,
         requests: Callable[..., int]) -> None:
@@ -269,8 +324,10 @@ async def test_daemons_need_the_finalizer_but_no_diffbase(
 
     # TODO: the release must wait for the daemons to exit, once they are spawned by the processing.
     await cluster.delete('kex1')
+    operator.finished.clear()
     await operator.settle(first='MODIFIED')
     assert cluster.get() is None
+    assert operator.finished == [True, False]  # released, then deleted
     assert messages() == [
         'Adding the finalizer, thus preventing the actual deletion.',
         messages()[1],  # the patch

@@ -62,7 +62,7 @@ from kopf._core.persistence import diffbase, finalizers, progress
 from kopf._core.reactor import pacing
 from kopf._core.reactor.inventory import ResourceMemories, ResourceMemory
 
-__all__ = ['process_resource_event']
+__all__ = ['forget_deleted', 'process_resource_event']
 
 # How the handling cycles are named in the logs: "Creation is in progress", "Updating is processed", etc.
 _TITLES: Mapping[str, str] = {
@@ -98,7 +98,7 @@ async def process_resource_event(
         indices: Mapping[str, Any] | None = None,
         pacer: pacing.Pacer | None = None,
         spawner: SpawningEngine | None = None,
-) -> None:
+) -> bool:
     """
     Process the latest event of one object: invoke its handlers, apply the changes, sleep if needed.
 
@@ -110,25 +110,27 @@ async def process_resource_event(
     ``pacer`` paces the framework's own steps of all objects (see :mod:`.pacing`); None: unpaced.
     ``spawner`` runs the daemons & timers of the objects; None: they are not run (only the finalizer is kept).
     The API errors escape (the queueing logs them and retries the object later).
+    Returns whether the object is finished with: our finalizer is released for its deletion, so only
+    the deletion can come (the queueing then lets the object's worker go at once).
     """
     if _is_settled_echo(raw_event, memories=memories):
-        return
-    if raw_event['type'] == 'DELETED' and _forget_deleted(
-            raw_event, resource=resource, registry=registry, settings=settings,
+        return False
+    if raw_event['type'] == 'DELETED' and forget_deleted(
+            raw_event=raw_event, resource=resource, registry=registry, settings=settings,
             memories=memories, spawner=spawner,
     ):
-        return
+        return False
     if pacer is None:
-        await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
-                             registry=registry, settings=settings, memories=memories, vault=vault,
-                             memobase=memobase, lifecycle=lifecycle, indices=indices, seat=None,
-                             spawner=spawner)
+        return await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
+                                    registry=registry, settings=settings, memories=memories, vault=vault,
+                                    memobase=memobase, lifecycle=lifecycle, indices=indices, seat=None,
+                                    spawner=spawner)
     else:
         async with pacer.seat() as seat:
-            await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
-                                 registry=registry, settings=settings, memories=memories, vault=vault,
-                                 memobase=memobase, lifecycle=lifecycle, indices=indices, seat=seat,
-                                 spawner=spawner)
+            return await _process_event(raw_event=raw_event, stream_pressure=stream_pressure,
+                                        resource=resource, registry=registry, settings=settings,
+                                        memories=memories, vault=vault, memobase=memobase,
+                                        lifecycle=lifecycle, indices=indices, seat=seat, spawner=spawner)
 
 
 async def _process_event(
@@ -145,7 +147,7 @@ async def _process_event(
         indices: Mapping[str, Any] | None,
         seat: pacing.Seat | None,
         spawner: SpawningEngine | None = None,
-) -> None:
+) -> bool:
     raw_body = raw_event['object']
     event_type = raw_event['type']
     gone = event_type == 'DELETED'
@@ -165,7 +167,7 @@ async def _process_event(
         if not finalizers.is_deletion_ongoing(raw_body) and finalizers.decide(
                 body=raw_body, finalizer=settings.persistence.finalizer, requires_finalizer=spawned_need,
         ) is None:
-            return
+            return False
 
     body = Body(raw_body)
     patch = Patch(body=body)
@@ -197,12 +199,13 @@ async def _process_event(
             spawned_need = _process_spawning(context)
 
         if changing:
-            await _process_changing(context)
+            return await _process_changing(context)
         elif spawning:
             # The daemons & timers need our finalizer too (to be stopped before the object is deleted).
-            await _process_spawning_finalizer(context, requires_finalizer=spawned_need)
+            return await _process_spawning_finalizer(context, requires_finalizer=spawned_need)
         elif patch and not gone:
             await _apply_changes(context)
+        return False
     finally:
         if gone:
             memories.forget(raw_body)
@@ -228,16 +231,22 @@ def _is_settled_echo(raw_event: RawEvent, *, memories: ResourceMemories) -> bool
     return True
 
 
-def _forget_deleted(
-        raw_event: RawEvent,
+def forget_deleted(
         *,
+        raw_event: RawEvent,
         resource: Resource,
         registry: OperatorRegistry,
         settings: OperatorSettings,
         memories: ResourceMemories,
         spawner: SpawningEngine | None,
 ) -> bool:
-    """Forget the deleted object if nothing else is to be done for it (no event handlers, no daemons)."""
+    """
+    Forget the deleted object if nothing else is to be done for it (no event handlers, no daemons).
+
+    Returns whether it is done so. Synchronous: the queueing calls it for the objects that have
+    no worker at the deletion (usually: their workers left before the echo of the finalizer's removal),
+    so that a worker is not started only to forget the object (see :class:`.queueing.Forgetter`).
+    """
     if registry.watching.has_handlers(resource):
         return False
     if spawner is not None and registry.spawning.has_handlers(resource):
@@ -347,22 +356,26 @@ async def _spawning_exited(context: _Context) -> bool:
 # The change handling.
 #
 
-async def _process_changing(context: _Context) -> None:
-    """Detect what has changed in the object and react: handlers, finalizer, diff-base, sleeping."""
+async def _process_changing(context: _Context) -> bool:
+    """
+    Detect what has changed in the object and react: handlers, finalizer, diff-base, sleeping.
+
+    Returns whether our finalizer is released for the object's deletion (nothing but the deletion can come).
+    """
     raw_body = context.raw_event['object']
     if context.raw_event['type'] == 'DELETED':
         if context.registry.changing.has_handlers(context.resource):
             context.logger.debug('Deleted, really deleted, and we are notified.')
-        return
+        return False
 
     if not _is_consistent(context.memory, raw_body):
         if context.patch:
             # The event handlers' results do not depend on the consistency: apply them now;
             # the change handling happens when our own patches (this one included) arrive.
             await _apply_changes(context)
-            return
+            return False
         if not await _wait_for_consistency(context):
-            return  # a newer event has arrived meanwhile: it will be processed instead of this one.
+            return False  # a newer event has arrived meanwhile: it will be processed instead of this one.
 
     registry = context.registry
     finalizer: str = context.settings.persistence.finalizer
@@ -384,7 +397,7 @@ async def _process_changing(context: _Context) -> None:
         blocking_first = (decision.action == finalizers.FinalizerAction.ADD
                           and handled and cause.reason in HANDLER_REASONS)
         if blocking_first and not await _block_deletion_first(context):
-            return  # the object is gone: nothing to handle, the deletion event will come.
+            return False  # the object is gone: nothing to handle, the deletion event will come.
 
     done = True
     delays: list[float] = []
@@ -406,6 +419,7 @@ async def _process_changing(context: _Context) -> None:
         delays.append(0)
 
     # Once the deletion is handled (or there is nothing to handle), the object is released.
+    release: finalizers.FinalizerDecision | None = None
     if done and deletion_ongoing:
         release = finalizers.decide(body=body, finalizer=finalizer,
                                     requires_finalizer=False, deletion_done=True)
@@ -414,9 +428,10 @@ async def _process_changing(context: _Context) -> None:
             finalizers.apply_decision(release, body=body, patch=context.patch, finalizer=finalizer)
 
     await _finish_cycle(context, delays=delays, handled=handled, done=done)
+    return release is not None
 
 
-async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: bool | None) -> None:
+async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: bool | None) -> bool:
     """
     The resources with daemons & timers but no change handlers: only our finalizer, no change detection.
 
@@ -424,13 +439,15 @@ async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: 
     exited after the object is marked for deletion. There are no essences, diff-bases or consistency
     waits here: the timers' frequent patches of such objects would make them a cost of every tick.
     ``requires_finalizer`` is what the spawning engine has found while matching the object (if known).
+    Returns whether our finalizer is released for the object's deletion (nothing but the deletion can come).
     """
     if context.raw_event['type'] == 'DELETED':
-        return
+        return False
     body = context.body
     finalizer: str = context.settings.persistence.finalizer
     delays: list[float] = []
     decision: finalizers.FinalizerDecision | None = None
+    release: finalizers.FinalizerDecision | None = None
     if not finalizers.is_deletion_ongoing(body):
         if requires_finalizer is None:
             cause = causes.ResourceSpawningCause(resource=context.resource, body=body, patch=context.patch,
@@ -441,14 +458,15 @@ async def _process_spawning_finalizer(context: _Context, *, requires_finalizer: 
     elif not finalizers.is_deletion_blocked(body, finalizer):
         pass  # not ours to release.
     elif await _spawning_exited(context):
-        decision = finalizers.decide(body=body, finalizer=finalizer,
-                                     requires_finalizer=False, deletion_done=True)
+        decision = release = finalizers.decide(body=body, finalizer=finalizer,
+                                               requires_finalizer=False, deletion_done=True)
     else:
         delays.append(0)  # the daemons are slow to exit: the object is handled again soon.
     if decision is not None:
         context.local_logger.debug(decision.message)
         finalizers.apply_decision(decision, body=body, patch=context.patch, finalizer=finalizer)
     await _finish_cycle(context, delays=delays, handled=False)
+    return release is not None
 
 
 async def _finish_cycle(

@@ -19,7 +19,8 @@ The newer events also set ``stream_pressure``, so that a processor sleeping on s
 (e.g. for its delayed handlers) can wake up earlier.
 
 Workers exit once their batching window has passed with no new events (or right after the object
-is deleted), and their streams are forgotten: an idle object costs no task and no queue, only a small
+is deleted, or released by our finalizer for its deletion: only the deletion can come after that),
+and their streams are forgotten: an idle object costs no task and no queue, only a small
 record of its identity (to notice its disappearance while the watch-stream was not watching). An idle
 worker would keep nothing else: past the window, a new event is processed at once anyway, by a new worker
 as well as by the old one. Only the objects that come back within ``settings.queueing.idle_timeout``
@@ -29,6 +30,9 @@ The idle workers of a watch-stream share one timer of the event loop (for the on
 not one per worker, which the loop would keep in its heap of timers (with Python-level comparisons)
 and cancel at almost every event. So do the batching windows of its workers (waited for after nearly
 every processing, for the echoes of its own patches). See :mod:`kopf._cogs.helpers.alarms`.
+The final event of a deleted object that has no worker (e.g. the late echo of the finalizer's removal)
+starts none if the object needs nothing but to be forgotten (no event handlers, no daemons, no indices):
+see :class:`Forgetter`.
 
 Back-pressure: when twice as many objects as the pacer has seats wait for them (or for their workers'
 start), the watch-stream is not read until only half as many wait. Otherwise, a burst of events (e.g.
@@ -94,6 +98,8 @@ class Processor(Protocol):
     ``namespace`` is the namespace of the watch-stream (``None`` for cluster-wide ones), not of the object.
     Whatever the processor needs besides (settings, registry, memories, etc.) is bound in advance,
     e.g. with :func:`functools.partial`. Exceptions escaping it are logged and throttled.
+    It returns True if the object is finished with: nothing but its deletion can come (e.g. our finalizer
+    is released from a deleted object); then its worker exits at once, not waiting for more events to batch.
     """
 
     def __call__(
@@ -103,7 +109,21 @@ class Processor(Protocol):
             stream_pressure: asyncio.Event,
             resource: Resource,
             namespace: str | None,
-    ) -> Awaitable[None]: ...
+    ) -> Awaitable[bool | None]: ...
+
+
+class Forgetter(Protocol):
+    """
+    The finishing of a deleted object without a worker, if nothing is to be done for it but forgetting it.
+
+    Called for the ``DELETED`` events of the objects that have no worker at that moment (usually,
+    their workers have left before the echo of the finalizer's removal came): it returns whether
+    the object is done with. If not (e.g. the event handlers or the daemons must see the deletion),
+    the event goes to a worker and to the processor, as all the other events do.
+    Synchronous: it must not wait for anything. Whatever it needs is bound in advance, as for the processor.
+    """
+
+    def __call__(self, *, raw_event: RawEvent, resource: Resource) -> bool: ...
 
 
 class ObjectIdentity(NamedTuple):
@@ -238,9 +258,12 @@ class ObjectStreams:
             readiness: IndexingReadiness | None = None,
             toggle: ReadinessToggle | None = None,
             pacer: pacing.Pacer | None = None,
+            forgetter: Forgetter | None = None,
     ) -> None:
         super().__init__()
         self._processor = processor
+        # Not for the indexed resources: the indices must see the deletion, in order with the other events.
+        self._forgetter = forgetter if indexer is None else None
         # The pacer of the processing (the same as the processor's), to hold the new workers back while
         # many objects wait for its seats already; not for the indexed resources: every listed object
         # must be indexed before any is processed, so the indexing of none can be held back.
@@ -321,6 +344,8 @@ class ObjectStreams:
         now = asyncio.get_running_loop().time()
         stream = self._streams.get(key)
         if stream is None:
+            if raw_event['type'] == 'DELETED' and self._forget(key, raw_event):
+                return
             stream = _Stream(pressure=_Pressure(), returning=self._is_returning(key, now))
             self._streams[key] = stream
             if self._is_crowded():
@@ -331,6 +356,25 @@ class ObjectStreams:
         stream.received_at = now
         stream.events += 1
         stream.pressure.set()
+
+    def _forget(self, key: Hashable, raw_event: RawEvent) -> bool:
+        """
+        Finish a deleted object without a worker if it needs nothing else (see :class:`Forgetter`).
+
+        A worker would cost more than the forgetting itself: its task, its stack of coroutines, its stream.
+        E.g. in a mass deletion, the echoes of the finalizers' removals (the objects' final ``DELETED``
+        events) come after the workers have left, since the watch-stream is held back by the back-pressure.
+        """
+        if self._forgetter is None:
+            return False
+        try:
+            forgotten = self._forgetter(raw_event=raw_event, resource=self._resource)
+        except Exception:
+            return False  # the worker processes it as any other event: it logs the error and retries
+        if forgotten:
+            self._throttles.pop(key, None)
+            self._parted.discard(key)  # a deleted uid never returns
+        return forgotten
 
     def _start(self, key: Hashable, stream: _Stream) -> None:
         self._unstarted += 1
@@ -487,11 +531,12 @@ class ObjectStreams:
 
                 # For the processing (of this task only): the timers count from when the object was seen.
                 spawning.event_received_at.set(received_at)
-                await self._process(key, raw_event, stream)
+                finished = await self._process(key, raw_event, stream)
                 processed_at = loop.time()
 
                 # Nothing can come after the deletion (of this uid): do not keep the worker for nothing.
-                if raw_event['type'] == 'DELETED' and stream.pending is None:
+                # Nor when the processing has finished with the object: only its deletion can come.
+                if (finished or raw_event['type'] == 'DELETED') and stream.pending is None:
                     self._throttles.pop(key, None)
                     break
         finally:
@@ -617,21 +662,24 @@ class ObjectStreams:
             readiness.cancel()
         return raw_event
 
-    async def _process(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> None:
+    async def _process(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> bool | None:
+        """Process the event; return whether the object is finished with (see :class:`Processor`)."""
         try:
             if self._limiter is None:  # the usual case: no nullcontext() & its 3 calls for every event
-                await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
-                                      resource=self._resource, namespace=self._namespace)
+                finished = await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
+                                                 resource=self._resource, namespace=self._namespace)
             else:
                 async with self._limiter:
-                    await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
-                                          resource=self._resource, namespace=self._namespace)
+                    finished = await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
+                                                     resource=self._resource, namespace=self._namespace)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             await self._throttle(key, raw_event, e)
+            return None
         else:
             self._throttles.pop(key, None)
+            return finished
 
     async def _throttle(self, key: Hashable, raw_event: RawEvent, exc: Exception) -> None:
         """Sleep after an unexpected error (new events keep batching meanwhile; closing interrupts it)."""
@@ -695,11 +743,13 @@ async def watcher(
         indexer: Processor | None = None,
         readiness: IndexingReadiness | None = None,
         pacer: pacing.Pacer | None = None,
+        forgetter: Forgetter | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
 
     ``indexer`` (if the resource is indexed) and ``readiness`` (of the operator's indices): see above.
+    ``forgetter``: the deleted objects without workers are forgotten by it at once, if it can (see above).
 
     The watch-stream survives the disconnects by itself; if it fails (e.g. HTTP 403 or 404), the failure
     is logged and the watching restarts after a delay from ``settings.queueing.error_delays``
@@ -711,7 +761,8 @@ async def watcher(
     toggle = readiness.expect(f'{name} {scope}') if readiness is not None and indexer is not None else None
     streams = ObjectStreams(processor=processor, resource=resource, namespace=namespace,
                             settings=settings, limiter=limiter,
-                            indexer=indexer, readiness=readiness, toggle=toggle, pacer=pacer)
+                            indexer=indexer, readiness=readiness, toggle=toggle, pacer=pacer,
+                            forgetter=forgetter)
     logger.debug(f'Starting the watch-stream for {name} {scope}.')
     try:
         delays = iter_backoffs(settings.queueing.error_delays)

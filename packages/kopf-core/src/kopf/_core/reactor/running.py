@@ -300,6 +300,20 @@ def make_processor(
     )
 
 
+def make_forgetter(
+        *,
+        memories: ResourceMemories,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        spawner: spawning.SpawningEngine | None = None,
+) -> queueing.Forgetter:
+    """The forgetting of the deleted objects without workers: with the processor's memories & spawner."""
+    return functools.partial(
+        processing.forget_deleted,
+        registry=registry, settings=settings, memories=memories, spawner=spawner,
+    )
+
+
 def make_indexer(
         *,
         indexers: OperatorIndexers | None,
@@ -519,6 +533,7 @@ def _spawn_core_tasks(
     pacer = pacing.Pacer()
     processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories, pacer=pacer,
                                registry=registry, settings=settings, vault=vault, memo=memo, spawner=spawner)
+    forgetter = make_forgetter(memories=memories, registry=registry, settings=settings, spawner=spawner)
     tasks.others.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
     indexer = make_indexer(indexers=indexers, memories=memories, registry=registry,
                            settings=settings, memo=memo)
@@ -540,6 +555,7 @@ def _spawn_core_tasks(
                                                          identity=identity, namespace=namespace)
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
                                 processor=processor, limiter=limiter, readiness=readiness, pacer=pacer,
+                                forgetter=forgetter,
                                 indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
     tasks.observers = [
