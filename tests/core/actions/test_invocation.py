@@ -235,6 +235,40 @@ async def test_a_burst_of_quick_sync_functions_takes_fewer_jobs_than_calls(
     assert 1 <= counting_executor.jobs < 200
 
 
+class InlineExecutor(concurrent.futures.Executor):
+    """Runs every job at once, in the caller's thread: as a free thread would, quicker than the loop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+        self.outer_jobs = 0  # submitted by the loop itself, not by the jobs (i.e. by the runners)
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self.outer_jobs += self.depth == 0
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.depth += 1
+        try:
+            future.set_result(fn(*args, **kwargs))
+        finally:
+            self.depth -= 1
+        return future
+
+
+async def test_the_loop_wakes_one_runner_for_all_the_calls_of_its_iteration() -> None:
+    # Otherwise, each call would find the runner of the previous one finished (it is quicker than the loop).
+    executor = InlineExecutor()
+    results = await asyncio.gather(*(invoke(sync_fn, kwargs={'x': i}, executor=executor) for i in range(10)))
+    assert results == [i * 3 for i in range(10)]
+    assert executor.outer_jobs == 1
+
+
+async def test_the_loop_wakes_a_runner_for_each_iteration_with_calls() -> None:
+    executor = InlineExecutor()
+    results = [await invoke(sync_fn, kwargs={'x': i}, executor=executor) for i in range(3)]
+    assert results == [0, 3, 6]
+    assert executor.outer_jobs == 3
+
+
 async def test_a_slow_sync_function_does_not_hold_back_the_next_ones(
         counting_executor: CountingExecutor) -> None:
     release = threading.Event()

@@ -104,10 +104,14 @@ async def _run_in_thread(
 ) -> Any:
     """
     The same as ``loop.run_in_executor()``, but much lighter for the bursts of calls (see :class:`_Lane`).
+
+    The call goes to the executor at the end of the loop's current iteration, with the others made in it
+    (see :class:`_Outbox`).
     """
-    call = _Call(waiter=loop.create_future(), inbox=_Inbox.of(loop), context=context, fn=fn, kwargs=kwargs,
+    outbox = _Outbox.of(loop)
+    call = _Call(waiter=loop.create_future(), inbox=outbox.inbox, context=context, fn=fn, kwargs=kwargs,
                  description=description)
-    _Lane.of(executor).put(executor, call)
+    outbox.put(_Lane.of(executor), executor, call)
     try:
         return await call.waiter
     except asyncio.CancelledError:
@@ -194,23 +198,32 @@ class _Lane:
             with cls._lanes_lock:
                 return cls._lanes.setdefault(executor, cls(executor))
 
-    def put(self, executor: concurrent.futures.Executor, call: _Call) -> None:
+    def put(self, executor: concurrent.futures.Executor, calls: list[_Call]) -> None:
+        """
+        Queue the calls for the runners (in the loop's thread: the calls' waiters are the loop's futures).
+
+        If no runner can be started (e.g. the executor is shut down), the calls fail with that error,
+        as with ``submit()``; except those that a runner still running meanwhile has taken.
+        """
         with self._lock:
-            self._calls.append(call)
+            self._calls.extend(calls)
             needs_runner = self._runners == self._busy
             if needs_runner:
                 self._runners += 1
         if needs_runner:
             try:
                 executor.submit(self._run)
-            except BaseException:  # e.g. the executor is shut down: the call fails, as with submit().
+            except BaseException as e:
                 with self._lock:
                     self._runners -= 1
-                    try:
+                    failed = [call for call in calls if call in self._calls]
+                    for call in failed:
                         self._calls.remove(call)
-                    except ValueError:
-                        return  # taken by a runner that is still running meanwhile: it is done there.
-                raise
+                for call in failed:
+                    if not call.waiter.done():
+                        call.waiter.set_exception(e)
+                if not isinstance(e, Exception):
+                    raise
 
     def _run(self) -> None:
         call = self._take(finished=False)
@@ -261,6 +274,55 @@ def _name_of(fn: Callable[..., Any]) -> str:
     while isinstance(fn, functools.partial):
         fn = fn.func
     return repr(getattr(fn, '__qualname__', None) or type(fn).__qualname__)
+
+
+class _Outbox:
+    """
+    The sync calls made by one event loop, given to their lanes together, once per iteration of the loop.
+
+    Otherwise, a call made while the runners are done with the previous ones wakes one up (a job of
+    the executor: a system call, then a switch of the GIL between the threads), and the loop's next
+    system call in the same iteration (e.g. a request's sending) lets that runner run the call and leave,
+    so the next call of the same iteration needs a new runner again. So one runner takes all of them.
+    The calls wait for it only until the loop's current iteration is over.
+    """
+
+    _outboxes: 'weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Outbox]' = weakref.WeakKeyDictionary()
+    _outboxes_lock = threading.Lock()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._loop_ref = weakref.ref(loop)  # a strong one would keep the outboxes' key (the loop) alive
+        self.inbox = _Inbox.of(loop)  # for the outcomes of the calls: looked up once here, not per call
+        self._pending: list[tuple[_Lane, concurrent.futures.Executor, _Call]] = []
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> '_Outbox':
+        try:
+            return cls._outboxes[loop]
+        except KeyError:
+            with cls._outboxes_lock:
+                return cls._outboxes.setdefault(loop, cls(loop))
+
+    def put(self, lane: _Lane, executor: concurrent.futures.Executor, call: _Call) -> None:
+        # In the loop's thread only: no locks.
+        if not self._pending:
+            loop = self._loop_ref()
+            assert loop is not None  # the call is being made in it
+            loop.call_soon(self._flush)
+        self._pending.append((lane, executor, call))
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if len(pending) == 1:  # the usual case: no grouping
+            lane, executor, call = pending[0]
+            lane.put(executor, [call])
+            return
+        batches: dict[_Lane, tuple[concurrent.futures.Executor, list[_Call]]] = {}
+        for lane, executor, call in pending:
+            batches.setdefault(lane, (executor, []))[1].append(call)
+        for lane, (executor, calls) in batches.items():
+            lane.put(executor, calls)
 
 
 class _Inbox:
