@@ -418,29 +418,20 @@ async def test_deleted_objects_without_workers_are_forgotten_without_workers(
     await streams.close()
 
 
-async def test_deleted_objects_that_need_more_than_forgetting_go_to_the_workers(
-        settings: OperatorSettings, looptime: float) -> None:
+@pytest.mark.parametrize('forgetter', [
     # E.g. the event handlers or the daemons of the resource must see the deletion.
+    pytest.param(Forgetter(forgets=False), id='more-than-forgetting'),
+    pytest.param(Forgetter(fails=True), id='failed-forgetting'),
+])
+async def test_deleted_objects_not_forgotten_without_workers_go_to_the_workers(
+        settings: OperatorSettings, looptime: float, forgetter: Forgetter) -> None:
     recorder = Recorder()
-    forgetter = Forgetter(forgets=False)
     streams = make_streams(recorder, settings, forgetter=forgetter)
     streams.feed(event('kex1', 'x', type='DELETED'))
     await asyncio.sleep(1)
     assert forgetter.names == ['kex1']
     assert [type for _, _, type, _ in recorder.calls] == ['DELETED']
     assert streams.active_count == 0
-    await streams.close()
-
-
-async def test_deleted_objects_go_to_the_workers_when_the_forgetting_fails(
-        settings: OperatorSettings, looptime: float) -> None:
-    recorder = Recorder()
-    forgetter = Forgetter(fails=True)
-    streams = make_streams(recorder, settings, forgetter=forgetter)
-    streams.feed(event('kex1', 'x', type='DELETED'))
-    await asyncio.sleep(1)
-    assert forgetter.names == ['kex1']
-    assert [type for _, _, type, _ in recorder.calls] == ['DELETED']
     await streams.close()
 
 
