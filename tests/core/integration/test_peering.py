@@ -237,13 +237,16 @@ async def test_clusterwide_operators_use_the_cluster_peering(
 
 async def test_server_errors_and_conflicts_on_keepalives_are_retried(
         cluster: Any, default_peering: None, make_operator: Any, handled: Handled, eventually: Any,
-        quiet: Any,
+        quiet: Any, caplog: pytest.LogCaptureFixture,
 ) -> None:
     cluster.emulator.fail_requests(2, status=503, verb='patch', path='kopfpeerings')
     cluster.emulator.fail_requests(1, status=409, verb='patch', path='kopfpeerings')
     async with (make_operator('low', priority=10, lifetime=1.5),
                 make_operator('high', priority=20, lifetime=1.5)):
         await eventually(lambda: len(peers(cluster)) == 2, within=8)
+        # Both records are stored, but the lower one pauses only once its watch-stream brings the higher one.
+        await eventually(lambda: any('Pausing operations in favour of' in m for m in caplog.messages),
+                         within=8)
         for index in range(3):
             await cluster.create(f'kex{index}')
         await eventually(lambda: len(handled) == 3)
