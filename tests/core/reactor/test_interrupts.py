@@ -70,6 +70,7 @@ async def test_second_signal_cancels_a_long_cleanup(
         task.cancel()
     assert time.monotonic() - sent < 2  # not the cleanup's minute, not even the hung tasks' grace
     assert supervision.forced_exit_requested()
+    assert not supervision.repeated_signal_lost()  # both taken by the loop in time
     supervision.reset_exit_requests()
     assert [message for message in caplog.messages if 'Signal' in message or 'Cleanup' in message] == [
         f'Signal {signum.name} is received. Operator is stopping.',
@@ -116,3 +117,27 @@ async def test_signal_after_a_stop_flag_is_a_first_one(
         'Stop-flag is set to True. Operator is stopping.',
         'Signal SIGTERM is received. Operator is stopping.',
     ]
+
+
+async def test_a_repeated_signal_too_late_for_the_loop_is_known_as_lost() -> None:
+    # E.g. a second Ctrl+C right when the operator's loop removes its handlers at the very end:
+    # asyncio drops the signals whose handlers are gone when it reads their wake-ups (in its next iteration).
+    signum = signal.SIGTERM
+    handler_before = signal.getsignal(signum)
+    loop = asyncio.get_running_loop()
+    flag = asyncio.Event()
+    supervision.reset_exit_requests()
+    assert supervision.install_signal_handlers(loop, flag)
+    try:
+        os.kill(os.getpid(), signum)
+        os.kill(os.getpid(), signum)
+    finally:
+        supervision.remove_signal_handlers(loop)  # no awaiting since the signals: the loop has not taken them
+    for _ in range(5):  # the loop's next iterations read the signals' wake-ups: no handlers, they are dropped
+        await asyncio.sleep(0)
+    assert not flag.is_set()
+    assert supervision.repeated_signal_lost()
+    supervision.reset_exit_requests()
+    assert not supervision.repeated_signal_lost()
+    assert signal.getsignal(signum) == handler_before
+

@@ -311,6 +311,8 @@ def _sync_handlers_awaited() -> Iterator[None]:
         if not interrupted and threading.current_thread() is threading.main_thread():
             if supervision.forced_exit_requested():
                 _exit_at_once(said=True)
+            if supervision.repeated_signal_lost():  # too late for the operator's loop, as if a moment later
+                _exit_at_once()
             calls = invocation.running_sync_calls()
             if calls:
                 supervision.announce_sync_calls(calls, once=True)

@@ -6,8 +6,10 @@ starts a graceful exit (and says which sync handlers it waits for: their threads
 interrupted). The next signal while the operator is still exiting makes it exit at once: what can
 be cancelled is cancelled (including the cleanup), the sync handlers' threads are abandoned
 (see :func:`forced_exit_requested`, which the ``kopf run`` command then honours). After the operator
-is over, the signals get Python's default reactions again. If a graceful exit takes longer than
-``settings.process.ultimate_exiting_timeout``, the operator's remaining activities are cancelled.
+is over, the signals get Python's default reactions again; a repeated signal that comes right when the loop
+removes its handlers (asyncio would drop it silently) is noted at its arrival: :func:`repeated_signal_lost`.
+If a graceful exit takes longer than ``settings.process.ultimate_exiting_timeout``, the operator's remaining
+activities are cancelled.
 """
 import asyncio
 import dataclasses
@@ -29,6 +31,7 @@ __all__ = [
     'describe_task',
     'forced_exit_requested',
     'install_signal_handlers',
+    'repeated_signal_lost',
     'reset_exit_requests',
     'stop_flag_checker',
     'stop_tasks',
@@ -40,16 +43,34 @@ FORCED_EXIT_CODE = 130
 # Set by a repeated signal: the process should exit without waiting for the sync handlers' threads.
 _forced_exit = threading.Event()
 
+# The signals noted at their arrival (in the main thread, at once) and those taken by the loop (in its next
+# iteration): asyncio drops the signals whose handlers are removed in between (e.g. at the operator's end).
+_arrived_signals = 0
+_taken_signals = 0
+
 
 def reset_exit_requests() -> None:
     """Forget the forced exit & the announcements of the previous operators (e.g. of the same process)."""
+    global _arrived_signals, _taken_signals
     _forced_exit.clear()
     _announced.clear()
+    _arrived_signals = _taken_signals = 0
 
 
 def forced_exit_requested() -> bool:
     """Whether a repeated signal has asked the operator(s) of this process to exit at once."""
     return _forced_exit.is_set()
+
+
+def repeated_signal_lost() -> bool:
+    """
+    Whether a repeated signal has arrived but was never taken by the loop: it was too late for the operator.
+
+    E.g. a second Ctrl+C right when the operator's loop removes its handlers: asyncio then drops it silently,
+    and Python's own reaction (``KeyboardInterrupt``) is not there yet. The caller acts on it as the signal
+    would have been acted on a moment later: it exits at once.
+    """
+    return _arrived_signals >= 2 and _taken_signals < _arrived_signals
 
 
 def describe_sync_calls(calls: Iterable[invocation.RunningCall]) -> str:
@@ -150,10 +171,18 @@ def _install(loop: asyncio.AbstractEventLoop, callback: Any, arg: Any) -> bool:
     try:
         for signum in SIGNALS:
             loop.add_signal_handler(signum, callback, arg, signum)
+            # asyncio's own Python-level handler does nothing (the loop is woken up by the signal's byte in
+            # its wake-up fd, which works with any Python-level handler): this one notes the arrival at once.
+            signal.signal(signum, _note_arrival)
     except (NotImplementedError, RuntimeError, ValueError):  # e.g. non-Unix loops, or foreign loops.
         remove_signal_handlers(loop)
         return False
     return True
+
+
+def _note_arrival(signum: int, frame: object) -> None:
+    global _arrived_signals
+    _arrived_signals += 1
 
 
 def remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
@@ -165,6 +194,8 @@ def remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _on_signal(signalling: _Signalling, signum: signal.Signals) -> None:
+    global _taken_signals
+    _taken_signals += 1
     if not signalling.flag.is_set():
         logger.info(f'Signal {signum.name} is received. Operator is stopping.')
         signalling.flag.set()
