@@ -28,6 +28,7 @@ import pathlib
 import re
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -128,8 +129,14 @@ class Scene:
 
     def change(self, spec: dict[str, Any]) -> None:
         """Replace the spec (by PUT: the operator's PATCHes are the only ones, for the faults to hit)."""
-        body = self.request('GET', f'{OBJECT_PATH}/kex1')
-        self.request('PUT', f'{OBJECT_PATH}/kex1', {**body, 'spec': spec})
+        for attempt in range(10):
+            body = self.request('GET', f'{OBJECT_PATH}/kex1')
+            try:
+                self.request('PUT', f'{OBJECT_PATH}/kex1', {**body, 'spec': spec})
+                return
+            except urllib.error.HTTPError as e:  # the operator has patched it since the GET: read it anew
+                if e.code != 409 or attempt == 9:
+                    raise
 
     def rotate_tokens(self, old: str, new: str) -> None:
         """The old token expires (401 from now on); the new one is in the token file & the plugin's."""
