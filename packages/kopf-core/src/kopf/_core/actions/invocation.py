@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ['RunningCall', 'invoke', 'is_async_fn', 'running_sync_calls']
 
@@ -111,12 +111,26 @@ async def _run_in_thread(
     outbox = _Outbox.of(loop)
     call = _Call(waiter=loop.create_future(), inbox=outbox.inbox, context=context, fn=fn, kwargs=kwargs,
                  description=description)
-    outbox.put(_Lane.of(executor), executor, call)
+    outbox.put(executor, call)
     try:
         return await call.waiter
     except asyncio.CancelledError:
         call.cancelled = True  # if not started yet; a running thread cannot be interrupted (see the module)
         raise
+
+
+_K = TypeVar('_K')
+_V = TypeVar('_V')
+
+
+def _one_per(key: _K, known: 'weakref.WeakKeyDictionary[_K, _V]', lock: threading.Lock,
+             make: Callable[[_K], _V]) -> _V:
+    """The one object per key (an executor, a loop), made at the first need: a lock-free lookup after that."""
+    try:
+        return known[key]
+    except KeyError:
+        with lock:
+            return known.setdefault(key, make(key))
 
 
 class RunningCall:
@@ -192,11 +206,7 @@ class _Lane:
 
     @classmethod
     def of(cls, executor: concurrent.futures.Executor) -> '_Lane':
-        try:
-            return cls._lanes[executor]
-        except KeyError:
-            with cls._lanes_lock:
-                return cls._lanes.setdefault(executor, cls(executor))
+        return _one_per(executor, cls._lanes, cls._lanes_lock, cls)
 
     def put(self, executor: concurrent.futures.Executor, calls: list[_Call]) -> None:
         """
@@ -294,35 +304,31 @@ class _Outbox:
         super().__init__()
         self._loop_ref = weakref.ref(loop)  # a strong one would keep the outboxes' key (the loop) alive
         self.inbox = _Inbox.of(loop)  # for the outcomes of the calls: looked up once here, not per call
-        self._pending: list[tuple[_Lane, concurrent.futures.Executor, _Call]] = []
+        self._pending: list[tuple[concurrent.futures.Executor, _Call]] = []
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> '_Outbox':
-        try:
-            return cls._outboxes[loop]
-        except KeyError:
-            with cls._outboxes_lock:
-                return cls._outboxes.setdefault(loop, cls(loop))
+        return _one_per(loop, cls._outboxes, cls._outboxes_lock, cls)
 
-    def put(self, lane: _Lane, executor: concurrent.futures.Executor, call: _Call) -> None:
+    def put(self, executor: concurrent.futures.Executor, call: _Call) -> None:
         # In the loop's thread only: no locks.
         if not self._pending:
             loop = self._loop_ref()
             assert loop is not None  # the call is being made in it
             loop.call_soon(self._flush)
-        self._pending.append((lane, executor, call))
+        self._pending.append((executor, call))
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
         if len(pending) == 1:  # the usual case: no grouping
-            lane, executor, call = pending[0]
-            lane.put(executor, [call])
+            executor, call = pending[0]
+            _Lane.of(executor).put(executor, [call])
             return
-        batches: dict[_Lane, tuple[concurrent.futures.Executor, list[_Call]]] = {}
-        for lane, executor, call in pending:
-            batches.setdefault(lane, (executor, []))[1].append(call)
-        for lane, (executor, calls) in batches.items():
-            lane.put(executor, calls)
+        batches: dict[concurrent.futures.Executor, list[_Call]] = {}
+        for executor, call in pending:
+            batches.setdefault(executor, []).append(call)
+        for executor, calls in batches.items():
+            _Lane.of(executor).put(executor, calls)
 
 
 class _Inbox:
@@ -345,11 +351,7 @@ class _Inbox:
 
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> '_Inbox':
-        try:
-            return cls._inboxes[loop]
-        except KeyError:
-            with cls._inboxes_lock:
-                return cls._inboxes.setdefault(loop, cls(loop))
+        return _one_per(loop, cls._inboxes, cls._inboxes_lock, cls)
 
     def put(self, waiter: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
         # From the threads.
