@@ -6,11 +6,11 @@ import gc
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from kopf._core.actions.invocation import invoke, is_async_fn
+from kopf._core.actions.invocation import BATCHING_SPACING, invoke, is_async_fn
 
 some_var: contextvars.ContextVar[list[str]] = contextvars.ContextVar('some_var')
 
@@ -267,6 +267,56 @@ async def test_the_loop_wakes_a_runner_for_each_iteration_with_calls() -> None:
     results = [await invoke(sync_fn, kwargs={'x': i}, executor=executor) for i in range(3)]
     assert results == [0, 3, 6]
     assert executor.outer_jobs == 3
+
+
+class TimedInlineExecutor(InlineExecutor):
+    """Remembers when (in the loop's time) the loop has handed the calls over to the runners."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.handed_over_at: list[float] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        if self.depth == 0:
+            self.handed_over_at.append(self.loop.time())
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.mark.looptime
+async def test_the_calls_soon_after_a_hand_over_wait_for_the_spacing(looptime: float) -> None:
+    executor = TimedInlineExecutor(asyncio.get_running_loop())
+    first = await invoke(sync_fn, kwargs={'x': 1}, executor=executor)
+    second = await invoke(sync_fn, kwargs={'x': 2}, executor=executor)
+    assert (first, second) == (3, 6)
+    assert executor.handed_over_at == [0, BATCHING_SPACING]
+    assert looptime == BATCHING_SPACING
+
+
+@pytest.mark.looptime
+async def test_the_calls_after_a_quiet_while_are_handed_over_at_once(looptime: float) -> None:
+    executor = TimedInlineExecutor(asyncio.get_running_loop())
+    await invoke(sync_fn, kwargs={'x': 1}, executor=executor)
+    await asyncio.sleep(1)
+    await invoke(sync_fn, kwargs={'x': 2}, executor=executor)
+    assert executor.handed_over_at == [0, 1]
+    assert looptime == 1
+
+
+@pytest.mark.looptime
+async def test_the_calls_of_several_iterations_within_the_spacing_take_one_runner(looptime: float) -> None:
+    executor = TimedInlineExecutor(asyncio.get_running_loop())
+
+    async def call_later(iterations: int, x: int) -> int:
+        for _ in range(iterations):
+            await asyncio.sleep(0)
+        return cast(int, await invoke(sync_fn, kwargs={'x': x}, executor=executor))
+
+    await invoke(sync_fn, kwargs={'x': 0}, executor=executor)
+    results = await asyncio.gather(*(call_later(i, i) for i in range(1, 6)))
+    assert results == [3, 6, 9, 12, 15]
+    assert executor.handed_over_at == [0, BATCHING_SPACING]
+    assert executor.outer_jobs == 2
 
 
 async def test_a_slow_sync_function_does_not_hold_back_the_next_ones(
