@@ -288,6 +288,7 @@ def _name_of(fn: Callable[..., Any]) -> str:
 
 
 # The least time between two hand-overs of one loop's sync calls to the runners, in seconds (see _Outbox).
+# Read at every hand-over, so it can be tuned at any time (0: a hand-over per iteration of the loop).
 BATCHING_SPACING = 0.002
 
 
@@ -337,8 +338,8 @@ class _Outbox:
 
     def _flush(self) -> None:
         loop = self._loop_ref()
-        if loop is not None:
-            self._handed_over_at = loop.time()
+        assert loop is not None  # it runs this very callback
+        self._handed_over_at = loop.time()
         pending, self._pending = self._pending, []
         if len(pending) == 1:  # the usual case: no grouping
             executor, call = pending[0]
