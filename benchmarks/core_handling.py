@@ -313,7 +313,7 @@ def print_paired_ratios(scenarios: Sequence[Scenario], names: Sequence[str],
     The objects/s of each run relative to the floor's run of the same repeat: median (min-max).
 
     The machine's speed drifts over minutes (other tenants of a VM, its CPU frequency), and the runs
-    of one repeat are the closest in time: their ratios are less noisy than the ratio of the medians.
+    of one repeat are the closest in time: their ratios drift less with it than the ratio of the medians.
     """
     lines: list[str] = []
     for scenario in scenarios:
