@@ -1,4 +1,5 @@
 import asyncio
+import dataclasses
 import datetime
 import logging
 import threading
@@ -387,6 +388,37 @@ async def test_lifecycle_gets_the_pending_handlers_only(settings: Any, logger: l
     assert lifecycle_calls[0][1]['state'] is state
     assert lifecycle_calls[0][1]['body'] is cause.body
     assert lifecycle_calls[0][1]['reason'] == 'create'
+
+
+async def test_lifecycle_as_an_unhashable_callable_object_gets_the_cause_kwargs(
+        settings: Any, logger: logging.Logger, make_cause: Any) -> None:
+    # The built-in lifecycles are recognised (to skip their unused kwargs); other callables are not
+    # assumed to be hashable for that: e.g. a dataclass instance with the default eq=True.
+    calls: list[str] = []
+
+    def fn(**kwargs: Any) -> None:
+        calls.append(kwargs['param'])
+
+    @dataclasses.dataclass
+    class Lifecycle:
+        seen: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+        def __call__(self, handlers: Sequence[BaseHandler], **kwargs: Any) -> Sequence[BaseHandler]:
+            self.seen.append(kwargs)
+            return handlers[-1:]
+
+    lifecycle = Lifecycle()
+    with pytest.raises(TypeError):
+        hash(lifecycle)
+    handlers = [make_handler(fn, id=id, param=id) for id in ['a', 'b']]
+    cause = make_cause()
+    state = State(purpose='create')
+    outcomes = await execute_handlers_once(lifecycle=lifecycle, settings=settings, handlers=handlers,
+                                           cause=cause, state=state, logger=logger)
+    assert calls == ['b']
+    assert list(outcomes) == ['b']
+    assert lifecycle.seen[0]['state'] is state
+    assert lifecycle.seen[0]['body'] is cause.body
 
 
 async def test_lifecycle_cannot_revive_finished_handlers(settings: Any, logger: logging.Logger,

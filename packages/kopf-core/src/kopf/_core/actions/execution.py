@@ -45,7 +45,7 @@ from kopf._core.actions.errors import (
     PermanentError,
     TemporaryError,
 )
-from kopf._core.actions.lifecycles import LifeCycleFn, get_default_lifecycle
+from kopf._core.actions.lifecycles import CAUSE_BLIND, LifeCycleFn, get_default_lifecycle
 from kopf._core.actions.progression import HandlerState, Outcome, State, handler_kwargs
 from kopf._core.intents.callbacks import ChangingFn
 from kopf._core.intents.causes import BaseCause, ResourceCause, ResourceChangingCause
@@ -115,13 +115,24 @@ async def execute_handlers_once(
     kwargs. Only the outcomes of these handlers are returned (in the order of execution); the outcomes
     of their sub-handlers are already stored into the cause's patch by the time this returns.
     """
-    states = {handler.id: _state_of(state, handler) for handler in handlers}
-    pending = [handler for handler in handlers if not states[handler.id].finished
-               and states[handler.id].awakened]
-    pending_by_id = {handler.id: handler for handler in pending}
-    lifecycle_kwargs = cause.kwargs  # a new dict every time: it is safe to extend it
-    lifecycle_kwargs['state'] = state
-    selected = lifecycle(pending, **lifecycle_kwargs)
+    states: dict[HandlerId, HandlerState] = {}
+    pending: list[_HandlerT] = []
+    pending_by_id: dict[HandlerId, _HandlerT] = {}
+    for given in handlers:  # one loop, not three comprehensions: this is done for every cycle
+        given_state = states[given.id] = _state_of(state, given)
+        if not given_state.finished and (given_state.delayed is None or given_state.awakened):
+            pending.append(given)
+            pending_by_id[given.id] = given
+    try:
+        blind = lifecycle in CAUSE_BLIND
+    except TypeError:  # an unhashable callable object: surely not a built-in lifecycle
+        blind = False
+    if blind:
+        selected = lifecycle(pending, state=state)
+    else:
+        lifecycle_kwargs = cause.kwargs  # a new dict every time: it is safe to extend it
+        lifecycle_kwargs['state'] = state
+        selected = lifecycle(pending, **lifecycle_kwargs)
 
     outcomes: dict[HandlerId, Outcome] = {}
     for candidate in selected:
@@ -161,7 +172,7 @@ async def execute_handler_once(
     (and the non-``Exception`` errors, such as ``KeyboardInterrupt``) propagate.
     """
     title = _title(handler)
-    logger.debug(f'{title} is invoked.')
+    logger.debug('%s is invoked.', title)
 
     # The limits are checked before the call: they could be exceeded while the handler was sleeping
     # (the timeout), or by the sub-handlers' retries (which count as the parent's retries too).
@@ -242,9 +253,9 @@ async def execute_handler_once(
         # The indexers run on every event of every object (e.g. 10,000 at startup): not worth a line each
         # at the usual level, as in Kopf, where they are seen only with the verbose logs.
         if isinstance(handler, IndexingHandler):
-            logger.debug(f'{title} succeeded.')
+            logger.debug('%s succeeded.', title)
         else:
-            logger.info(f'{title} succeeded.')
+            logger.info('%s succeeded.', title)
         return Outcome(final=True, result=result, subrefs=subexecution.subrefs)
 
 
@@ -304,7 +315,10 @@ def _describe_call(title: str, cause: Cause) -> str:
     return f'{title} of {namespace}/{name}' if namespace else f'{title} of {name}'
 
 
-_ContextTokens = list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]
+# The tokens of the owner (None if the cause has no object), handler, cause, sub-registry, sub-execution.
+_ContextTokens = tuple[contextvars.Token[Mapping[str, Any]] | None, contextvars.Token[BaseHandler],
+                       contextvars.Token[BaseCause], contextvars.Token[ChangingRegistry],
+                       contextvars.Token['_SubExecution']]
 
 
 def _set_handler_context(
@@ -315,19 +329,21 @@ def _set_handler_context(
 ) -> _ContextTokens:
     """Set the context variables for the handler (and the helpers it calls); reset them with the tokens."""
     # Not a context manager: this is done for every handler call, and a generator costs more than this.
-    tokens: _ContextTokens = []
-    if isinstance(cause, ResourceCause):
-        tokens.append((owner_var, owner_var.set(cause.body)))
-    tokens.append((handler_var, handler_var.set(handler)))
-    tokens.append((cause_var, cause_var.set(cause)))
-    tokens.append((subregistry_var, subregistry_var.set(subexecution.registry)))
-    tokens.append((_subexecution_var, _subexecution_var.set(subexecution)))
-    return tokens
+    return (owner_var.set(cause.body) if isinstance(cause, ResourceCause) else None,
+            handler_var.set(handler),
+            cause_var.set(cause),
+            subregistry_var.set(subexecution.registry),
+            _subexecution_var.set(subexecution))
 
 
 def _reset_handler_context(tokens: _ContextTokens) -> None:
-    for var, token in reversed(tokens):
-        var.reset(token)
+    owner_token, handler_token, cause_token, subregistry_token, subexecution_token = tokens
+    _subexecution_var.reset(subexecution_token)
+    subregistry_var.reset(subregistry_token)
+    cause_var.reset(cause_token)
+    handler_var.reset(handler_token)
+    if owner_token is not None:
+        owner_var.reset(owner_token)
 
 
 class _SubExecution:

@@ -88,36 +88,22 @@ async def invoke(
         call = functools.partial(context.run, functools.partial(fn, **kwargs))
         result = await loop.run_in_executor(executor, call)
     else:
-        result = await _run_in_thread(loop, executor, context, fn, kwargs, description)
+        # The same as ``loop.run_in_executor()``, but much lighter for the bursts of calls (see _Lane):
+        # the call goes to the executor at the end of the loop's current iteration, with the others
+        # made in it (see _Outbox). Inline, not a coroutine of its own: this is done for every sync call.
+        outbox = _Outbox.of(loop)
+        sync_call = _Call(waiter=loop.create_future(), inbox=outbox.inbox, context=context, fn=fn,
+                          kwargs=kwargs, description=description)
+        outbox.put(executor, sync_call)
+        try:
+            result = await sync_call.waiter
+        except asyncio.CancelledError:
+            sync_call.cancelled = True  # if not started yet; a running thread cannot be interrupted
+            raise
     # The usual results (None, dicts) go without the ABC's check, which is a Python-level call.
     if result is not None and type(result) is not dict and inspect.isawaitable(result):
         result = await result
     return result
-
-
-async def _run_in_thread(
-        loop: asyncio.AbstractEventLoop,
-        executor: concurrent.futures.Executor,
-        context: contextvars.Context,
-        fn: Callable[..., Any],
-        kwargs: Mapping[str, Any],
-        description: Callable[[], str] | None = None,
-) -> Any:
-    """
-    The same as ``loop.run_in_executor()``, but much lighter for the bursts of calls (see :class:`_Lane`).
-
-    The call goes to the executor at the end of the loop's current iteration, with the others made in it
-    (see :class:`_Outbox`).
-    """
-    outbox = _Outbox.of(loop)
-    call = _Call(waiter=loop.create_future(), inbox=outbox.inbox, context=context, fn=fn, kwargs=kwargs,
-                 description=description)
-    outbox.put(executor, call)
-    try:
-        return await call.waiter
-    except asyncio.CancelledError:
-        call.cancelled = True  # if not started yet; a running thread cannot be interrupted (see the module)
-        raise
 
 
 _K = TypeVar('_K')

@@ -67,8 +67,8 @@ def asap(handlers: Sequence[_HandlerT], *, state: 'State', **_: Any) -> Sequence
     picks a handler that has not been tried yet, and the failed one waits for its turn
     (and its delay) until every other pending handler has had as many attempts.
     """
-    if not handlers:
-        return []
+    if len(handlers) <= 1:  # the usual case: one handler per cause (no ranking, no closure)
+        return list(handlers)
 
     def retries(handler: _HandlerT) -> int:
         handler_state = state.get(handler.id)
@@ -79,6 +79,11 @@ def asap(handlers: Sequence[_HandlerT], *, state: 'State', **_: Any) -> Sequence
 
 # None means "not set explicitly": then, the built-in default applies (see below).
 _default_lifecycle: LifeCycleFn | None = None
+
+
+# The built-in lifecycles look only at the handlers and their states: they are called without the cause's
+# kwargs, which would be built (a dict of ~15 items) and bound to their ``**_`` for nothing on every call.
+CAUSE_BLIND: frozenset[LifeCycleFn] = frozenset({all_at_once, one_by_one, randomized, shuffled, asap})
 
 
 def get_default_lifecycle() -> LifeCycleFn:

@@ -21,12 +21,17 @@ worker_limit``, unlimited by default): the slow handlers of all objects run conc
 It only paces the framework's own work, which is CPU- and API-bound, and gains nothing from
 more concurrency than the CPU and the API server can serve.
 
-The number of seats is a trade-off between the memory and the CPU: every object in the framework's
-hands costs ~15 KB at the peak; but too few seats also cost CPU: e.g. the synchronous handlers then
-go to the thread pool one by one instead of in batches, and the threads switch the GIL more often.
-On a 2-core machine with 1000 objects (benchmarks/core_handling.py), 128 seats cost ~15% more CPU
-than no pacing at all, 400 seats ~3-10% more (less since the GC is tuned, see ``settings.process``),
-700 seats ~4% more; the peak memory is then lower by ~22%, ~15%, ~6% respectively.
+The number of seats is a trade-off. Every object in the framework's hands costs ~15 KB at the peak,
+and the more objects are in hands at once, the colder their data is in the CPU's caches when their
+turn comes again (after a request, after a sync handler's call in a thread): the same work costs more
+CPU. Too few seats cost CPU too: the sync handlers' calls go to the threads in smaller batches
+(more switches of the GIL), and the requests' latency is not covered (every seated object waits for
+its requests, of which at most ``MAX_CONCURRENT_REQUESTS``, 64, are in flight per credential).
+On a 2-core machine with 5,000 objects (benchmarks/core_handling.py, interleaved runs, medians of 4),
+100 seats handled ~19% more created and ~8% more deleted objects per second than 400 seats, with
+~1.5x the context switches; 64 seats were about as good as 100, 200 seats as 400. (The timers of
+objects first processed through fewer seats start, and so tick, in a smoother spread: their sync calls
+share fewer hand-overs to the threads, ~10% more CPU per tick in benchmarks/engines.py.)
 """
 import asyncio
 import collections
@@ -40,7 +45,7 @@ __all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat', 'held_back_since']
 
 # How many objects are processed by the framework at once (the handlers and sleeps excluded).
 # The pacer reads it when created, so it can be tuned before the operator starts.
-DEFAULT_SEATS = 400
+DEFAULT_SEATS = 100
 
 # How long a running handler keeps its object's seat before lending it to another object, in seconds.
 LENDING_DELAY = 0.05
@@ -166,9 +171,10 @@ class Seat:
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        self._leave()
+        self.leave()
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
+        """Release the seat if it is taken (not lent out now); nothing if not. The same as exiting it."""
         if self._taken:
             self._taken = False
             self._pacer.release()
@@ -206,12 +212,12 @@ class _Lending:
         if self._delay > 0:
             loop = asyncio.get_running_loop()
             if not seat._pacer._lendings.add(self, loop.time() + self._delay):
-                self._timer = loop.call_later(self._delay, seat._leave)  # another delay: out of the order
+                self._timer = loop.call_later(self._delay, seat.leave)  # another delay: out of the order
         else:
-            seat._leave()
+            seat.leave()
 
     def lend_out(self) -> None:
-        self._seat._leave()
+        self._seat.leave()
 
     async def __aexit__(self, *_: object) -> None:
         if self._lent:
@@ -219,4 +225,5 @@ class _Lending:
                 self._timer.cancel()
             elif self._delay > 0:
                 self._seat._pacer._lendings.discard(self)
-            await self._seat._take_back()
+            if not self._seat._taken:  # usually still taken: the quick handlers do not lend it out
+                await self._seat._take_back()

@@ -120,17 +120,18 @@ async def process_resource_event(
             memories=memories, spawner=spawner,
     ):
         return False
-    if pacer is None:
+    # Not `async with`: its exit would be one more coroutine for every event, only to release the seat.
+    seat = pacer.seat() if pacer is not None else None
+    if seat is not None:
+        await seat.__aenter__()
+    try:
         return await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
                                     registry=registry, settings=settings, memories=memories, vault=vault,
-                                    memobase=memobase, lifecycle=lifecycle, indices=indices, seat=None,
+                                    memobase=memobase, lifecycle=lifecycle, indices=indices, seat=seat,
                                     spawner=spawner)
-    else:
-        async with pacer.seat() as seat:
-            return await _process_event(raw_event=raw_event, stream_pressure=stream_pressure,
-                                        resource=resource, registry=registry, settings=settings,
-                                        memories=memories, vault=vault, memobase=memobase,
-                                        lifecycle=lifecycle, indices=indices, seat=seat, spawner=spawner)
+    finally:
+        if seat is not None:
+            seat.leave()
 
 
 async def _process_event(
