@@ -26,7 +26,7 @@ and the more objects are in hands at once, the colder their data is in the CPU's
 turn comes again (after a request, after a sync handler's call in a thread): the same work costs more
 CPU. Too few seats cost CPU too: the sync handlers' calls go to the threads in smaller batches
 (more switches of the GIL), and the requests' latency is not covered (every seated object waits for
-its requests, of which at most ``MAX_CONCURRENT_REQUESTS``, 64, are in flight per credential).
+its requests, of which at most ``MAX_CONCURRENT_REQUESTS``, 100, are in flight per credential).
 On a 2-core machine with 5,000 objects (benchmarks/core_handling.py, interleaved runs, medians of 4),
 100 seats handled ~19% more created and ~8% more deleted objects per second than 400 seats, with
 ~1.5x the context switches; 64 seats were about as good as 100, 200 seats as 400. (The timers of
