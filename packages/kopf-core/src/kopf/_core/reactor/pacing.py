@@ -187,11 +187,6 @@ class Seat:
         """
         return _Lending(self, delay)
 
-    async def _take_back(self) -> None:
-        if not self._taken:
-            await self._pacer.acquire(urgent=True)
-            self._taken = True
-
 
 class _Lending:
     """The context of :meth:`Seat.lending`: a class, not a generator, since it wraps every handler's call."""
@@ -225,5 +220,8 @@ class _Lending:
                 self._timer.cancel()
             elif self._delay > 0:
                 self._seat._pacer._lendings.discard(self)
-            if not self._seat._taken:  # usually still taken: the quick handlers do not lend it out
-                await self._seat._take_back()
+            # Taken back if lent out; usually it is still taken (the quick handlers do not lend it out).
+            seat = self._seat
+            if not seat._taken:
+                await seat._pacer.acquire(urgent=True)
+                seat._taken = True
