@@ -272,30 +272,47 @@ def created(name, **_):
 
 async def test_a_killed_higher_one_is_replaced_after_its_lifetime(
         cluster: Any, default_peering: None, make_operator: Any, handled: Handled, eventually: Any,
-        tmp_path: pathlib.Path, quiet: Any, start_kopf_process: Any,
+        tmp_path: pathlib.Path, quiet: Any, start_kopf_process: Any, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # The order is strict, so that no step depends on how fast the operators are (e.g. on a loaded CI):
+    # * The low one starts only when the high one is in the peering: it pauses from the start (it never
+    #   handles before it has seen the peers), rather than starting to handle and pausing moments later.
+    # * kex1 is handled by the high one before the low one starts: if a keep-alive of the high one is late
+    #   (its lifetime is short: only a third of it is the margin), the low one resumes for a moment, but
+    #   finds kex1 handled. Only kex2 depends on the pausing & resuming, and it is created after the kill.
     source = tmp_path / 'operator.py'
     source.write_text(textwrap.dedent(OPERATOR_SOURCE))
     output = tmp_path / 'output.txt'
     env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path), PEERING_LIFETIME='2')
     process = start_kopf_process(['-n', 'default', '--priority', '100', str(source)], env, output)
+
+    def high_ids() -> set[str]:
+        return {id for id, record in peers(cluster).items() if record.get('priority') == 100}
+
     try:
+        await eventually(high_ids, within=30)  # a new process: the imports take a while
+        [high_id] = high_ids()
+        await cluster.create('kex1')
+        await eventually(lambda: 'HANDLED kex1' in output.read_text(), within=15)
+        # The outcome is stored: otherwise, handling it again after the kill would be right.
+        await eventually(lambda: cluster.diffbase('kex1') is not None
+                         and not cluster.progress_annotations('kex1'), within=10)
+
         async with make_operator('low', priority=0):
-            await eventually(lambda: len(peers(cluster)) == 2, within=15)
-            await cluster.create('kex1')
-            await eventually(lambda: 'HANDLED kex1' in output.read_text(), within=10)
-            # Killed only once the outcome is stored: otherwise, handling it again would be right.
-            await eventually(lambda: cluster.diffbase('kex1') is not None
-                             and not cluster.progress_annotations('kex1'))
+            await eventually(lambda: any(m.startswith('Pausing operations in favour of [<Peer ' + high_id)
+                                         for m in caplog.messages), within=10)
+            await eventually(lambda: len(peers(cluster)) == 2, within=10)
             process.send_signal(signal.SIGKILL)
-            process.wait(5)
+            await asyncio.to_thread(process.wait, 10)
             await cluster.create('kex2')
-            await eventually(lambda: handled[('low', 'kex2')] == 1, within=8)
+            # The killed one cannot remove its record: it is removed by the low one once expired (2 s).
+            await eventually(lambda: handled[('low', 'kex2')] == 1, within=15)
+            await eventually(lambda: high_id not in peers(cluster), within=5)
             await quiet()
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait(5)
+            process.wait(10)
     assert handled == {('low', 'kex2'): 1}  # kex1 was handled by the killed one: not again
     assert output.read_text().count('HANDLED') == 1
 
