@@ -78,6 +78,22 @@ def test_diff(a, b, expected):
     assert diff(a, b) == expected
 
 
+@pytest.mark.parametrize('a, b, expected', [
+    # Equal in Python, but not the same values: the diff sees them even in equal dicts.
+    ({'a': 1}, {'a': 1.0}, (('change', ('a',), 1, 1.0),)),
+    ({'a': 1}, {'a': True}, (('change', ('a',), 1, True),)),
+    ({'a': {'b': 0}}, {'a': {'b': False}}, (('change', ('a', 'b'), 0, False),)),
+    ({'a': {'b': 1.0}}, {'a': {'b': 1}}, (('change', ('a', 'b'), 1.0, 1),)),
+    # The same in another order of the keys: no diff.
+    ({'a': 1, 'b': {'c': 2, 'd': 3}}, {'b': {'d': 3, 'c': 2}, 'a': 1}, ()),
+    # Not JSON at all (the values are compared in Python).
+    ({'a': {1: 'x'}}, {'a': {1: 'x'}}, ()),
+    ({'a': {1, 2}}, {'a': {1, 2}}, ()),
+])
+def test_diff_of_equal_dicts_tells_equal_values_of_other_types(a, b, expected):
+    assert diff(a, b) == expected
+
+
 def test_diff_of_the_docs_example():
     old = {'metadata': {'labels': {'label2': 'old-value', 'label3': 'old-value'}}, 'spec': {'size': '1G'}}
     new = {'metadata': {'labels': {'label1': 'new-value', 'label2': 'new-value'}}, 'spec': {'size': '2G'}}

@@ -16,7 +16,7 @@ from kopf._core.persistence import (
     SmartProgressStorage,
     StatusProgressStorage,
 )
-from kopf._core.persistence.progress import holds_no_records
+from kopf._core.persistence.progress import holds_no_records, without_records
 
 RECORD: ProgressRecord = {'started': '2020-01-01T00:00:00+00:00', 'stopped': None, 'delayed': None,
                           'purpose': 'create', 'retries': 1, 'success': True, 'failure': False,
@@ -236,3 +236,53 @@ class _ElsewhereStorage(AnnotationsProgressStorage):
 ])
 def test_custom_storages_are_never_assumed_empty(storage: ProgressStorage) -> None:
     assert not holds_no_records(storage, keys=['create_fn'], body=Body({}))
+
+
+#
+# The clearing of the essences that skips the copies when there is nothing to clear.
+#
+
+ESSENCES_TO_CLEAR = [
+    pytest.param({'spec': {'x': 1}, 'metadata': {'labels': {'a': 'b'}, 'annotations': {'a': 'b'}}},
+                 id='plain'),
+    pytest.param({'spec': {'x': 1}, 'metadata': {'annotations': {'kopf.zalando.org/fn': '{}', 'a': 'b'}}},
+                 id='with-annotations-records'),
+    pytest.param({'spec': {'x': 1}, 'metadata': {'annotations': {'my-op.example.com/fn': '{}'}}},
+                 id='with-records-of-own-prefix'),
+    pytest.param({'spec': {'x': 1}, 'status': {'kopf': {'progress': {'fn': {}}}}}, id='with-status-records'),
+    pytest.param({'spec': {'x': 1}, 'status': {'my-op': {'fn': {}}}}, id='with-status-records-own-field'),
+    pytest.param({'spec': {'x': 1}, 'status': {'kopf': {}}}, id='with-empty-dicts-on-the-path'),
+    pytest.param({'spec': {'x': 1}, 'metadata': {}}, id='with-empty-metadata'),
+    pytest.param({'spec': {'x': 1}, 'metadata': {'labels': {}, 'annotations': {'a': 'b'}}},
+                 id='with-empty-labels'),
+    pytest.param({'spec': {'x': 1}, 'metadata': {'annotations': {}}}, id='with-empty-annotations'),
+    pytest.param({'spec': {}, 'status': {}}, id='with-empty-status'),
+]
+
+
+class _ClearingStorage(AnnotationsProgressStorage):
+    """A subclass of a built-in storage that also clears something of its own from the essences."""
+
+    def clear(self, *, essence: Any) -> Any:
+        cleared = dict(super().clear(essence=essence))
+        cleared.pop('spec', None)
+        return cleared
+
+
+@pytest.mark.parametrize('essence', ESSENCES_TO_CLEAR)
+@pytest.mark.parametrize('storage', [
+    *BUILT_IN_STORAGES,
+    pytest.param(_ClearingStorage(), id='custom-subclass'),
+    pytest.param(MultiProgressStorage([AnnotationsProgressStorage(), _ClearingStorage()]),
+                 id='multi-with-custom'),
+])
+def test_essences_are_cleared_as_the_storages_clear_them(storage: ProgressStorage, essence: Any) -> None:
+    original = json.dumps(essence)
+    assert without_records(storage, essence=essence) == storage.clear(essence=essence)
+    assert json.dumps(essence) == original
+
+
+@pytest.mark.parametrize('storage', BUILT_IN_STORAGES)
+def test_essences_without_records_are_not_copied(storage: ProgressStorage) -> None:
+    essence: Any = {'spec': {'x': 1}, 'metadata': {'labels': {'a': 'b'}, 'annotations': {'a': 'b'}}}
+    assert without_records(storage, essence=essence) is essence

@@ -12,6 +12,7 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, overload
 
+from kopf._cogs.helpers import jsons
 from kopf._cogs.structs.dicts import FieldPath, FieldSpec, parse_field, resolve
 
 __all__ = [
@@ -119,7 +120,8 @@ def diff(a: Any, b: Any, *, fields: Iterable[FieldSpec] | None = None) -> Diff:
     """
     items: list[DiffItem] = []
     if fields is None:
-        _diff_into(items, a, b, ())
+        if not _surely_same(a, b):
+            _diff_into(items, a, b, ())
     else:
         for field in fields:
             path = parse_field(field)
@@ -151,6 +153,23 @@ def reduce(d: Diff, field: FieldSpec) -> Diff:
 
 
 _LEAF_TYPES: frozenset[type] = frozenset({str, int, float, bool, list})
+
+
+def _surely_same(a: Any, b: Any) -> bool:
+    """
+    Whether the diff of two dicts is surely empty, known without walking them in Python.
+
+    The usual case of every handling cycle is an unchanged essence. Equal dicts are not enough:
+    the diff tells ``1`` from ``1.0`` and ``True`` (which are equal in Python), but their JSON differs.
+    So, equal dicts with the same JSON (encoded natively, if it is; else the walk is cheaper) have no diff.
+    Anything else (incl. the same keys in another order) is walked as usual.
+    """
+    if not jsons.ACCELERATED or type(a) is not dict or type(b) is not dict or a != b:
+        return False
+    try:
+        return jsons.dumps(a) == jsons.dumps(b)
+    except (TypeError, ValueError):  # not JSON: the walk tells what it can
+        return False
 
 
 def _diff_into(items: list[DiffItem], a: Any, b: Any, path: FieldPath) -> None:

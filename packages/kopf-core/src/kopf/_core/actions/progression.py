@@ -48,8 +48,7 @@ __all__ = [
 _fallback_logger = logging.getLogger('kopf.objects')
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Outcome:
+class Outcome(NamedTuple):
     """
     The result of one attempt to execute a handler.
 
@@ -57,6 +56,9 @@ class Outcome:
     or failed for good (``exception`` is set). Otherwise, it is retried after ``delay`` seconds
     (``None``: as soon as possible, with no delay recorded). ``result`` is the handler's return value
     (only for successes). ``subrefs`` are the ids of the sub-handlers seen by the handler (of all depths).
+
+    A named tuple, not a frozen dataclass: one is made for every handler call, and a frozen dataclass
+    sets its fields one by one through ``object.__setattr__()`` (several times slower to make).
     """
 
     final: bool
@@ -259,6 +261,13 @@ class State(Mapping[HandlerId, HandlerState]):
         self._states = dict(states or {})
         self._purpose = purpose
 
+    def _derived(self, states: dict[HandlerId, HandlerState], purpose: str | None) -> 'State':
+        """A new state of the same type with these states, which are not copied (they are made for it)."""
+        state = object.__new__(type(self))
+        state._states = states
+        state._purpose = purpose
+        return state
+
     @classmethod
     def from_scratch(cls, *, purpose: str | None = None) -> 'State':
         """An empty state: nothing has been stored (e.g. for the activities, which have no object)."""
@@ -304,6 +313,13 @@ class State(Mapping[HandlerId, HandlerState]):
     def __getitem__(self, key: HandlerId) -> HandlerState:
         return self._states[key]
 
+    # Not the Mapping's own ones: they go through __getitem__ and its KeyError (done for every handler call).
+    def __contains__(self, key: object) -> bool:
+        return key in self._states
+
+    def get(self, key: HandlerId, default: Any = None) -> Any:
+        return self._states.get(key, default)
+
     @property
     def purpose(self) -> str | None:
         """The reason of the cycle this state belongs to (e.g. ``'create'``), if known."""
@@ -319,7 +335,7 @@ class State(Mapping[HandlerId, HandlerState]):
         if purpose == self._purpose and all(state.purpose == purpose for state in self._states.values()):
             return self
         states = {key: state.with_purpose(purpose) for key, state in self._states.items()}
-        return type(self)(states, purpose=purpose)
+        return self._derived(states, purpose)
 
     def with_handlers(self, handlers: Iterable[BaseHandler]) -> 'State':
         """
@@ -334,7 +350,7 @@ class State(Mapping[HandlerId, HandlerState]):
             if known is None:
                 known = HandlerState.from_scratch(purpose=self._purpose)
             states[handler.id] = known
-        return type(self)(states, purpose=self._purpose)
+        return self._derived(states, self._purpose)
 
     def with_restarted(self, keys: Iterable[HandlerId]) -> 'State':
         """
@@ -349,7 +365,7 @@ class State(Mapping[HandlerId, HandlerState]):
             if known is not None:
                 fresh = HandlerState.from_scratch(purpose=self._purpose)
                 states[key] = fresh._replace(stored=known.stored)
-        return type(self)(states, purpose=self._purpose)
+        return self._derived(states, self._purpose)
 
     def with_outcomes(self, outcomes: Mapping[HandlerId, Outcome]) -> 'State':
         """The state after the handlers' attempts; the outcomes of unknown handlers are ignored."""
@@ -357,7 +373,7 @@ class State(Mapping[HandlerId, HandlerState]):
         for key, outcome in outcomes.items():
             if key in states:
                 states[key] = states[key].with_outcome(outcome)
-        return type(self)(states, purpose=self._purpose)
+        return self._derived(states, self._purpose)
 
     def store(self, *, body: Body, patch: Patch, storage: ProgressStorage) -> None:
         """Put the changed (and new) states into the patch, via the storage."""

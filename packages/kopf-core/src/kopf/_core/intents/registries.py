@@ -104,7 +104,9 @@ class ResourceRegistry(GenericRegistry[ResourceHandlerT], Generic[ResourceHandle
         return frozenset(selected)
 
     def has_handlers(self, resource: Resource) -> bool:
-        return bool(self.get_resource_handlers(resource))
+        # Asked several times for every event: the cached answer is read without one more call.
+        handlers = self._by_resource.get(resource)
+        return bool(handlers if handlers is not None else self.get_resource_handlers(resource))
 
     def get_resource_handlers(self, resource: Resource) -> tuple[ResourceHandlerT, ...]:
         """The handlers of the resource, regardless of the filters (cached)."""

@@ -374,3 +374,46 @@ def _copy_for_cleaning(essence: bodies.BodyEssence) -> dict[str, Any]:
     if type(metadata) is dict or (metadata is not None and isinstance(metadata, Mapping)):
         result['metadata'] = dict(metadata)
     return result
+
+
+def without_records(storage: ProgressStorage, *, essence: bodies.BodyEssence) -> bodies.BodyEssence:
+    """
+    The essence without the storage's own data: the same as ``storage.clear()``, but with no copy if unneeded.
+
+    The essences are built for every event, and they almost never hold any records (the diff-base's
+    essence is stored cleared, and the new one is built without the annotations of the storages):
+    then, the essence itself is returned, not a copy of it. For the built-in storages only, as with
+    :func:`holds_no_records`; the custom ones (incl. the subclasses of the built-in ones) always clear.
+    """
+    kind = type(storage)
+    substorages: list[ProgressStorage]
+    if kind is SmartProgressStorage or kind is MultiProgressStorage:
+        substorages = storage.storages  # type: ignore[attr-defined]
+    else:
+        substorages = [storage]
+    for substorage in substorages:
+        if not _holds_no_own_data(substorage, essence):
+            return storage.clear(essence=essence)
+    # The clearing would also remove the empty stanzas (which the essences usually have none of).
+    metadata = essence.get('metadata')
+    if metadata is not None and (type(metadata) is not dict or not metadata or
+                                 ('annotations' in metadata and not metadata['annotations']) or
+                                 ('labels' in metadata and not metadata['labels'])):
+        return storage.clear(essence=essence)
+    if 'status' in essence and not essence['status']:
+        return storage.clear(essence=essence)
+    return essence
+
+
+def _holds_no_own_data(storage: ProgressStorage, essence: bodies.BodyEssence) -> bool:
+    kind = type(storage)
+    if kind is AnnotationsProgressStorage:
+        annotations_storage: AnnotationsProgressStorage = storage  # type: ignore[assignment]
+        annotations = conventions.annotations_of(essence)
+        head = annotations_storage.prefix + '/'
+        return not any(name.startswith(head) for name in annotations)
+    if kind is StatusProgressStorage or kind is _ReadOnlyStatusProgressStorage:
+        status_storage: StatusProgressStorage = storage  # type: ignore[assignment]
+        field = status_storage._field
+        return not field or field[0] not in essence  # else, maybe the empty dicts on its path to remove
+    return False

@@ -380,16 +380,16 @@ async def _process_changing(context: _Context) -> bool:
 
     registry = context.registry
     finalizer: str = context.settings.persistence.finalizer
-    body = context.body
     cause, old, new = _detect_cause(context)
 
     # While the object lives, our finalizer is there if and only if something needs it.
+    # (The checks read the raw body, not its view: the same data, with no Python-level call per read.)
     handled = registry.changing.prematch(cause)
-    decision = finalizers.decide(body=body, finalizer=finalizer,
+    decision = finalizers.decide(body=raw_body, finalizer=finalizer,
                                  requires_finalizer=registry.requires_finalizer(cause))
     if decision is not None:
         context.local_logger.debug(decision.message)
-        finalizers.apply_decision(decision, body=body, patch=context.patch, finalizer=finalizer)
+        finalizers.apply_decision(decision, body=raw_body, patch=context.patch, finalizer=finalizer)
 
         # A finalizer that is added goes out BEFORE the handlers run: if the object is deleted
         # while they run (even the very first time), it waits for the deletion handlers instead of
@@ -413,8 +413,8 @@ async def _process_changing(context: _Context) -> bool:
 
     # The daemons & timers hold the object until they exit; if they are slow, the object is handled again.
     # (The body is not patched until the cycle's end: its deletion's state is checked once.)
-    deletion_ongoing = finalizers.is_deletion_ongoing(body)
-    deleting = deletion_ongoing and finalizers.is_deletion_blocked(body, finalizer)
+    deletion_ongoing = finalizers.is_deletion_ongoing(raw_body)
+    deleting = deletion_ongoing and finalizers.is_deletion_blocked(raw_body, finalizer)
     if done and deleting and not await _spawning_exited(context):
         done = False
         delays.append(0)
@@ -422,11 +422,11 @@ async def _process_changing(context: _Context) -> bool:
     # Once the deletion is handled (or there is nothing to handle), the object is released.
     release: finalizers.FinalizerDecision | None = None
     if done and deletion_ongoing:
-        release = finalizers.decide(body=body, finalizer=finalizer,
+        release = finalizers.decide(body=raw_body, finalizer=finalizer,
                                     requires_finalizer=False, deletion_done=True)
         if release is not None:
             context.local_logger.debug(release.message)
-            finalizers.apply_decision(release, body=body, patch=context.patch, finalizer=finalizer)
+            finalizers.apply_decision(release, body=raw_body, patch=context.patch, finalizer=finalizer)
 
     await _finish_cycle(context, delays=delays, handled=handled, done=done)
     return release is not None
@@ -515,8 +515,8 @@ def _detect_cause(context: _Context) -> tuple[causes.ResourceChangingCause, Body
     extra_fields = context.registry.changing.get_extra_fields(context.resource)
     old = progression.fetch_diffbase(storage=persistence.diffbase_storage, body=body, logger=context.logger)
     new: BodyEssence = persistence.diffbase_storage.build(body=body, extra_fields=extra_fields)
-    old = persistence.progress_storage.clear(essence=old) if old is not None else None
-    new = persistence.progress_storage.clear(essence=new)
+    old = progress.without_records(persistence.progress_storage, essence=old) if old is not None else None
+    new = progress.without_records(persistence.progress_storage, essence=new)
 
     cause = causes.detect_changing_cause(
         event_type=context.raw_event['type'],

@@ -312,8 +312,10 @@ class ObjectStreams:
             self._finish_listing()
             return
         raw_event = item
-        identity = ObjectIdentity.from_body(raw_event['object'])
-        key = identity.key
+        raw_body = raw_event['object']
+        meta = raw_body.get('metadata') or {}
+        uid = meta.get('uid')
+        key: Hashable = uid if uid else (meta.get('namespace'), meta.get('name'))
         if raw_event['type'] is None:
             if self._listing is None:
                 self._listing = set()
@@ -322,8 +324,12 @@ class ObjectStreams:
                 self._unindexed.add(key)
         if raw_event['type'] == 'DELETED':
             self._known.pop(key, None)
-        elif self._known.get(key) != identity:  # usually the same: keep the old one, let the new one go
-            self._known[key] = identity
+        elif not uid or key not in self._known:
+            # An object known by its uid keeps its identity: the same uid is never another object.
+            # (So the identity is made only for the new objects, not for every event: it is a few calls.)
+            identity = ObjectIdentity.from_body(raw_body)
+            if self._known.get(key) != identity:  # usually the same: keep the old one, let the new one go
+                self._known[key] = identity
         self._dispatch(key, raw_event)
 
     def _finish_listing(self) -> None:
