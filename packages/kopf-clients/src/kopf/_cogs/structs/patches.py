@@ -72,11 +72,12 @@ class _SubPatch(MutableMapping[str, Any]):
 
     def _existing(self) -> Mapping[str, Any]:
         value = self._parent.get(self._key)
-        return value if isinstance(value, Mapping) else {}
+        return value if type(value) is dict or (value is not None and isinstance(value, Mapping)) else {}
 
     def _ensured(self) -> MutableMapping[str, Any]:
         value = self._parent.get(self._key)
-        if type(value) is not dict and not isinstance(value, MutableMapping):
+        # (None, i.e. absent, is the usual non-dict: the ABC's check is a Python-level call even for it.)
+        if type(value) is not dict and (value is None or not isinstance(value, MutableMapping)):
             value = self._parent[self._key] = {}
         return value
 

@@ -54,10 +54,13 @@ def annotations_of(body: Mapping[str, Any]) -> Mapping[str, str]:
     """The annotations of an object (raw or a view); empty if there are none."""
     metadata = body.get('metadata')
     # The exact-dict checks go first: they are the usual case, and much faster than the ABC checks.
+    # (None, i.e. absent, is the usual non-dict: the ABC's check is a Python-level call even for it.)
     annotations = None
-    if type(metadata) is dict or isinstance(metadata, Mapping):
+    if type(metadata) is dict or (metadata is not None and isinstance(metadata, Mapping)):
         annotations = metadata.get('annotations')
-    return annotations if type(annotations) is dict or isinstance(annotations, Mapping) else {}
+    if type(annotations) is dict or (annotations is not None and isinstance(annotations, Mapping)):
+        return annotations
+    return {}
 
 
 def split_annotation_key(key: str) -> tuple[str, str] | None:
@@ -116,7 +119,13 @@ class StorageKeyFormingConvention(CollisionEvadingConvention):
 
     def make_keys(self, key: str, *, body: bodies.Body | None = None) -> Iterable[str]:
         """All the keys to write and to read (in the order of precedence) for one logical key."""
-        marked_key = self.mark_key(key, body=body) if body is not None else key
+        # The marking (done for every key of every object) marks only the ReplicaSets: the other kinds
+        # are known to keep their keys without a call, unless the marking is redefined by a descendant.
+        if body is None or (body.get('kind') != 'ReplicaSet' and
+                            type(self).mark_key is CollisionEvadingConvention.mark_key):
+            marked_key = key
+        else:
+            marked_key = self.mark_key(key, body=body)
         # Absent if a descendant skips our __init__: then, no caching.
         cache: dict[tuple[str, bool, str], tuple[str, ...]] | None = self.__dict__.get('_cached_keys')
         cache_key = (self.prefix, self.v1, marked_key)

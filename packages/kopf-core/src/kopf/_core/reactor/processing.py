@@ -824,7 +824,7 @@ def _settles(context: _Context) -> bool:
         for meta_key, meta_value in value.items():
             if meta_key == 'finalizers':
                 continue
-            if meta_key != 'annotations' or not isinstance(meta_value, Mapping):
+            if meta_key != 'annotations' or not (type(meta_value) is dict or isinstance(meta_value, Mapping)):
                 return False
             if not all(map(diffbase.is_system_annotation, meta_value)):
                 return False
