@@ -65,6 +65,29 @@ def test_replicasets_of_deployments_are_marked(body: dict[str, Any], expected: s
     assert conventions.CollisionEvadingConvention().mark_key('fn', body=Body(body)) == expected
 
 
+@pytest.mark.parametrize('body, expected', [
+    ({'kind': 'ReplicaSet', 'metadata': {'ownerReferences': [{'kind': 'Deployment'}]}},
+     ('kopf.zalando.org/fn-ofDRS',)),
+    ({'kind': 'Pod', 'metadata': {'ownerReferences': [{'kind': 'Deployment'}]}},
+     ('kopf.zalando.org/fn',)),
+])
+def test_the_storages_keys_are_marked(body: dict[str, Any], expected: tuple[str, ...]) -> None:
+    storage = AnnotationsProgressStorage(v1=False)
+    assert tuple(storage.make_keys('fn', body=Body(body))) == expected
+
+
+class _MarkingEverythingStorage(AnnotationsProgressStorage):
+    def mark_key(self, key: str, *, body: Body) -> str:
+        return f'{key}-{body.get("kind", "").lower()}'
+
+
+def test_the_storages_keys_are_marked_as_redefined_for_any_kind() -> None:
+    storage = _MarkingEverythingStorage(v1=False)
+    assert tuple(storage.make_keys('fn', body=Body({'kind': 'Pod'}))) == ('kopf.zalando.org/fn-pod',)
+    assert tuple(storage.make_keys('fn', body=Body({'kind': 'Job'}))) == ('kopf.zalando.org/fn-job',)
+    assert tuple(storage.make_keys('fn')) == ('kopf.zalando.org/fn',)
+
+
 @pytest.mark.parametrize('keys, expected', [
     ([], set()),
     (['a.com/x', 'b.com/kopf-managed', 'c.com/kopf-managed'], {'b.com', 'c.com'}),
