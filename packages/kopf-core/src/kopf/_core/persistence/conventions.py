@@ -229,6 +229,16 @@ class StorageStanzaCleaner:
         if 'status' in mutable and not mutable['status']:
             del mutable['status']
 
+    @staticmethod
+    def has_empty_stanzas(essence: AnyEssence) -> bool:
+        """Whether :meth:`remove_empty_stanzas` might change the essence (the usual essences have none)."""
+        metadata = essence.get('metadata')
+        if metadata is not None and (type(metadata) is not dict or not metadata or
+                                     ('annotations' in metadata and not metadata['annotations']) or
+                                     ('labels' in metadata and not metadata['labels'])):
+            return True
+        return 'status' in essence and not essence['status']
+
 
 def parse_named_field(field: dicts.FieldSpec, name: str) -> dicts.FieldPath:
     """A field path, with the ``{name}`` placeholder in the dotted form replaced by the name."""

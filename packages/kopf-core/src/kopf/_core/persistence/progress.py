@@ -385,28 +385,21 @@ def without_records(storage: ProgressStorage, *, essence: bodies.BodyEssence) ->
     then, the essence itself is returned, not a copy of it. For the built-in storages only, as with
     :func:`holds_no_records`; the custom ones (incl. the subclasses of the built-in ones) always clear.
     """
-    kind = type(storage)
-    substorages: list[ProgressStorage]
-    if kind is SmartProgressStorage or kind is MultiProgressStorage:
-        substorages = storage.storages  # type: ignore[attr-defined]
-    else:
-        substorages = [storage]
-    for substorage in substorages:
-        if not _holds_no_own_data(substorage, essence):
-            return storage.clear(essence=essence)
-    # The clearing would also remove the empty stanzas (which the essences usually have none of).
-    metadata = essence.get('metadata')
-    if metadata is not None and (type(metadata) is not dict or not metadata or
-                                 ('annotations' in metadata and not metadata['annotations']) or
-                                 ('labels' in metadata and not metadata['labels'])):
-        return storage.clear(essence=essence)
-    if 'status' in essence and not essence['status']:
-        return storage.clear(essence=essence)
-    return essence
+    # The clearing would also remove the empty stanzas: then, it is done as usual too.
+    stanzas = conventions.StorageStanzaCleaner
+    if _holds_no_own_data(storage, essence) and not stanzas.has_empty_stanzas(essence):
+        return essence
+    return storage.clear(essence=essence)
 
 
 def _holds_no_own_data(storage: ProgressStorage, essence: bodies.BodyEssence) -> bool:
     kind = type(storage)
+    if kind is SmartProgressStorage or kind is MultiProgressStorage:  # as in holds_no_records()
+        substorages: list[ProgressStorage] = storage.storages  # type: ignore[attr-defined]
+        for substorage in substorages:  # noqa: SIM110  # not all() of a generator: done for every event
+            if not _holds_no_own_data(substorage, essence):
+                return False
+        return True
     if kind is AnnotationsProgressStorage:
         annotations_storage: AnnotationsProgressStorage = storage  # type: ignore[assignment]
         annotations = conventions.annotations_of(essence)

@@ -144,7 +144,7 @@ class ObjectIdentity(NamedTuple):
 
     @property
     def key(self) -> Hashable:
-        return self.uid if self.uid else (self.namespace, self.name)
+        return _object_key(self.uid, self.namespace, self.name)
 
     def as_body(self) -> RawBody:
         meta = {key: value for key, value in [('name', self.name), ('namespace', self.namespace),
@@ -152,6 +152,11 @@ class ObjectIdentity(NamedTuple):
         body = {key: value for key, value in [('apiVersion', self.api_version), ('kind', self.kind)]
                 if value is not None}
         return cast(RawBody, {**body, 'metadata': meta})
+
+
+def _object_key(uid: str | None, namespace: str | None, name: str | None) -> Hashable:
+    """How the objects are known in the queueing: by their uids, or by their names if they have none."""
+    return uid if uid else (namespace, name)
 
 
 def _shared(value: Any) -> Any:
@@ -315,7 +320,7 @@ class ObjectStreams:
         raw_body = raw_event['object']
         meta = raw_body.get('metadata') or {}
         uid = meta.get('uid')
-        key: Hashable = uid if uid else (meta.get('namespace'), meta.get('name'))
+        key = _object_key(uid, meta.get('namespace'), meta.get('name'))  # as the identity's key (made below)
         if raw_event['type'] is None:
             if self._listing is None:
                 self._listing = set()
