@@ -215,6 +215,14 @@ async def test_runtime_crds_and_namespaces_are_served(
     assert all(not name.startswith('default/') for name, _ in seen)
 
 
+async def _wait_until_seen(seen: list[str], expected: list[str]) -> None:
+    for _ in range(500):
+        if seen == expected:
+            break
+        await asyncio.sleep(0.01)
+    assert seen == expected
+
+
 async def test_running_in_a_non_main_thread(
         registry: OperatorRegistry, settings: OperatorSettings, kube: Kube, kex_crd: None,
 ) -> None:
@@ -231,12 +239,11 @@ async def test_running_in_a_non_main_thread(
     thread.start()
     try:
         assert await asyncio.to_thread(ready.wait, 5)
+        # kex1 first (listed), then kex2 (watched): created only after kex1 is seen, so that the two are not
+        # handled at once (then their sync calls could finish in either order, in two threads).
+        await _wait_until_seen(seen, ['kex1'])
         await kube.create_kex('kex2')
-        for _ in range(500):
-            if seen == ['kex1', 'kex2']:
-                break
-            await asyncio.sleep(0.01)
-        assert seen == ['kex1', 'kex2']
+        await _wait_until_seen(seen, ['kex1', 'kex2'])
     finally:
         stop.set()
         await asyncio.to_thread(thread.join, 5)
