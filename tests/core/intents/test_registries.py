@@ -227,6 +227,38 @@ def test_finalizer_requirements(declare, labels, expected, registry,
     assert registry.requires_finalizer(spawning_cause(raw)) is expected
 
 
+def test_unfiltered_lookups_are_refreshed_on_registration(registry, changing_cause, make_body):
+    # Without filters, the answers are known per resource and remembered; a filter added later counts.
+    labelled = make_body(labels={'x': 'y'})
+    unlabelled = make_body()
+    kopf.on.create('kopfexamples', registry=registry)(fn1)
+    creation = changing_cause(reason=Reason.CREATE, raw=unlabelled, new={})
+    assert registry.changing.prematch(creation)
+    assert not registry.requires_finalizer(creation)
+    assert [h.fn for h in registry.changing.get_handlers(creation)] == [fn1]
+
+    kopf.on.create('kopfexamples', labels={'x': 'y'}, registry=registry)(fn2)
+    kopf.on.delete('kopfexamples', labels={'x': 'y'}, registry=registry)(fn2)
+    assert not registry.requires_finalizer(changing_cause(reason=Reason.NOOP, raw=unlabelled, old={}, new={}))
+    assert registry.requires_finalizer(changing_cause(reason=Reason.NOOP, raw=labelled, old={}, new={}))
+    assert [h.fn for h in registry.changing.get_handlers(creation)] == [fn1]
+    labelled_creation = changing_cause(reason=Reason.CREATE, raw=labelled, new={})
+    assert [h.fn for h in registry.changing.get_handlers(labelled_creation)] == [fn1, fn2]
+    assert registry.changing.prematch(creation)  # fn1 has no filters: every object is in scope
+
+    kopf.on.delete('kopfexamples', registry=registry)(fn1)
+    assert registry.requires_finalizer(changing_cause(reason=Reason.NOOP, raw=unlabelled, old={}, new={}))
+
+
+def test_unfiltered_lookups_of_field_and_old_new_handlers(registry, changing_cause):
+    # The field & old/new criteria are filters of the changes: such handlers are checked per cause.
+    kopf.on.update('kopfexamples', registry=registry)(fn1)
+    kopf.on.update('kopfexamples', old='a', registry=registry)(fn2)
+    cause = changing_cause(reason=Reason.UPDATE, old={'spec': 1}, new={'spec': 2})
+    assert [h.fn for h in registry.changing.get_handlers(cause)] == [fn1]
+    assert registry.changing.prematch(cause)
+
+
 def test_extra_fields_of_the_change_detecting_handlers(registry):
     kopf.on.update('kopfexamples', field='status.phase', registry=registry)(fn1)
     kopf.on.field('kopfexamples', field='status.ready', registry=registry)(fn1)

@@ -10,40 +10,48 @@ that hold the body (or its ``spec``/``meta``/``status`` views) see the latest st
 The views are created once per body and resolve their sub-dicts on every access,
 which keeps them cheap for thousands of objects and events.
 """
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Generic, Literal, TypedDict, TypeVar, overload
 
 from kopf._cogs.structs import dicts
 
-_OwnerT = TypeVar('_OwnerT')
-_ViewT = TypeVar('_ViewT')
+_ViewT_co = TypeVar('_ViewT_co', covariant=True)
 
 
-class _lazy_view(Generic[_OwnerT, _ViewT]):  # lower-case: named as the decorator it is used as
+class _nested_view(Generic[_ViewT_co]):  # lower-case: it is used as a property is
     """
-    A sub-view made on first access and then kept in the instance's ``__dict__``.
+    A sub-view by a fixed path (``body.metadata``, ``meta.labels``, etc.): made on first access, then kept.
 
-    Unlike ``functools.cached_property``, it takes no lock (Python 3.11 locks every first access):
-    the views are made for every processed event, and making a view twice in a race is harmless.
-    Being a non-data descriptor, it is not even called once the view is kept in the instance.
+    The view is kept in the instance's ``__dict__``. Being a non-data descriptor, this is not even called
+    once the view is there. Unlike ``functools.cached_property``, it takes no lock (Python 3.11 locks
+    every first access): the views are made for every processed event, and making a view twice in a race
+    is harmless. It is made as ``MappingView._nested_in()`` makes it, but in one call, not three.
     """
 
-    def __init__(self, make: Callable[[_OwnerT], _ViewT]) -> None:
+    def __init__(self, cls: type[_ViewT_co], path: 'dicts.FieldPath', doc: str) -> None:
         super().__init__()
-        self._make = make
-        self._name = make.__name__
-        self.__doc__ = make.__doc__
+        self._cls = cls
+        self._path = path
+        self._name = ''
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self._name = name
 
     @overload
-    def __get__(self, instance: None, owner: type[Any] | None = None) -> '_lazy_view[_OwnerT, _ViewT]': ...
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> '_nested_view[_ViewT_co]': ...
 
     @overload
-    def __get__(self, instance: _OwnerT, owner: type[Any] | None = None) -> _ViewT: ...
+    def __get__(self, instance: object, owner: type[Any] | None = None) -> _ViewT_co: ...
 
-    def __get__(self, instance: _OwnerT | None, owner: type[Any] | None = None) -> Any:
+    def __get__(self, instance: Any, owner: type[Any] | None = None) -> Any:
         if instance is None:
             return self
-        view = instance.__dict__[self._name] = self._make(instance)
+        cls: Any = self._cls  # a view class
+        view = cls.__new__(cls)  # as MappingView._nested_in() makes it
+        view._source = instance._source
+        view._path = instance._path + self._path
+        instance.__dict__[self._name] = view
         return view
 
 
@@ -123,15 +131,9 @@ class Meta(dicts.MappingView[str, Any]):
 
     # The views are made on first use only: most handlers never look at most of them.
     # (Not ``MappingView[str, str](...)``: a subscripted generic costs more than the view itself.)
-    @_lazy_view
-    def labels(self) -> Labels:
-        view: dicts.MappingView[str, str] = dicts.MappingView._nested_in(self, _LABELS)
-        return view
-
-    @_lazy_view
-    def annotations(self) -> Annotations:
-        view: dicts.MappingView[str, str] = dicts.MappingView._nested_in(self, _ANNOTATIONS)
-        return view
+    labels: '_nested_view[Labels]' = _nested_view(dicts.MappingView, _LABELS, 'The live view of the labels.')
+    annotations: '_nested_view[Annotations]' = _nested_view(dicts.MappingView, _ANNOTATIONS,
+                                                             'The live view of the annotations.')
 
     @property
     def uid(self) -> str | None:
@@ -178,18 +180,10 @@ class Body(dicts.ReplaceableMappingView[str, Any]):
 
     # The views are made on first use only: most handlers never look at most of them.
     # (Made as Meta(self) & co would make them, but with fewer calls: several of them for every event.)
-    @_lazy_view
-    def metadata(self) -> Meta:
-        return Meta._nested_in(self, _METADATA)
+    metadata = _nested_view(Meta, _METADATA, "The live view of the object's ``metadata``.")
+    spec = _nested_view(Spec, _SPEC, "The live view of the object's ``spec``.")
+    status = _nested_view(Status, _STATUS, "The live view of the object's ``status``.")
 
     @property
     def meta(self) -> Meta:
         return self.metadata
-
-    @_lazy_view
-    def spec(self) -> Spec:
-        return Spec._nested_in(self, _SPEC)
-
-    @_lazy_view
-    def status(self) -> Status:
-        return Status._nested_in(self, _STATUS)

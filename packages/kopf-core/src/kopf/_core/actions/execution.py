@@ -202,7 +202,8 @@ async def execute_handler_once(
                 await subexecution.execute_declared()
         finally:
             _reset_handler_context(tokens)
-        subexecution.raise_if_unfinished()
+        if subexecution.states:  # the usual case is none: nothing to check
+            subexecution.raise_if_unfinished()
 
     except HandlerChildrenRetry as e:
         logger.debug(f'{title} has unfinished sub-handlers. Will retry soon.')
@@ -242,7 +243,7 @@ async def execute_handler_once(
         return Outcome(final=False, delay=backoff, exception=e, subrefs=subexecution.subrefs)
 
     else:
-        unstorable = _why_unstorable(handler, result)
+        unstorable = _why_unstorable(handler, result) if result is not None else None
         if unstorable is not None:
             # A retry would repeat the handler's side effects and fail the same way: a bug to fix.
             message = (f'The result cannot be stored in the status as JSON: {unstorable}. '
@@ -256,7 +257,7 @@ async def execute_handler_once(
             logger.debug('%s succeeded.', title)
         else:
             logger.info('%s succeeded.', title)
-        return Outcome(final=True, result=result, subrefs=subexecution.subrefs)
+        return Outcome(final=True, result=result, subrefs=subexecution.subrefs if subexecution.states else ())
 
 
 # The handlers whose results go to the object's status (the indexers' & activities' results stay in memory).

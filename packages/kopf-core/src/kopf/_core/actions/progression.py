@@ -332,6 +332,8 @@ class State(Mapping[HandlerId, HandlerState]):
         This is how an unfinished cycle continues as another one (e.g. an update superseded by
         a deletion): the handlers that serve both keep their retries, delays, and start times.
         """
+        if not self._states:  # the usual case: nothing stored (a cycle of one step stores nothing)
+            return self if purpose == self._purpose else self._derived({}, purpose)
         if purpose == self._purpose and all(state.purpose == purpose for state in self._states.values()):
             return self
         states = {key: state.with_purpose(purpose) for key, state in self._states.items()}
@@ -405,7 +407,19 @@ class State(Mapping[HandlerId, HandlerState]):
     @property
     def done(self) -> bool:
         """Whether all the handlers are finished (successfully or not)."""
-        return all(state.finished for state in self._states.values())
+        # Not all() of a generator: this is done for every cycle, and a generator's steps are calls.
+        for state in self._states.values():  # noqa: SIM110
+            if not (state.success or state.failure):
+                return False
+        return True
+
+    @property
+    def has_subrefs(self) -> bool:
+        """Whether any of the handlers has sub-handlers (known in this cycle or stored)."""
+        for state in self._states.values():  # noqa: SIM110  # not any(): see `done`
+            if state.subrefs:
+                return True
+        return False
 
     @property
     def counts(self) -> StateCounts:

@@ -173,8 +173,20 @@ def prematch(handler: ResourceHandler, cause: ResourceCause) -> bool:
     return _match(handler, cause, with_changes=False)
 
 
+def prematches_all(handler: ResourceHandler) -> bool:
+    """Whether :func:`prematch` is true for every object: the handler has no filters of the objects' state."""
+    return not handler.labels and not handler.annotations and not handler.field and handler.when is None
+
+
+def matches_all(handler: ResourceHandler) -> bool:
+    """Whether :func:`match` is true for every object and change: the handler has no filters at all."""
+    return prematches_all(handler) and (not isinstance(handler, ChangingHandler) or (
+        not handler.field_needs_change and handler.old is None and handler.new is None))
+
+
 def _match(handler: ResourceHandler, cause: ResourceCause, *, with_changes: bool) -> bool:
     # Most handlers have no filters at all (matched a few times per event): nothing to prepare then.
+    # (The same as prematches_all() and matches_all(), inlined.)
     if not handler.labels and not handler.annotations and not handler.field and handler.when is None:
         if not with_changes or not isinstance(handler, ChangingHandler):
             return True

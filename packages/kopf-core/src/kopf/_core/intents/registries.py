@@ -17,7 +17,7 @@ import functools
 import inspect
 import os.path
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from kopf._cogs.structs import dicts
 from kopf._cogs.structs.references import Resource, Selector
@@ -87,10 +87,26 @@ class ResourceRegistry(GenericRegistry[ResourceHandlerT], Generic[ResourceHandle
     def __init__(self) -> None:
         super().__init__()
         self._by_resource: dict[Resource, tuple[ResourceHandlerT, ...]] = {}
+        self._unfiltered: dict[Resource, _Unfiltered] = {}
 
     def _invalidate(self) -> None:
         super()._invalidate()
         self._by_resource.clear()
+        self._unfiltered.clear()
+
+    def _unfiltered_of(self, resource: Resource) -> '_Unfiltered':
+        """What is known of the resource's handlers regardless of the objects, if none filters the objects."""
+        try:
+            return self._unfiltered[resource]
+        except KeyError:
+            pass
+        handlers = self.get_resource_handlers(resource)
+        unfiltered = self._unfiltered[resource] = _Unfiltered(
+            prematch=all(filters.prematches_all(handler) for handler in handlers),
+            requires_finalizer=any(handler.requires_finalizer for handler in handlers
+                                   if isinstance(handler, ChangingHandler)),
+        )
+        return unfiltered
 
     def get_selectors(self) -> frozenset[Selector]:
         """All the resource specifications of the handlers (sub-handlers have none)."""
@@ -130,6 +146,9 @@ class ResourceRegistry(GenericRegistry[ResourceHandlerT], Generic[ResourceHandle
 
     def prematch(self, cause: ResourceCause) -> bool:
         """Whether any handler is interested in the object in its current state (changes aside)."""
+        # Asked for every event: usually, no handler filters the objects, and no handler is checked then.
+        if self._unfiltered_of(cause.resource).prematch:
+            return self.has_handlers(cause.resource)
         return any(filters.prematch(handler, cause) for handler in self.get_resource_handlers(cause.resource))
 
     def _iter_candidates(self, cause: ResourceCause) -> Iterable[ResourceHandlerT]:
@@ -152,7 +171,9 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._by_reason: dict[tuple[Resource, Reason, bool], tuple[ChangingHandler, ...]] = {}
+        # The candidates of a reason, and the same deduplicated if none of them filters the objects (or None).
+        self._by_reason: dict[tuple[Resource, Reason, bool],
+                              tuple[tuple[ChangingHandler, ...], tuple[ChangingHandler, ...] | None]] = {}
         self._extra_fields: dict[Resource, frozenset[dicts.FieldPath]] = {}
         self._blind: dict[Resource, bool] = {}
 
@@ -163,8 +184,14 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
         self._blind.clear()
 
     def _iter_candidates(self, cause: ResourceCause) -> Iterable[ChangingHandler]:
+        candidates = self._candidates_of(cause)
+        return candidates[0] if candidates is not None else ()
+
+    def _candidates_of(
+            self, cause: ResourceCause,
+    ) -> tuple[tuple[ChangingHandler, ...], tuple[ChangingHandler, ...] | None] | None:
         if not isinstance(cause, ResourceChangingCause):
-            return ()
+            return None
         key = (cause.resource, cause.reason, cause.initial)
         try:
             return self._by_reason[key]
@@ -174,11 +201,22 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
             handler for handler in self.get_resource_handlers(cause.resource)
             if matches_reason(handler, reason=cause.reason, initial=cause.initial)
         )
-        self._by_reason[key] = handlers
-        return handlers
+        matching = tuple(deduplicated(handlers)) if all(map(filters.matches_all, handlers)) else None
+        candidates = self._by_reason[key] = (handlers, matching)
+        return candidates
+
+    def get_handlers(self, cause: ResourceCause) -> list[ChangingHandler]:
+        # Asked for every event: usually, no handler filters the objects, and no handler is checked then.
+        candidates = self._candidates_of(cause)
+        if candidates is not None and candidates[1] is not None:
+            return list(candidates[1])
+        return super().get_handlers(cause)
 
     def requires_finalizer(self, cause: ResourceCause) -> bool:
         """Whether a non-optional deletion handler is interested in the object (in its current state)."""
+        unfiltered = self._unfiltered_of(cause.resource)
+        if unfiltered.prematch:  # asked for every event: usually, no handler filters the objects
+            return unfiltered.requires_finalizer
         return any(
             handler.requires_finalizer and filters.prematch(handler, cause)
             for handler in self.get_resource_handlers(cause.resource)
@@ -221,6 +259,13 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
 
 
 _OWN_ROOTS = frozenset({'status', 'metadata'})  # where the framework writes to the objects
+
+
+class _Unfiltered(NamedTuple):
+    """What is known of a resource's handlers regardless of the objects, if none of them filters them."""
+
+    prematch: bool  # whether none filters the objects (by labels, annotations, fields, when=): all prematch
+    requires_finalizer: bool  # whether any needs our finalizer (for every object, if none filters them)
 
 
 def _is_blind_to_own_writes(handler: ChangingHandler) -> bool:

@@ -80,6 +80,11 @@ class FinalizerDecision:
     message: str
 
 
+RELEASING_DECISION = FinalizerDecision(FinalizerAction.REMOVE, RELEASING_MESSAGE)
+BLOCKING_DECISION = FinalizerDecision(FinalizerAction.ADD, BLOCKING_MESSAGE)
+UNNEEDED_DECISION = FinalizerDecision(FinalizerAction.REMOVE, UNNEEDED_MESSAGE)
+
+
 def decide(
         *,
         body: Mapping[str, Any],
@@ -96,12 +101,12 @@ def decide(
     present = is_deletion_blocked(body, finalizer)
     if is_deletion_ongoing(body):
         if present and deletion_done:
-            return FinalizerDecision(FinalizerAction.REMOVE, RELEASING_MESSAGE)
+            return RELEASING_DECISION
         return None
     if requires_finalizer and not present:
-        return FinalizerDecision(FinalizerAction.ADD, BLOCKING_MESSAGE)
+        return BLOCKING_DECISION
     if not requires_finalizer and present:
-        return FinalizerDecision(FinalizerAction.REMOVE, UNNEEDED_MESSAGE)
+        return UNNEEDED_DECISION
     return None
 
 

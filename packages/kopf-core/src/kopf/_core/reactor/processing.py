@@ -419,14 +419,13 @@ async def _process_changing(context: _Context) -> bool:
         done = False
         delays.append(0)
 
-    # Once the deletion is handled (or there is nothing to handle), the object is released.
+    # Once the deletion is handled (or there is nothing to handle), the object is released:
+    # as finalizers.decide() would decide for an object with our finalizer, known to be there.
     release: finalizers.FinalizerDecision | None = None
-    if done and deletion_ongoing:
-        release = finalizers.decide(body=raw_body, finalizer=finalizer,
-                                    requires_finalizer=False, deletion_done=True)
-        if release is not None:
-            context.local_logger.debug(release.message)
-            finalizers.apply_decision(release, body=raw_body, patch=context.patch, finalizer=finalizer)
+    if done and deleting:
+        release = finalizers.RELEASING_DECISION
+        context.local_logger.debug(release.message)
+        finalizers.apply_decision(release, body=raw_body, patch=context.patch, finalizer=finalizer)
 
     await _finish_cycle(context, delays=delays, handled=handled, done=done)
     return release is not None
@@ -566,9 +565,10 @@ async def _process_handlers(
                                            body=body)
     state = (progression.State.from_storage(body=body, storage=storage, handlers=resource_handlers,
                                             logger=logger) if stored else progression.State())
-    if state.purpose is not None and state.purpose != cause.reason:
+    purpose = state.purpose
+    if purpose is not None and purpose != cause.reason:
         success, failure, pending = state.counts
-        logger.info(f'{_title(state.purpose)} is superseded by {title.lower()}: '
+        logger.info(f'{_title(purpose)} is superseded by {title.lower()}: '
                     f'{success} succeeded; {failure} failed; {pending} left to the moment.')
         state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
 
@@ -578,14 +578,15 @@ async def _process_handlers(
         logger.debug('%s diff: %r', title, cause.diff)
 
     memory = context.memory
-    if memory.cycle_purpose != state.purpose or state.purpose != cause.reason:
+    if memory.cycle_purpose != purpose or purpose != cause.reason:
         memory.cycle_purpose = memory.cycle_essences = None  # not the cycle the essences belong to
 
     state = state.with_purpose(cause.reason).with_handlers(cause_handlers)
     runnable: Sequence[ChangingHandler] = cause_handlers
     if memory.cycle_essences:
         state, runnable = _restart_outdated(context, state=state, handlers=cause_handlers, essence=new)
-    async with context.lending(pacing.LENDING_DELAY):
+    seat = context.seat
+    async with (seat.lending(pacing.LENDING_DELAY) if seat is not None else contextlib.nullcontext()):
         outcomes = await execution.execute_handlers_once(
             lifecycle=(context.lifecycle if context.lifecycle is not None else
                        lifecycles.get_default_lifecycle()),
@@ -607,11 +608,11 @@ async def _process_handlers(
         _remember_essences(memory, purpose=cause.reason, outcomes=outcomes, essence=new)
 
     if done:
-        if cause_handlers and logger.isEnabledFor(logging.INFO):  # the counting is not for nothing
+        if cause_handlers and logger.logger.isEnabledFor(logging.INFO):  # the counting is not for nothing
             success, failure, _ = state.counts
             logger.info(f'{title} is processed: {success} succeeded; {failure} failed.')
         # The sub-handlers store their records in this very step: those are removed from the patch.
-        if stored or any(state[key].subrefs for key in state):
+        if stored or state.has_subrefs:
             state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
         if new != old:
             persistence.diffbase_storage.store(body=body, patch=patch, essence=new)
