@@ -178,6 +178,18 @@ def test_replaceable_view_propagates_to_nested_views():
     assert deep == {'x': 'y'}
 
 
+def test_replaceable_view_wrapping_a_raw_mapping_is_the_same_as_made_by_the_class():
+    raw = {'spec': {'a': 1}}
+    made, wrapped = ReplaceableMappingView(raw), ReplaceableMappingView._wrapping(raw)
+    assert type(wrapped) is ReplaceableMappingView
+    assert wrapped == made == raw
+    assert (wrapped._source.mapping, wrapped._path) == (made._source.mapping, made._path)
+    spec = MappingView(wrapped, 'spec')
+    wrapped._replace_with({'spec': {'a': 2}})
+    assert spec == {'a': 2}
+    assert made == raw  # not shared: each has its own source
+
+
 @pytest.mark.parametrize('field', [('spec', 1), ['spec', None]])
 def test_parse_field_rejects_invalid_fields_every_time(field):
     for _ in range(2):  # not remembered as parsed after the first failure

@@ -16,7 +16,7 @@ from kopf._core.persistence import (
     SmartProgressStorage,
     StatusProgressStorage,
 )
-from kopf._core.persistence.progress import holds_no_records, without_records
+from kopf._core.persistence.progress import holds_no_records, untouch, without_records
 
 RECORD: ProgressRecord = {'started': '2020-01-01T00:00:00+00:00', 'stopped': None, 'delayed': None,
                           'purpose': 'create', 'retries': 1, 'success': True, 'failure': False,
@@ -186,6 +186,8 @@ BUILT_IN_STORAGES = [
     pytest.param(StatusProgressStorage(field='status.my-op'), id='status-own-field'),
     pytest.param(SmartProgressStorage(), id='smart'),
     pytest.param(MultiProgressStorage([AnnotationsProgressStorage(), StatusProgressStorage()]), id='multi'),
+    pytest.param(MultiProgressStorage([SmartProgressStorage(prefix='my-op.example.com'),
+                                       StatusProgressStorage(field='status.my-op')]), id='multi-nested'),
 ]
 
 
@@ -286,3 +288,48 @@ def test_essences_are_cleared_as_the_storages_clear_them(storage: ProgressStorag
 def test_essences_without_records_are_not_copied(storage: ProgressStorage) -> None:
     essence: Any = {'spec': {'x': 1}, 'metadata': {'labels': {'a': 'b'}, 'annotations': {'a': 'b'}}}
     assert without_records(storage, essence=essence) is essence
+
+
+#
+# The end of a cycle: the dummy value removed (if any), the batched records flushed.
+#
+
+def _touched_on_object(storage: ProgressStorage) -> dict[str, Any]:
+    """An object with the dummy value as the storage writes it (the status as Kopf's old versions did)."""
+    patch = Patch()
+    storage.touch(body=Body({}), patch=patch, value='dummy')
+    touched: dict[str, Any] = json.loads(json.dumps(patch))
+    touched.setdefault('status', {}).setdefault('kopf', {})['dummy'] = 'dummy'
+    return touched
+
+
+@pytest.mark.parametrize('storage', BUILT_IN_STORAGES)
+@pytest.mark.parametrize('touched', [False, True])
+def test_untouching_is_the_same_as_touching_with_none(storage: ProgressStorage, touched: bool) -> None:
+    raw = _touched_on_object(storage) if touched else {'metadata': {'annotations': {'a': 'b'}}}
+    expected, actual = Patch(), Patch()
+    storage.touch(body=Body(raw), patch=expected, value=None)
+    untouch(storage, body=Body(raw), patch=actual)
+    assert actual == expected
+    assert bool(actual) is touched
+
+
+class _BatchingStorage(AnnotationsProgressStorage):
+    """A subclass of a built-in storage that batches its records until flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed = 0
+
+    def flush(self) -> None:
+        self.flushed += 1
+
+
+@pytest.mark.parametrize('wrap', [
+    pytest.param(lambda s: s, id='alone'),
+    pytest.param(lambda s: MultiProgressStorage([AnnotationsProgressStorage(), s]), id='in-multi'),
+])
+def test_untouching_flushes_the_custom_storages(wrap: Any) -> None:
+    batching = _BatchingStorage()
+    untouch(wrap(batching), body=Body({}), patch=Patch())
+    assert batching.flushed == 1

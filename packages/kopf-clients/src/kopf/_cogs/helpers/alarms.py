@@ -35,7 +35,7 @@ class Alarms(Generic[_K]):
     more for every wait (these are made for nearly every event, and kept for every idle object).
     """
 
-    __slots__ = ('_due', '_latest', '_on_due', '_timer')
+    __slots__ = ('_due', '_latest', '_on_due', '_timer', '_timer_at')
 
     def __init__(self, on_due: Callable[[_K], object]) -> None:
         super().__init__()
@@ -45,6 +45,7 @@ class Alarms(Generic[_K]):
         self._due: collections.OrderedDict[_K, float] = collections.OrderedDict()
         self._latest = float('-inf')
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float('inf')  # the timer's deadline: the same as its when(), without a call
 
     def __len__(self) -> int:
         return len(self._due)
@@ -62,10 +63,11 @@ class Alarms(Generic[_K]):
             return False
         self._due[key] = self._latest = deadline
         timer = self._timer
-        if timer is None or timer.when() > deadline:  # none, or still armed for a later, discarded one
+        if timer is None or self._timer_at > deadline:  # none, or still armed for a later, discarded one
             if timer is not None:
                 timer.cancel()
             self._timer = asyncio.get_running_loop().call_at(deadline, self._fire)
+            self._timer_at = deadline
         return True
 
     def discard(self, key: _K) -> None:
@@ -88,6 +90,7 @@ class Alarms(Generic[_K]):
             key, deadline = next(iter(due.items()))
             if deadline > now:
                 self._timer = loop.call_at(deadline, self._fire)
+                self._timer_at = deadline
                 break
             del due[key]
             try:

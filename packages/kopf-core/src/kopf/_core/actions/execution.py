@@ -294,9 +294,10 @@ async def _call(
     if not invocation.is_async_fn(handler.fn):
         # Named, so that the operator's exit can say which handlers it waits for (threads cannot be stopped).
         description = functools.partial(_describe_call, title, cause)  # only made into text if needed
-        return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, description=description)
+        return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, description=description,
+                                       sync=True)
     if handler.timeout is None:
-        return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor)
+        return await invocation.invoke(handler.fn, kwargs=kwargs, executor=executor, sync=False)
 
     # Only the coroutines can be interrupted when the time is over; the threads cannot.
     scope = asyncio.timeout(handler.timeout - state.runtime.total_seconds())

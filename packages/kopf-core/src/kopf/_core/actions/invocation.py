@@ -69,6 +69,7 @@ async def invoke(
         kwargs: Mapping[str, Any],
         executor: concurrent.futures.Executor | None = None,
         description: Callable[[], str] | None = None,
+        sync: bool | None = None,
 ) -> Any:
     """
     Call a function with the kwargs: await it if async, or run it in the executor if sync.
@@ -78,8 +79,9 @@ async def invoke(
     (e.g. "Handler 'fn' of ns/name"); by default, the function's name. It is a callable,
     called only if the description is needed (e.g. at the exit), not for every call.
     If a sync function returns an awaitable (e.g. a lambda around an async call), it is awaited too.
+    ``sync`` is whether the function is known to be sync (as :func:`is_async_fn` tells); None: find out.
     """
-    if is_async_fn(fn):
+    if not sync and (sync is not None or is_async_fn(fn)):
         return await fn(**kwargs)
 
     loop = asyncio.get_running_loop()

@@ -316,26 +316,80 @@ def holds_no_records(storage: ProgressStorage, *, keys: Collection[str], body: b
     tells the same for the built-in storages. The custom storages (incl. the subclasses of the built-in
     ones, which may keep their records elsewhere) are never assumed empty: False means "maybe some".
     """
-    kind = type(storage)
-    if kind is SmartProgressStorage or kind is MultiProgressStorage:
-        substorages: list[ProgressStorage] = storage.storages  # type: ignore[attr-defined]
-        for substorage in substorages:  # noqa: SIM110  # not all() of a generator: done for every event
-            if not holds_no_records(substorage, keys=keys, body=body):
-                return False
-        return True
     raw_body = dicts.raw_mapping(body)
-    if kind is AnnotationsProgressStorage:
-        annotations_storage: AnnotationsProgressStorage = storage  # type: ignore[assignment]
-        annotations = conventions.annotations_of(raw_body)
-        return not annotations or not any(
-            full_key in annotations
-            for key in keys for full_key in annotations_storage.make_keys(key, body=body)
-        )
-    if kind is StatusProgressStorage or kind is _ReadOnlyStatusProgressStorage:
-        status_storage: StatusProgressStorage = storage  # type: ignore[assignment]
-        container = dicts.resolve(raw_body, status_storage.field, None)
-        return container is None or (type(container) is dict and not any(key in container for key in keys))
-    return False
+    kind = type(storage)
+    # The usual storages are several (the default one is two): the parts are looked at here, with no calls.
+    parts: Collection[ProgressStorage]
+    parts = storage.storages if kind is SmartProgressStorage or kind is MultiProgressStorage else (storage,)  # type: ignore[attr-defined]
+    for part in parts:
+        kind = type(part)
+        if kind is AnnotationsProgressStorage:
+            annotations_storage: AnnotationsProgressStorage = part  # type: ignore[assignment]
+            annotations = conventions.annotations_of(raw_body)
+            if annotations:
+                for key in keys:
+                    for full_key in annotations_storage.make_keys(key, body=body):
+                        if full_key in annotations:
+                            return False
+        elif kind is StatusProgressStorage or kind is _ReadOnlyStatusProgressStorage:
+            status_storage: StatusProgressStorage = part  # type: ignore[assignment]
+            container: Any = raw_body
+            for name in status_storage._field:  # as dicts.resolve() does, but with no calls
+                if type(container) is dict or (container is not None and isinstance(container, Mapping)):
+                    container = container.get(name)
+                else:
+                    container = None
+                    break
+            if container is None:
+                continue
+            if type(container) is not dict or any(key in container for key in keys):
+                return False  # maybe some records
+        elif kind is SmartProgressStorage or kind is MultiProgressStorage:
+            if not holds_no_records(part, keys=keys, body=body):
+                return False
+        else:
+            return False
+    return True
+
+
+def untouch(storage: ProgressStorage, *, body: bodies.Body, patch: patches.Patch) -> None:
+    """
+    The end of a handling cycle: the same as ``storage.touch(value=None)``, then ``storage.flush()``.
+
+    Done for every cycle, though the objects are rarely touched (only to wake up the sleeping handlers):
+    for the built-in storages (which batch nothing), one look tells that there is nothing to do.
+    """
+    if not _holds_no_touch(storage, body):
+        storage.touch(body=body, patch=patch, value=None)
+        storage.flush()
+
+
+def _holds_no_touch(storage: ProgressStorage, body: bodies.Body) -> bool:
+    raw_body = dicts.raw_mapping(body)
+    kind = type(storage)
+    parts: Collection[ProgressStorage]  # as in holds_no_records(): the parts are looked at with no calls
+    parts = storage.storages if kind is SmartProgressStorage or kind is MultiProgressStorage else (storage,)  # type: ignore[attr-defined]
+    for part in parts:
+        kind = type(part)
+        if kind is AnnotationsProgressStorage:
+            annotations_storage: AnnotationsProgressStorage = part  # type: ignore[assignment]
+            annotations = conventions.annotations_of(raw_body)
+            if annotations:
+                for full_key in annotations_storage.make_keys(annotations_storage.touch_key, body=body):
+                    if annotations.get(full_key) is not None:
+                        return False
+        elif kind is StatusProgressStorage:
+            status_storage: StatusProgressStorage = part  # type: ignore[assignment]
+            if dicts.resolve(raw_body, status_storage._touch_field, None) is not None:
+                return False
+        elif kind is _ReadOnlyStatusProgressStorage:
+            pass  # it never touches
+        elif kind is SmartProgressStorage or kind is MultiProgressStorage:
+            if not _holds_no_touch(part, body):
+                return False
+        else:
+            return False
+    return True
 
 
 def locate(storage: ProgressStorage, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
@@ -394,19 +448,26 @@ def without_records(storage: ProgressStorage, *, essence: bodies.BodyEssence) ->
 
 def _holds_no_own_data(storage: ProgressStorage, essence: bodies.BodyEssence) -> bool:
     kind = type(storage)
-    if kind is SmartProgressStorage or kind is MultiProgressStorage:  # as in holds_no_records()
-        substorages: list[ProgressStorage] = storage.storages  # type: ignore[attr-defined]
-        for substorage in substorages:  # noqa: SIM110  # not all() of a generator: done for every event
-            if not _holds_no_own_data(substorage, essence):
+    parts: Collection[ProgressStorage]  # as in holds_no_records(): the parts are looked at with no calls
+    parts = storage.storages if kind is SmartProgressStorage or kind is MultiProgressStorage else (storage,)  # type: ignore[attr-defined]
+    for part in parts:
+        kind = type(part)
+        if kind is AnnotationsProgressStorage:
+            annotations_storage: AnnotationsProgressStorage = part  # type: ignore[assignment]
+            annotations = conventions.annotations_of(essence)
+            if annotations:
+                head = annotations_storage.prefix + '/'
+                for name in annotations:
+                    if name.startswith(head):
+                        return False
+        elif kind is StatusProgressStorage or kind is _ReadOnlyStatusProgressStorage:
+            status_storage: StatusProgressStorage = part  # type: ignore[assignment]
+            field = status_storage._field
+            if field and field[0] in essence:  # maybe the records, or the empty dicts on its path to remove
                 return False
-        return True
-    if kind is AnnotationsProgressStorage:
-        annotations_storage: AnnotationsProgressStorage = storage  # type: ignore[assignment]
-        annotations = conventions.annotations_of(essence)
-        head = annotations_storage.prefix + '/'
-        return not any(name.startswith(head) for name in annotations)
-    if kind is StatusProgressStorage or kind is _ReadOnlyStatusProgressStorage:
-        status_storage: StatusProgressStorage = storage  # type: ignore[assignment]
-        field = status_storage._field
-        return not field or field[0] not in essence  # else, maybe the empty dicts on its path to remove
-    return False
+        elif kind is SmartProgressStorage or kind is MultiProgressStorage:
+            if not _holds_no_own_data(part, essence):
+                return False
+        else:
+            return False
+    return True
