@@ -259,6 +259,18 @@ def test_unfiltered_lookups_of_field_and_old_new_handlers(registry, changing_cau
     assert registry.changing.prematch(cause)
 
 
+def test_handler_kinds_are_refreshed_on_registration(registry):
+    assert registry.get_handler_kinds(KEX) == (False, False, False)
+    kopf.on.create('kopfexamples', registry=registry)(fn1)
+    assert registry.get_handler_kinds(KEX) == (False, False, True)
+    kopf.on.event('kopfexamples', registry=registry)(fn1)
+    kopf.on.timer('kopfexamples', interval=1, registry=registry)(fn1)
+    assert registry.get_handler_kinds(KEX) == (True, True, True)
+    assert registry.get_handler_kinds(POD) == (False, False, False)
+    kinds = registry.get_handler_kinds(KEX)
+    assert (kinds.watching, kinds.spawning, kinds.changing) == (True, True, True)
+
+
 def test_extra_fields_of_the_change_detecting_handlers(registry):
     kopf.on.update('kopfexamples', field='status.phase', registry=registry)(fn1)
     kopf.on.field('kopfexamples', field='status.ready', registry=registry)(fn1)

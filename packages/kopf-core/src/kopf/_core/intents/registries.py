@@ -16,6 +16,7 @@ or two selectors of the same resource) runs once per occasion.
 import functools
 import inspect
 import os.path
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -73,7 +74,20 @@ class GenericRegistry(Generic[HandlerT]):
         return list(self._handlers)
 
     def _invalidate(self) -> None:
-        pass
+        _registries_changed()
+
+
+# The number of changes of all registries so far: the answers remembered by the operators' registries
+# (e.g. which kinds of handlers a resource has) hold until any registry changes. Under a lock, so that
+# no change is lost between the threads (the registries change rarely, if ever, at runtime).
+_generation = 0
+_generation_lock = threading.Lock()
+
+
+def _registries_changed() -> None:
+    global _generation
+    with _generation_lock:
+        _generation += 1
 
 
 class ActivityRegistry(GenericRegistry[ActivityHandler]):
@@ -261,6 +275,14 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
 _OWN_ROOTS = frozenset({'status', 'metadata'})  # where the framework writes to the objects
 
 
+class HandlerKinds(NamedTuple):
+    """Which kinds of handlers a resource has (see :meth:`OperatorRegistry.get_handler_kinds`)."""
+
+    watching: bool  # the event handlers
+    spawning: bool  # the daemons & timers
+    changing: bool  # the change-detecting handlers (creation, update, deletion, resuming, fields)
+
+
 class _Unfiltered(NamedTuple):
     """What is known of a resource's handlers regardless of the objects, if none of them filters them."""
 
@@ -337,6 +359,23 @@ class OperatorRegistry:
         self.spawning = SpawningRegistry()
         self.indexing = IndexingRegistry()
         self.webhooks = WebhooksRegistry()
+        self._kinds: dict[Resource, tuple[int, HandlerKinds]] = {}
+
+    def get_handler_kinds(self, resource: Resource) -> 'HandlerKinds':
+        """
+        Which kinds of handlers the resource has: the same as their registries' ``has_handlers()``.
+
+        Asked for every event: remembered per resource until any registry changes, so that it is one call.
+        """
+        known = self._kinds.get(resource)
+        generation = _generation  # read before the registries: if they change meanwhile, it is asked anew
+        if known is not None and known[0] == generation:
+            return known[1]
+        kinds = HandlerKinds(watching=self.watching.has_handlers(resource),
+                             spawning=self.spawning.has_handlers(resource),
+                             changing=self.changing.has_handlers(resource))
+        self._kinds[resource] = (generation, kinds)
+        return kinds
 
     def __repr__(self) -> str:
         parts = ', '.join(f'{name}={len(registry)}' for name, registry in self._all_registries().items())

@@ -155,9 +155,7 @@ async def _process_event(
     memory = memories.recall(raw_body, memo=memobase, noticed_by_listing=event_type is None, ephemeral=gone)
 
     # Asked once per event, not in every step: each is a lookup by the resource (its hash is a Python call).
-    watching = registry.watching.has_handlers(resource)
-    spawning = registry.spawning.has_handlers(resource)
-    changing = registry.changing.has_handlers(resource)
+    watching, spawning, changing = registry.get_handler_kinds(resource)
 
     # The objects with only daemons & timers: most of their events are the echoes of the timers' own
     # patches, which need only the daemons & timers to be matched again, and nothing written back.
@@ -248,12 +246,13 @@ def forget_deleted(
     no worker at the deletion (usually: their workers left before the echo of the finalizer's removal),
     so that a worker is not started only to forget the object (see :class:`.queueing.Forgetter`).
     """
-    if registry.watching.has_handlers(resource):
+    kinds = registry.get_handler_kinds(resource)
+    if kinds.watching:
         return False
-    if spawner is not None and registry.spawning.has_handlers(resource):
+    if spawner is not None and kinds.spawning:
         return False
     raw_body = raw_event['object']
-    if loggers.object_logger.isEnabledFor(logging.DEBUG) and registry.changing.has_handlers(resource):
+    if kinds.changing and loggers.object_logger.isEnabledFor(logging.DEBUG):
         logger = loggers.ObjectLogger(body=raw_body, settings=settings)
         logger.debug('Deleted, really deleted, and we are notified.')
     memories.forget(raw_body)
