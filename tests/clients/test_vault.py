@@ -371,3 +371,19 @@ async def test_only_connection_infos_accepted() -> None:
 async def test_repr_has_no_secrets() -> None:
     vault = Vault({'a': ConnectionInfo(server='https://x', token='very-secret')})
     assert 'very-secret' not in repr(vault)
+
+
+async def test_leases_released_without_awaiting_unless_something_is_to_be_closed() -> None:
+    vault = Vault({'a': INFO_A})
+    [obj async for _, _, obj in vault.extended(Closeable, 'test')]
+    first = vault.lease_best(Closeable, 'test')
+    second = vault.lease_best(Closeable, 'test')
+    assert first is not None and second is not None
+    assert first.release_nowait()  # still in use by another lease: nothing to close
+    assert first.release_nowait()  # idempotent
+    await vault.invalidate(second.key, second.info)
+    assert not second.release_nowait()  # the last user of a dropped credential: its object must be closed
+    assert not second.obj.closed
+    await second.release()
+    assert second.obj.closed
+    assert second.release_nowait()  # released already

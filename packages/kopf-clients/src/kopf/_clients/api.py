@@ -23,7 +23,7 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 from kopf._clients import auth, errors
@@ -83,13 +83,15 @@ async def _retrying(
         best_effort: bool = False,
 ) -> _T:
     """Call the function, repeating it on temporary errors with the delays from the settings (or given)."""
-    delays = iter_backoffs(settings.networking.error_backoffs if backoffs is None else backoffs)
+    delays: Iterator[float] | None = None  # made at the first error: most requests succeed at once
     for attempt in itertools.count(1):
         try:
             return await fn()
         except (errors.APINotFoundError, errors.APINamespaceTerminatingError):
             raise  # final: the namespace or the object will not appear by retrying
         except errors.APITooManyRequestsError as e:
+            if delays is None:
+                delays = iter_backoffs(settings.networking.error_backoffs if backoffs is None else backoffs)
             own_delay = next(delays, None)
             if own_delay is None:
                 raise
@@ -110,6 +112,8 @@ async def _retrying(
                 retried = best_effort  # the client errors are final, unless the caller wants it so
             else:
                 retried = True  # network errors and timeouts
+            if delays is None:
+                delays = iter_backoffs(settings.networking.error_backoffs if backoffs is None else backoffs)
             retry_delay = next(delays, None) if retried else None
             if retry_delay is None:
                 raise
@@ -194,7 +198,8 @@ async def _fetch(
         except errors.APIUnauthorizedError as e:
             await _reject(vault, lease.key, lease.info, e, logger=logger)
         finally:
-            await lease.release()
+            if not lease.release_nowait():
+                await lease.release()
 
     async with contextlib.aclosing(vault.extended(factory, purpose)) as credentials:
         async for key, info, context in credentials:
@@ -239,7 +244,7 @@ async def _fetch_with(
         raise errors.error_of_response(response.status, text, method=method, url=response.url,
                                        retry_after=response.headers.get('retry-after'))
     try:
-        return _decode(response.body)
+        return jsons.loads(response.body) if response.body else None  # None if empty
     except ValueError:  # incl. UnicodeDecodeError
         raise errors.APINonJSONResponseError(response.body, status=response.status, method=method,
                                              url=response.url) from None
@@ -253,11 +258,6 @@ def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, Ma
         return None, _ACCEPT_JSON
     headers = {'Accept': 'application/json', 'Content-Type': content_type or 'application/json'}
     return jsons.dumps(payload), headers
-
-
-def _decode(body: bytes) -> Any:
-    """The JSON of a successful response (None if empty); ValueError if it is not JSON."""
-    return jsons.loads(body) if body else None
 
 
 async def request(

@@ -117,6 +117,20 @@ class Lease(Generic[_T]):
             self._released = True
             await self._vault._unlease(self._item)
 
+    def release_nowait(self) -> bool:
+        """
+        The same as :meth:`release` if it has nothing to close (the usual case); False if it must be awaited.
+
+        For every request: not a coroutine (two, with the vault's) only to decrement a counter.
+        """
+        item = self._item
+        if not self._released and item.dropped and item.users <= 1:
+            return False
+        if not self._released:
+            self._released = True
+            item.users -= 1
+        return True
+
 
 class Vault:
     """
