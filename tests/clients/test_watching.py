@@ -178,6 +178,23 @@ async def test_server_error_events_reconnect(kmock: kmock.RawHandler, settings: 
     assert 'etcd is sad' in caplog.text
 
 
+async def test_server_error_events_drop_the_rest_of_their_chunk(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+) -> None:
+    # The lines after the error in the same chunk (read at once) are not from a trustworthy stream either,
+    # and the stream is left at once (not when it goes silent).
+    failure = {'kind': 'Status', 'code': 500, 'message': 'etcd is sad'}
+    watches(kmock)[:1] << (line('ERROR', failure) + line('ADDED', obj('x', '150')), ...)
+    watches(kmock)[1:] << (line('ADDED', obj('a', '101')), ...)
+    kmock[f'get {URL}'] << listing('100')
+
+    items = await take(2, settings, vault)
+
+    assert items == [Bookmark.LISTED, {'type': 'ADDED', 'object': obj('a', '101')}]
+    assert [req.params.get('resourceVersion') for req in watches(kmock)] == ['100', '100']
+    assert looptime == 0.1  # the default reconnect backoff only
+
+
 async def test_stream_cut_midline(kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
                                   caplog: pytest.LogCaptureFixture) -> None:
     cut = line('MODIFIED', obj('a', '102'))[:25]

@@ -168,11 +168,14 @@ async def _read_lines(
         inactivity_timeout: float | None,
         what: str,
         logger: api.Logger,
-) -> AsyncGenerator[RawInput, None]:
+) -> AsyncGenerator[list[bytearray], None]:
     """
-    Split a streamed response into JSON lines until the stream ends, breaks, or goes silent.
+    Split a streamed response into lines until the stream ends, breaks, or goes silent.
 
     The end, the break, and the silence are not errors: the caller reconnects in all cases.
+    The lines come in batches, as they arrive (many of them in a burst), unparsed: not every line of
+    a batch is parsed at once (the consumer can hold back), and not every line goes through all the
+    generators of the watching one by one (each level is a few calls per line).
     """
     buffer = bytearray()
     silence = _InactivityTimeout(inactivity_timeout) if inactivity_timeout is not None else None
@@ -203,24 +206,27 @@ async def _read_lines(
             buffer.extend(chunk)
             *lines, rest = buffer.split(b'\n')
             buffer = bytearray(rest)
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    data = jsons.loads(line)
-                except ValueError:  # incl. UnicodeDecodeError
-                    logger.warning('Skipping an unparseable line in the watch-stream: '
-                                   f'{bytes(line[:200])!r}')
-                    continue
-                if not isinstance(data, dict) or not isinstance(data.get('type'), str) \
-                        or not isinstance(data.get('object'), dict):
-                    logger.warning('Skipping an unrecognised line in the watch-stream: '
-                                   f'{bytes(line[:200])!r}')
-                    continue
-                yield data  # type: ignore[misc]  # not cast(): it is a call, and this is done for every line
+            if lines:
+                yield lines
     finally:
         if silence is not None:
             silence.close()  # not to keep this generator's objects until the timer fires for nothing
+
+
+def _parse_line(line: bytearray, logger: api.Logger) -> RawInput | None:
+    """A line of the watch-stream as a raw input; None if it is blank, or not JSON, or not a watch-event."""
+    if not line.strip():
+        return None
+    try:
+        data = jsons.loads(line)
+    except ValueError:  # incl. UnicodeDecodeError
+        logger.warning(f'Skipping an unparseable line in the watch-stream: {bytes(line[:200])!r}')
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get('type'), str) \
+            or not isinstance(data.get('object'), dict):
+        logger.warning(f'Skipping an unrecognised line in the watch-stream: {bytes(line[:200])!r}')
+        return None
+    return data  # type: ignore[return-value]  # not cast(): it is a call, and this is done for every line
 
 
 async def _watch_once(
@@ -232,8 +238,8 @@ async def _watch_once(
         since: str | None,
         streaming: bool,
         logger: api.Logger,
-) -> AsyncGenerator[RawInput, None]:
-    """One watch request: yield its raw lines until the stream ends in any way; 410 becomes _Relist."""
+) -> AsyncGenerator[list[bytearray], None]:
+    """One watch request: yield its lines (in batches) until the stream ends in any way; 410 is _Relist."""
     url = resource.get_url(namespace=namespace)
     params = build_watch_params(settings, resource, since=since, streaming=streaming)
     what = f'{resource} in {namespace!r}' if namespace is not None else f'{resource} cluster-wide'
@@ -250,9 +256,9 @@ async def _watch_once(
                 logger.debug(f'The watch-request for {what} got no response in {inactivity_timeout}s; '
                              f'reconnecting.')
                 return
-            async for line in _read_lines(response, inactivity_timeout=inactivity_timeout,
-                                          what=what, logger=logger):
-                yield line
+            async for lines in _read_lines(response, inactivity_timeout=inactivity_timeout,
+                                           what=what, logger=logger):
+                yield lines
     except errors.APIGoneError as e:
         raise _Relist() from e
 
@@ -302,39 +308,47 @@ async def infinite_watch(
         try:
             # Close the stream promptly on any exit (relisting, errors, the consumer stopping).
             async with contextlib.aclosing(watch_lines):
-                async for line in watch_lines:
-                    event_type = line['type']
-                    payload = line['object']
-                    new_version = _get_resource_version(payload)
+                async for lines in watch_lines:
+                    reconnecting = False
+                    for raw_line in lines:
+                        line = _parse_line(raw_line, actual_logger)
+                        if line is None:
+                            continue
+                        event_type = line['type']
+                        payload = line['object']
+                        new_version = _get_resource_version(payload)
 
-                    if event_type == 'ERROR':
-                        code = payload.get('code')
-                        if code == 410:
-                            raise _Relist()
-                        if isinstance(code, int) and 400 <= code < 500:
-                            raise errors.make_error(code, payload)
-                        actual_logger.warning(f'The watch-stream has reported an error: {payload}')
-                        break
+                        if event_type == 'ERROR':
+                            code = payload.get('code')
+                            if code == 410:
+                                raise _Relist()
+                            if isinstance(code, int) and 400 <= code < 500:
+                                raise errors.make_error(code, payload)
+                            actual_logger.warning(f'The watch-stream has reported an error: {payload}')
+                            reconnecting = True
+                            break
 
-                    elif event_type == 'BOOKMARK':
-                        annotations = payload.get('metadata', {}).get('annotations') or {}
-                        if listing is not None and annotations.get(INITIAL_EVENTS_END) == 'true':
-                            listed_objs, listing = listing, None
-                            listed_objs.reverse()
-                            while listed_objs:  # handed over one by one, none kept (see above)
-                                yield {'type': None, 'object': listed_objs.pop()}
-                            yield Bookmark.LISTED
-                        resource_version = new_version or resource_version
-
-                    elif event_type in ('ADDED', 'MODIFIED', 'DELETED'):
-                        if listing is not None:
-                            listing.append(payload)  # type: ignore[arg-type]  # not cast(): a call, for every object
-                        else:
-                            yield {'type': event_type, 'object': payload}  # type: ignore[misc]
+                        elif event_type == 'BOOKMARK':
+                            annotations = payload.get('metadata', {}).get('annotations') or {}
+                            if listing is not None and annotations.get(INITIAL_EVENTS_END) == 'true':
+                                listed_objs, listing = listing, None
+                                listed_objs.reverse()
+                                while listed_objs:  # handed over one by one, none kept (see above)
+                                    yield {'type': None, 'object': listed_objs.pop()}
+                                yield Bookmark.LISTED
                             resource_version = new_version or resource_version
 
-                    else:
-                        actual_logger.warning(f'Skipping an unknown type of watch-event: {event_type!r}')
+                        elif event_type in ('ADDED', 'MODIFIED', 'DELETED'):
+                            if listing is not None:
+                                listing.append(payload)  # type: ignore[arg-type]  # not cast(): a call, for every object
+                            else:
+                                yield {'type': event_type, 'object': payload}  # type: ignore[misc]
+                                resource_version = new_version or resource_version
+
+                        else:
+                            actual_logger.warning(f'Skipping an unknown type of watch-event: {event_type!r}')
+                    if reconnecting:
+                        break
 
         except _Relist:
             actual_logger.debug(f'The resource version of {resource} is too old; relisting.')
