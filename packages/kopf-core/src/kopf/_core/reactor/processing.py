@@ -113,7 +113,9 @@ async def process_resource_event(
     Returns whether the object is finished with: our finalizer is released for its deletion, so only
     the deletion can come (the queueing then lets the object's worker go at once).
     """
-    if _is_settled_echo(raw_event, memories=memories):
+    # Asked once per event: the debug logs are usually off, and several of them are skipped per event then.
+    debug = loggers.object_logger.isEnabledFor(logging.DEBUG)
+    if not debug and _is_settled_echo(raw_event, memories=memories):
         return False
     if raw_event['type'] == 'DELETED' and forget_deleted(
             raw_event=raw_event, resource=resource, registry=registry, settings=settings,
@@ -128,7 +130,7 @@ async def process_resource_event(
         return await _process_event(raw_event=raw_event, stream_pressure=stream_pressure, resource=resource,
                                     registry=registry, settings=settings, memories=memories, vault=vault,
                                     memobase=memobase, lifecycle=lifecycle, indices=indices, seat=seat,
-                                    spawner=spawner)
+                                    spawner=spawner, debug=debug)
     finally:
         if seat is not None:
             seat.leave()
@@ -148,6 +150,7 @@ async def _process_event(
         indices: Mapping[str, Any] | None,
         seat: pacing.Seat | None,
         spawner: SpawningEngine | None = None,
+        debug: bool = True,
 ) -> bool:
     raw_body = raw_event['object']
     event_type = raw_event['type']
@@ -190,6 +193,7 @@ async def _process_event(
         spawner=spawner,
         watching=watching,
         spawning=spawning,
+        debug=debug,
     )
     try:
         if watching:
@@ -218,9 +222,9 @@ def _is_settled_echo(raw_event: RawEvent, *, memories: ResourceMemories) -> bool
     differs from the handled one only by the framework's own writes, which nothing looks at, and nothing
     was due after it. So the processing of that very version would do nothing but notice the consistency.
     The object's state is the same for the same version, so a version check is enough for the echo.
-    With the debug logs on, the echo is processed as usual: to log what Kopf logs for it (the "no changes").
+    With the debug logs on, the echo is processed as usual (this is not asked): to log what Kopf logs for it.
     """
-    if raw_event['type'] != 'MODIFIED' or loggers.object_logger.isEnabledFor(logging.DEBUG):
+    if raw_event['type'] != 'MODIFIED':
         return False
     raw_body = raw_event['object']
     memory = memories.get(raw_body)
@@ -280,6 +284,7 @@ class _Context:
     spawner: SpawningEngine | None = None
     watching: bool = False  # the resource has event handlers
     spawning: bool = False  # the resource has daemons or timers (run if there is a spawner)
+    debug: bool = True  # whether the objects' debug logs are on (if not, the frequent ones are not even made)
 
     def lending(self, delay: float = 0) -> AbstractAsyncContextManager[None]:
         """Let other objects be processed while this one waits for handlers or sleeps (see :mod:`.pacing`)."""
@@ -387,7 +392,8 @@ async def _process_changing(context: _Context) -> bool:
     decision = finalizers.decide(body=raw_body, finalizer=finalizer,
                                  requires_finalizer=registry.requires_finalizer(cause))
     if decision is not None:
-        context.local_logger.debug(decision.message)
+        if context.debug:
+            context.local_logger.debug(decision.message)
         finalizers.apply_decision(decision, body=raw_body, patch=context.patch, finalizer=finalizer)
 
         # A finalizer that is added goes out BEFORE the handlers run: if the object is deleted
@@ -423,7 +429,8 @@ async def _process_changing(context: _Context) -> bool:
     release: finalizers.FinalizerDecision | None = None
     if done and deleting:
         release = finalizers.RELEASING_DECISION
-        context.local_logger.debug(release.message)
+        if context.debug:
+            context.local_logger.debug(release.message)
         finalizers.apply_decision(release, body=raw_body, patch=context.patch, finalizer=finalizer)
 
     await _finish_cycle(context, delays=delays, handled=handled, done=done)
@@ -486,7 +493,7 @@ async def _finish_cycle(
     if patched and done and not delays and _settles(context):
         context.memory.settled_version = context.memory.expected_version
 
-    if handled and not patching and not delays:
+    if handled and not patching and not delays and context.debug:
         context.local_logger.debug('Handling cycle is finished, waiting for new changes.')
 
     # The object's patch causes a new event and a new cycle anyway, unless the handlers must wait.
@@ -572,9 +579,10 @@ async def _process_handlers(
         state.purge(body=body, patch=patch, storage=storage, handlers=resource_handlers)
 
     # Lazy formatting: the bodies are big, and the debug logs are usually off.
-    logger.debug('%s is in progress: %r', title, context.raw_event['object'])
-    if cause.diff and cause.old is not None:
-        logger.debug('%s diff: %r', title, cause.diff)
+    if context.debug:
+        logger.debug('%s is in progress: %r', title, context.raw_event['object'])
+        if cause.diff and cause.old is not None:
+            logger.debug('%s diff: %r', title, cause.diff)
 
     memory = context.memory
     if memory.cycle_purpose != purpose or purpose != cause.reason:

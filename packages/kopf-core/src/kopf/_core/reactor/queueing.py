@@ -389,7 +389,9 @@ class ObjectStreams:
 
     def _start(self, key: Hashable, stream: _Stream) -> None:
         self._unstarted += 1
-        stream.worker = asyncio.create_task(self._worker(key, stream), name=f'worker for {key!r}')
+        # The loop's own method: asyncio.create_task() names the task by one more call (for every object).
+        loop = asyncio.get_running_loop()
+        stream.worker = loop.create_task(self._worker(key, stream), name=f'worker for {key!r}')
 
     def _is_crowded(self) -> bool:
         """
