@@ -6,6 +6,7 @@ the keep-alive decisions, and the failures are what the test says, not what a se
 """
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -502,3 +503,61 @@ async def test_stream_error_status_is_an_api_error(server: RawServer) -> None:
             async with api.stream('GET', '/api/v1/pods', params={'watch': 'true'}, settings=settings,
                                   vault=vault):
                 pass
+
+
+class _Proxy:
+    """A transport of another loop's own classes (as uvloop's are): not a subclass of asyncio's transports."""
+
+    def __init__(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
+class _Relay(asyncio.Protocol):
+    def __init__(self, protocol: asyncio.Protocol) -> None:
+        self.protocol = protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.protocol.connection_made(_Proxy(transport))  # type: ignore[arg-type]
+
+    def data_received(self, data: bytes) -> None:
+        self.protocol.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.protocol.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.protocol.connection_lost(exc)
+
+
+class _LoopOfForeignTransports(asyncio.SelectorEventLoop):
+    async def create_connection(self, protocol_factory: Any, *args: Any, **kwargs: Any) -> Any:
+        def relayed() -> _Relay:
+            return _Relay(protocol_factory())
+
+        transport, relay = await super().create_connection(relayed, *args, **kwargs)
+        return transport, relay.protocol
+
+
+def test_transports_of_other_loops_are_accepted() -> None:
+    async def scenario() -> None:
+        server = RawServer()
+        await server.start()
+        server.script = serving(server, OK_JSON, OK_JSON)
+        pool = ConnectionPool(server.url, ssl_context=None, headers={})
+        try:
+            for _ in range(2):
+                response = await pool.request('GET', '/api')
+                assert (response.status, response.body) == (200, b'{"a": "ok"}')
+            assert server.connections == 1
+        finally:
+            await pool.close()
+            await server.stop()
+
+    loop = _LoopOfForeignTransports()
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()

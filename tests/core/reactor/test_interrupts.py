@@ -141,3 +141,28 @@ async def test_a_repeated_signal_too_late_for_the_loop_is_known_as_lost() -> Non
     assert not supervision.repeated_signal_lost()
     assert signal.getsignal(signum) == handler_before
 
+
+
+class _LoopLeavingSignalHandlers(asyncio.SelectorEventLoop):
+    """A loop that forgets its signal handlers but leaves the Python-level ones (as uvloop does)."""
+
+    def remove_signal_handler(self, sig: int) -> bool:
+        handler = signal.getsignal(sig)
+        removed = super().remove_signal_handler(sig)
+        signal.signal(sig, handler)
+        return removed
+
+
+def test_the_default_handlers_are_restored_whatever_the_loop_leaves() -> None:
+    # Otherwise, a repeated Ctrl+C after the operator's exit would only be counted, not interrupting anything.
+    loop = _LoopLeavingSignalHandlers()
+    try:
+        assert supervision.install_signal_handlers(loop, asyncio.Event())
+        assert signal.getsignal(signal.SIGINT) is supervision._note_arrival
+        supervision.remove_signal_handlers(loop)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        loop.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

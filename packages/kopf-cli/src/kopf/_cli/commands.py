@@ -380,10 +380,14 @@ def _make_loop() -> asyncio.AbstractEventLoop:
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
     """Close the loop as ``asyncio.run()`` does; the operator has stopped its own tasks by now."""
+    from kopf._core.reactor import supervision
     try:
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         asyncio.set_event_loop(None)
+        # Even if the operator's exit has not removed its signal handlers yet: the standard loop removes them
+        # when closed, other loops (e.g. uvloop) leave them, and a repeated Ctrl+C would be ignored then.
+        supervision.remove_signal_handlers(loop)
         loop.close()
 
 

@@ -29,7 +29,7 @@ import socket
 import ssl
 import urllib.parse
 from collections.abc import Mapping
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 __all__ = ['CannotConnect', 'ConnectionPool', 'Disconnected', 'HTTPTransport', 'MalformedResponse',
            'NetworkError', 'Response', 'StreamResponse', 'StreamedResponse', 'Timeouts']
@@ -238,8 +238,8 @@ class _Connection(asyncio.Protocol):
         self._chunk_left = -1  # the unread bytes of the current chunk; 0: its line end; -1: a size line
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not checked by isinstance(): other loops' transports (e.g. uvloop's) are not asyncio's classes.
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -191,6 +191,14 @@ def remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
             loop.remove_signal_handler(signum)
         except (NotImplementedError, RuntimeError, ValueError):
             pass
+        # The standard loop restores the default handler; others (e.g. uvloop) leave ours, which only counts
+        # the signals: then, a repeated Ctrl+C after the operator's exit would not interrupt the process.
+        if signal.getsignal(signum) is _note_arrival:
+            default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            try:
+                signal.signal(signum, default)
+            except ValueError:  # not in the main thread: ours was never installed by this thread anyway
+                pass
 
 
 def _on_signal(signalling: _Signalling, signum: signal.Signals) -> None:
