@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import pytest
 
+from kopf._core.actions import invocation
 from kopf._core.actions.invocation import BATCHING_SPACING, invoke, is_async_fn
 
 some_var: contextvars.ContextVar[list[str]] = contextvars.ContextVar('some_var')
@@ -70,10 +71,13 @@ def test_async_detection_is_remembered_without_keeping_the_functions_alive() -> 
 
     closure, payload_ref = make_closure()
     assert is_async_fn(closure)
+    remembered = len(invocation._async_fns)
     assert is_async_fn(closure)  # remembered: the same answer
+    assert len(invocation._async_fns) == remembered
     del closure
     gc.collect()
     assert payload_ref() is None
+    assert len(invocation._async_fns) == remembered - 1  # forgotten with the function
     assert is_async_fn(Unreferenceable())  # no weak references: not remembered, but still right
 
 

@@ -41,9 +41,9 @@ def is_async_fn(fn: Callable[..., Any]) -> bool:
     # the introspection is remembered while the function lives (weakly: the sub-handlers made in every
     # call are closures that can hold whole objects, which must not be kept alive by this memory).
     try:
-        return _async_fns[fn]
+        return _async_fns[weakref.ref(fn)]  # equal to the stored one while the function lives
     except KeyError:
-        result = _async_fns[fn] = _is_async_fn(fn)
+        result = _async_fns[weakref.ref(fn, _forget_async_fn)] = _is_async_fn(fn)
         return result
     except TypeError:  # unhashable or not weakly referenceable callables: no caching, rare
         return _is_async_fn(fn)
@@ -60,7 +60,12 @@ def _is_async_fn(fn: Callable[..., Any]) -> bool:
     return False
 
 
-_async_fns: weakref.WeakKeyDictionary[Callable[..., Any], bool] = weakref.WeakKeyDictionary()
+# As a weakref.WeakKeyDictionary keeps them, but read with no Python-level call (one per handler call).
+_async_fns: 'dict[weakref.ref[Callable[..., Any]], bool]' = {}
+
+
+def _forget_async_fn(ref: 'weakref.ref[Callable[..., Any]]') -> None:
+    _async_fns.pop(ref, None)
 
 
 async def invoke(
@@ -308,9 +313,17 @@ class _Outbox:
         self._pending: list[tuple[concurrent.futures.Executor, _Call]] = []
         self._handed_over_at = -math.inf  # in the loop's time
 
+    # The outbox of the latest loop asked for: usually the only one, asked for every sync call.
+    _latest: 'tuple[weakref.ref[asyncio.AbstractEventLoop], _Outbox] | None' = None
+
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> '_Outbox':
-        return _one_per(loop, cls._outboxes, cls._outboxes_lock, cls)
+        latest = cls._latest  # read once: other threads' loops can replace it meanwhile
+        if latest is not None and latest[0]() is loop:
+            return latest[1]
+        outbox = _one_per(loop, cls._outboxes, cls._outboxes_lock, cls)
+        cls._latest = (weakref.ref(loop), outbox)
+        return outbox
 
     def put(self, executor: concurrent.futures.Executor, call: _Call) -> None:
         # In the loop's thread only: no locks.
