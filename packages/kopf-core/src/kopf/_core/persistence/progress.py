@@ -316,11 +316,10 @@ def holds_no_records(storage: ProgressStorage, *, keys: Collection[str], body: b
     tells the same for the built-in storages. The custom storages (incl. the subclasses of the built-in
     ones, which may keep their records elsewhere) are never assumed empty: False means "maybe some".
     """
+    parts = _built_in_parts(storage)
+    if parts is None:
+        return False
     raw_body = dicts.raw_mapping(body)
-    kind = type(storage)
-    # The usual storages are several (the default one is two): the parts are looked at here, with no calls.
-    parts: Collection[ProgressStorage]
-    parts = storage.storages if kind is SmartProgressStorage or kind is MultiProgressStorage else (storage,)  # type: ignore[attr-defined]
     for part in parts:
         kind = type(part)
         if kind is AnnotationsProgressStorage:
@@ -331,7 +330,7 @@ def holds_no_records(storage: ProgressStorage, *, keys: Collection[str], body: b
                     for full_key in annotations_storage.make_keys(key, body=body):
                         if full_key in annotations:
                             return False
-        elif kind is StatusProgressStorage or kind is _ReadOnlyStatusProgressStorage:
+        else:  # the status storages, incl. the read-only one
             status_storage: StatusProgressStorage = part  # type: ignore[assignment]
             container: Any = raw_body
             for name in status_storage._field:  # as dicts.resolve() does, but with no calls
@@ -344,11 +343,6 @@ def holds_no_records(storage: ProgressStorage, *, keys: Collection[str], body: b
                 continue
             if type(container) is not dict or any(key in container for key in keys):
                 return False  # maybe some records
-        elif kind is SmartProgressStorage or kind is MultiProgressStorage:
-            if not holds_no_records(part, keys=keys, body=body):
-                return False
-        else:
-            return False
     return True
 
 
@@ -365,10 +359,10 @@ def untouch(storage: ProgressStorage, *, body: bodies.Body, patch: patches.Patch
 
 
 def _holds_no_touch(storage: ProgressStorage, body: bodies.Body) -> bool:
+    parts = _built_in_parts(storage)
+    if parts is None:
+        return False
     raw_body = dicts.raw_mapping(body)
-    kind = type(storage)
-    parts: Collection[ProgressStorage]  # as in holds_no_records(): the parts are looked at with no calls
-    parts = storage.storages if kind is SmartProgressStorage or kind is MultiProgressStorage else (storage,)  # type: ignore[attr-defined]
     for part in parts:
         kind = type(part)
         if kind is AnnotationsProgressStorage:
@@ -378,18 +372,39 @@ def _holds_no_touch(storage: ProgressStorage, body: bodies.Body) -> bool:
                 for full_key in annotations_storage.make_keys(annotations_storage.touch_key, body=body):
                     if annotations.get(full_key) is not None:
                         return False
-        elif kind is StatusProgressStorage:
+        elif kind is StatusProgressStorage:  # the read-only one never touches
             status_storage: StatusProgressStorage = part  # type: ignore[assignment]
             if dicts.resolve(raw_body, status_storage._touch_field, None) is not None:
                 return False
-        elif kind is _ReadOnlyStatusProgressStorage:
-            pass  # it never touches
-        elif kind is SmartProgressStorage or kind is MultiProgressStorage:
-            if not _holds_no_touch(part, body):
-                return False
-        else:
-            return False
     return True
+
+
+# The built-in storages that keep their data on the objects (not the several ones, which consist of them).
+_KNOWN_LEAVES: frozenset[type[ProgressStorage]] = frozenset({
+    AnnotationsProgressStorage, StatusProgressStorage, _ReadOnlyStatusProgressStorage,
+})
+
+
+def _built_in_parts(storage: ProgressStorage) -> Collection[ProgressStorage] | None:
+    """
+    The built-in storages that the storage consists of (itself if not several); None if any is a custom one.
+
+    Only for these, the framework knows where their data are on the objects, so that it can tell
+    with one look that there are none (see :func:`holds_no_records`). The subclasses are custom ones:
+    they may keep their records elsewhere.
+    """
+    kind = type(storage)
+    if kind in _KNOWN_LEAVES:
+        return (storage,)
+    if kind is not SmartProgressStorage and kind is not MultiProgressStorage:
+        return None
+    parts: list[ProgressStorage] = []
+    for part in storage.storages:  # type: ignore[attr-defined]
+        leaves = _built_in_parts(part)
+        if leaves is None:
+            return None
+        parts.extend(leaves)
+    return parts
 
 
 def locate(storage: ProgressStorage, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
@@ -447,27 +462,21 @@ def without_records(storage: ProgressStorage, *, essence: bodies.BodyEssence) ->
 
 
 def _holds_no_own_data(storage: ProgressStorage, essence: bodies.BodyEssence) -> bool:
-    kind = type(storage)
-    parts: Collection[ProgressStorage]  # as in holds_no_records(): the parts are looked at with no calls
-    parts = storage.storages if kind is SmartProgressStorage or kind is MultiProgressStorage else (storage,)  # type: ignore[attr-defined]
+    parts = _built_in_parts(storage)
+    if parts is None:
+        return False
     for part in parts:
-        kind = type(part)
-        if kind is AnnotationsProgressStorage:
-            annotations_storage: AnnotationsProgressStorage = part  # type: ignore[assignment]
+        if type(part) is AnnotationsProgressStorage:
+            annotations_storage: AnnotationsProgressStorage = part
             annotations = conventions.annotations_of(essence)
             if annotations:
                 head = annotations_storage.prefix + '/'
                 for name in annotations:
                     if name.startswith(head):
                         return False
-        elif kind is StatusProgressStorage or kind is _ReadOnlyStatusProgressStorage:
+        else:  # the status storages, incl. the read-only one
             status_storage: StatusProgressStorage = part  # type: ignore[assignment]
             field = status_storage._field
             if field and field[0] in essence:  # maybe the records, or the empty dicts on its path to remove
                 return False
-        elif kind is SmartProgressStorage or kind is MultiProgressStorage:
-            if not _holds_no_own_data(part, essence):
-                return False
-        else:
-            return False
     return True
