@@ -398,13 +398,19 @@ def _built_in_parts(storage: ProgressStorage) -> Collection[ProgressStorage] | N
         return (storage,)
     if kind is not SmartProgressStorage and kind is not MultiProgressStorage:
         return None
-    parts: list[ProgressStorage] = []
-    for part in storage.storages:  # type: ignore[attr-defined]
+    parts: list[ProgressStorage] = storage.storages  # type: ignore[attr-defined]
+    for part in parts:
+        if type(part) not in _KNOWN_LEAVES:
+            break
+    else:
+        return parts  # the usual case (e.g. the default storage): nothing nested, nothing to make
+    flattened: list[ProgressStorage] = []
+    for part in parts:
         leaves = _built_in_parts(part)
         if leaves is None:
             return None
-        parts.extend(leaves)
-    return parts
+        flattened.extend(leaves)
+    return flattened
 
 
 def locate(storage: ProgressStorage, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
