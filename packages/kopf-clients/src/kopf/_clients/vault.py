@@ -123,12 +123,13 @@ class Lease(Generic[_T]):
 
         For every request: not a coroutine (two, with the vault's) only to decrement a counter.
         """
+        if self._released:
+            return True
         item = self._item
-        if not self._released and item.dropped and item.users <= 1:
+        if item.dropped and item.users <= 1:
             return False
-        if not self._released:
-            self._released = True
-            item.users -= 1
+        self._released = True
+        item.users -= 1
         return True
 
 

@@ -332,13 +332,7 @@ def holds_no_records(storage: ProgressStorage, *, keys: Collection[str], body: b
                             return False
         else:  # the status storages, incl. the read-only one
             status_storage: StatusProgressStorage = part  # type: ignore[assignment]
-            container: Any = raw_body
-            for name in status_storage._field:  # as dicts.resolve() does, but with no calls
-                if type(container) is dict or (container is not None and isinstance(container, Mapping)):
-                    container = container.get(name)
-                else:
-                    container = None
-                    break
+            container = dicts.resolve(raw_body, status_storage._field, None)
             if container is None:
                 continue
             if type(container) is not dict or any(key in container for key in keys):
