@@ -159,7 +159,6 @@ def test_freeze_and_resume_of_a_peering_without_its_crds_say_to_install_them(
 
 @pytest.mark.parametrize('args, missing', [
     (['freeze', '-p', '100', '-t', '60'], "Missing option '-P' / '--peering'"),
-    (['freeze', '-P', 'example', '-t', '60'], "Missing option '-p' / '--priority'"),
     (['freeze', '-P', 'example', '-p', '100'], "Missing option '-t' / '--lifetime'"),
     (['resume'], "Missing option '-P' / '--peering'"),
 ])

@@ -15,7 +15,7 @@ from kopf._clients.connections import CannotConnect, ConnectionPool, NetworkErro
 from kopf._clients.fallback import FallbackSession
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import StandaloneClientSettings
-from kopf._cogs.structs.credentials import ConnectionInfo
+from kopf._cogs.structs.credentials import AiohttpSession, ConnectionInfo, KubeContext
 
 pytestmark = pytest.mark.looptime
 
@@ -175,3 +175,32 @@ async def test_proxy_url(kmock: kmock.RawHandler, server: str) -> None:
         result = await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
     assert result == {'proxied': True}
     assert kmock[0].headers['Host'] == 'cluster.example.com:8080'
+
+
+async def test_custom_aiohttp_session_makes_the_requests_and_stays_open(kmock: kmock.RawHandler) -> None:
+    # kopf.AiohttpSession: the requests go through the caller's session (its own headers, its tracing),
+    # to the given server; the framework does not close the caller's session.
+    seen: list[str] = []
+
+    async def on_request_start(session: Any, context: Any, params: aiohttp.TraceRequestStartParams) -> None:
+        seen.append(f'{params.method} {params.url.path}')
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(on_request_start)
+    kmock['get /api'] << (lambda req: {'auth': req.headers.get('Authorization')})
+    async with aiohttp.ClientSession(headers={'Authorization': 'Bearer custom'},
+                                     trace_configs=[trace]) as session:
+        info = AiohttpSession(server=str(kmock.url).rstrip('/'), aiohttp_session=session)
+        async with Vault({'main': info}) as vault:
+            result = await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
+        assert result == {'auth': 'Bearer custom'}
+        assert seen == ['GET /api']
+        assert not session.closed
+    assert 'custom' not in repr(info)
+
+
+def test_credentials_are_keyword_only_as_in_kopf() -> None:
+    with pytest.raises(TypeError):
+        ConnectionInfo('https://example.com')  # type: ignore[misc]
+    assert isinstance(ConnectionInfo(server='https://x'), KubeContext)
+    assert issubclass(AiohttpSession, KubeContext)

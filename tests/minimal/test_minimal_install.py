@@ -34,6 +34,13 @@ def test_kopf_imports_with_core_only() -> None:
     assert kopf.EVERYTHING is not None
 
 
+def test_star_import_works_with_core_only() -> None:
+    namespace: dict[str, object] = {}
+    exec('from kopf import *', namespace)  # the webhooks' names are not in __all__ without kopf-webhooks
+    assert 'Resource' in namespace and 'AiohttpSession' in namespace
+    assert 'WebhookServer' not in namespace
+
+
 def test_lazy_upper_name_names_its_distribution() -> None:
     import kopf
 

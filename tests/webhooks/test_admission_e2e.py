@@ -119,7 +119,8 @@ async def test_kwargs_of_the_admission(registry, settings, operator, cluster) ->
     assert first['subresource'] is None
     assert first['userinfo']['username']
     assert first['headers']['Content-Type'].startswith('application/json')
-    assert first['sslpeer'] is None  # no client certificate
+    assert first['sslpeer'] == {}  # no client certificate: an empty mapping, as in Kopf
+    assert first['sslpeer'].get('subject') is None  # as Kopf's own admission example reads it
     assert first['resource'].plural == 'kopfexamples'
     assert isinstance(first['warnings'], list)
     assert isinstance(first['patch'], kopf.Patch)

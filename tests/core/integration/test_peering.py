@@ -186,15 +186,26 @@ async def test_the_lower_one_resumes_when_the_higher_ones_lifetime_expires(
         assert 'killed@host/1' not in peers(cluster)
 
 
-async def test_mandatory_peering_that_does_not_exist_fails_with_how_to_create_it(
-        cluster: Any, peering_crds: None, make_operator: Any,
+async def test_mandatory_peering_that_does_not_exist_is_waited_for_with_how_to_create_it(
+        cluster: Any, peering_crds: None, make_operator: Any, handled: Handled, eventually: Any,
+        caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # As Kopf's docs say: "If the peering object does not exist, the operator will pause at the start."
     async with make_operator('op', peering_name='missing') as operator:
-        await operator.wait(within=5)
-    assert len(operator.errors) == 1 and isinstance(operator.errors[0], PeeringError)
-    message = str(operator.errors[0])
-    assert "The mandatory peering KopfPeering 'missing' does not exist in the namespace 'default'" in message
-    assert 'kind: KopfPeering' in message and 'name: missing' in message and '--standalone' in message
+        await cluster.create('kex1')
+        await eventually(lambda: any('Waiting for the mandatory peering' in m for m in caplog.messages))
+        message = next(m for m in caplog.messages if 'Waiting for the mandatory peering' in m)
+        assert "Waiting for the mandatory peering KopfPeering 'missing' in the namespace 'default'" in message
+        assert 'kind: KopfPeering' in message and 'name: missing' in message and '--standalone' in message
+        assert not handled and not operator.errors
+
+        await cluster.request('POST', PEERING, {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfPeering',
+                                                'metadata': {'name': 'missing', 'namespace': 'default'}})
+        await eventually(lambda: handled[('op', 'kex1')] == 1, within=10)
+        assert any("The mandatory peering KopfPeering 'missing' in the namespace 'default' exists now." in m
+                   for m in caplog.messages)
+        assert len(peers(cluster, name='missing')) == 1  # it takes part in the peering now
+    assert not operator.errors
 
 
 async def test_mandatory_peering_without_the_crds_says_to_install_them(
@@ -370,6 +381,18 @@ async def test_freeze_by_default_uses_the_user_and_host_as_the_identity(
     [(identity, record)] = peers(cluster, namespace=None).items()
     assert '@' in identity and '/' not in identity
     assert record['priority'] == 666 and record['lifetime'] == 9
+
+
+async def test_freeze_without_a_priority_freezes_with_100_as_in_kopf(
+        cluster: Any, peering_crds: None,
+) -> None:
+    await cluster.request('POST', CLUSTER_PEERING, {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterKopfPeering',
+                                                    'metadata': {'name': 'default'}})
+    result = await asyncio.to_thread(kopf_command, cluster, 'freeze', '-A', '-P', 'default', '-t', '9',
+                                     '-i', 'admin', '--log-format', 'JSON')
+    assert result.returncode == 0, result.stderr
+    assert peers(cluster, namespace=None)['admin']['priority'] == 100
+    assert '"message": "Frozen the operators of the peering' in result.stderr + result.stdout
 
 
 async def test_forbidden_peering_means_the_standalone_mode_with_a_warning(

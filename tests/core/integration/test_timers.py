@@ -378,8 +378,36 @@ async def test_deletion_waits_for_the_timer_call_in_progress(
     assert events == ['entered', 'exited']
 
 
+async def test_timer_without_interval_or_idle_warns_at_load_and_runs_once_per_object(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    # As in Kopf: such a timer loads (with a warning saying how to repeat it) and runs once per object.
+    calls: list[str] = []
+    changes: list[Any] = []
+
+    with pytest.warns(UserWarning, match=r'@kopf.timer\(\) has neither interval= nor idle=: it will be '
+                                         r'called once per object\. Add interval= .* or idle= .*'):
+        @kopf.timer('kopfexamples', registry=registry)
+        async def once(name: str, **_: Any) -> None:
+            calls.append(name)
+
+    @kopf.on.update('kopfexamples', registry=registry, field='spec.field')
+    async def changed(new: Any, **_: Any) -> None:
+        changes.append(new)
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: calls == ['kex1'])
+        await cluster.patch('kex1', {'spec': {'field': 'changed'}})
+        await eventually(lambda: changes == ['changed'])
+        await cluster.create('kex2')  # a later object gets its own single call, after kex1's change
+        await eventually(lambda: sorted(calls) == ['kex1', 'kex2'])
+        await cluster.patch('kex2', {'spec': {'field': 'changed'}})
+        await eventually(lambda: changes == ['changed', 'changed'])
+    assert sorted(calls) == ['kex1', 'kex2']
+
+
 @pytest.mark.parametrize('kwargs, error, message', [
-    ({}, TypeError, r'@kopf.timer\(\) needs interval= .* or idle= .*; got neither'),
     ({'sharp': True}, TypeError, r'needs interval='),
     ({'sharp': True, 'idle': 1}, TypeError, r'sharp=True needs interval='),
     ({'interval': 0}, ValueError, r'interval= must be positive'),

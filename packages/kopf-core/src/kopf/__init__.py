@@ -11,6 +11,7 @@ Names that live in the upper distributions are resolved lazily on first access, 
 __path__ = __import__('pkgutil').extend_path(__path__, __name__)
 
 import importlib
+import importlib.util
 from typing import Any
 
 from kopf._clients.logins import (
@@ -43,6 +44,7 @@ from kopf._cogs.structs.bodies import (
     Status,
 )
 from kopf._cogs.structs.credentials import (
+    AiohttpSession,
     ConnectionInfo,
     LoginError,
 )
@@ -243,6 +245,7 @@ __all__ = [
     'EVERYTHING',
     'PRESENT',
     'AdmissionError',
+    'AiohttpSession',
     'Annotations',
     'AnnotationsDiffBaseStorage',
     'AnnotationsProgressStorage',
@@ -348,3 +351,8 @@ __all__ = [
     'timer',
     'warn',
 ]
+
+# The servers and tunnels of kopf-webhooks are in `from kopf import *` too, if that distribution is installed
+# (a star-import of kopf-core alone must not fail on them).
+if importlib.util.find_spec('kopf._webhooks') is not None:
+    __all__ += sorted(_LAZY_NAMES)

@@ -11,6 +11,7 @@ is rejected, since it is unclear which instance (or subclass) it would be called
 """
 import inspect
 import numbers
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, TypeVar
 
@@ -540,8 +541,9 @@ def timer(
     real_field = _check_filters(decorator, labels=labels, annotations=annotations, when=when,
                                 field=field, value=value)
     if interval is None and idle is None:
-        raise TypeError(f'{decorator} needs interval= (seconds between the calls), or idle= (to be called '
-                        f'once the object stays unchanged for that long), or both; got neither.')
+        warnings.warn(f'{decorator} has neither interval= nor idle=: it will be called once per object. '
+                      f'Add interval= (seconds between the calls) or idle= (seconds the object stays '
+                      f'unchanged) to repeat it.', UserWarning, stacklevel=2)
     if sharp and interval is None:
         raise TypeError(f'{decorator}: sharp=True needs interval= (the calls are sharp to the interval).')
 

@@ -92,7 +92,8 @@ def logging_options(fn: _CommandFn) -> _CommandFn:
                           "show the tracebacks of failures."),
         click.option('-q', '--quiet', is_flag=True,
                      help='Show only the warnings and errors.'),
-        click.option('--log-format', type=click.Choice([log_format.name.lower() for log_format in LogFormat]),
+        click.option('--log-format', type=click.Choice([log_format.name.lower() for log_format in LogFormat],
+                                                      case_sensitive=False),
                      default=LogFormat.FULL.name.lower(), show_default=True,
                      help='How the log lines look: the message only, with timestamps & levels, or JSON.'),
         click.option('--log-refkey', default=None, metavar='KEY',
@@ -432,7 +433,7 @@ def _peering_command(fn: _CommandFn) -> _CommandFn:
 @click.option('--dev', is_flag=True, help=f'The development mode: implies --priority={DEV_PRIORITY}.')
 @click.option('-P', '--peering', required=True, metavar='NAME',
               help='The peering object via which to freeze the operators.')
-@click.option('-p', '--priority', type=int, required=True,
+@click.option('-p', '--priority', type=int, default=100, show_default=True,
               help='The priority to freeze with: the operators with lower priorities pause.')
 @click.option('-t', '--lifetime', type=int, required=True, metavar='SECONDS',
               help='For how long to freeze the operators.')

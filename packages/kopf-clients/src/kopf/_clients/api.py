@@ -31,7 +31,7 @@ from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
 from kopf._cogs.helpers import jsons
-from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
+from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
 
 _T = TypeVar('_T')
 
@@ -53,15 +53,15 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
 _RETRIABLE_ERRORS: tuple[type[BaseException], ...] = (errors.APIError, LoginError, *_NETWORK_ERRORS)
 
 
-def _make_context(info: ConnectionInfo) -> auth.APIContext:
+def _make_context(info: KubeContext) -> auth.APIContext:
     return auth.APIContext(info, trust_env=False)
 
 
-def _make_context_trusting_env(info: ConnectionInfo) -> auth.APIContext:
+def _make_context_trusting_env(info: KubeContext) -> auth.APIContext:
     return auth.APIContext(info, trust_env=True)
 
 
-def _context_factory(settings: ClientSettings) -> tuple[Callable[[ConnectionInfo], auth.APIContext], str]:
+def _context_factory(settings: ClientSettings) -> tuple[Callable[[KubeContext], auth.APIContext], str]:
     # Different settings must not share the same session: distinguish the cached objects by purpose.
     if settings.networking.trust_env:
         return _make_context_trusting_env, 'kopf-api-context(trust_env=True)'
@@ -212,7 +212,7 @@ async def _fetch(
     raise LoginError('Ran out of valid credentials: all of them were rejected by the server.')
 
 
-async def _reject(vault: Vault, key: VaultKey, info: ConnectionInfo, exc: errors.APIUnauthorizedError,
+async def _reject(vault: Vault, key: VaultKey, info: KubeContext, exc: errors.APIUnauthorizedError,
                   *, logger: Logger) -> None:
     """Invalidate the credentials that the server has rejected (HTTP 401), so that others are used."""
     logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')

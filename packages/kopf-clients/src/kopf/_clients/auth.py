@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 
 from kopf._clients.connections import ConnectionPool, HTTPTransport
-from kopf._cogs.structs.credentials import ConnectionInfo
+from kopf._cogs.structs.credentials import ConnectionInfo, KubeContext
 
 DEFAULT_USER_AGENT = 'kopf'
 
@@ -180,7 +180,7 @@ class APIContext:
 
     def __init__(
             self,
-            info: ConnectionInfo,
+            info: KubeContext,
             *,
             trust_env: bool = False,
             user_agent: str = DEFAULT_USER_AGENT,
@@ -188,8 +188,13 @@ class APIContext:
         super().__init__()
         self.server = info.server.rstrip('/')
         self.default_namespace = info.default_namespace
-        self.proxy_url = info.proxy_url
         self.slots = RequestSlots(MAX_CONCURRENT_REQUESTS)
+        if not isinstance(info, ConnectionInfo):  # a custom aiohttp session (AiohttpSession): as it is
+            from kopf._clients import fallback  # aiohttp: only when needed (memory & start-up)
+            self.proxy_url = None
+            self.transport = fallback.FallbackSession(self.server, session=getattr(info, 'aiohttp_session'))
+            return
+        self.proxy_url = info.proxy_url
 
         ssl_context: ssl.SSLContext | None = None
         if self.server.startswith('https:'):

@@ -90,18 +90,23 @@ class FallbackSession:
             self,
             server: str,
             *,
-            ssl_context: ssl.SSLContext | None,
-            headers: Mapping[str, str],
-            trust_env: bool,
-            proxy_url: str | None,
+            ssl_context: ssl.SSLContext | None = None,
+            headers: Mapping[str, str] | None = None,
+            trust_env: bool = False,
+            proxy_url: str | None = None,
+            session: aiohttp.ClientSession | None = None,
     ) -> None:
+        """Make an own session for the credential, or use the given one (the caller's: not closed here)."""
         super().__init__()
         self._server = server
         self._encoded_server = str(yarl.URL(server))  # normalised & encoded once, not per request
         self._proxy_url = proxy_url
-        connector = aiohttp.TCPConnector(limit=0, ssl=ssl_context if ssl_context is not None else True)
-        self._session = aiohttp.ClientSession(connector=connector, headers=headers, trust_env=trust_env,
-                                              timeout=aiohttp.ClientTimeout(total=None))
+        self._owned = session is None
+        if session is None:
+            connector = aiohttp.TCPConnector(limit=0, ssl=ssl_context if ssl_context is not None else True)
+            session = aiohttp.ClientSession(connector=connector, headers=headers, trust_env=trust_env,
+                                            timeout=aiohttp.ClientTimeout(total=None))
+        self._session = session
 
     def _url(self, path: str) -> yarl.URL | str:
         # The paths on the server are quoted already (see ``Resource.get_url``); other URLs are as given.
@@ -132,4 +137,5 @@ class FallbackSession:
         return FallbackStream(response, method=method, url=str(response.url.with_query(None)))
 
     async def close(self) -> None:
-        await self._session.close()
+        if self._owned:
+            await self._session.close()

@@ -1,7 +1,7 @@
 """
 The vault: all credentials known to the operator, with their validity and cached sessions.
 
-The credentials come from the login handlers (or login functions) as :class:`ConnectionInfo`
+The credentials come from the login handlers (or login functions) as :class:`KubeContext`
 objects under arbitrary keys (usually the ids of the login handlers). The API calls take them
 from the vault, best first, and report back the ones rejected by the server (HTTP 401)::
 
@@ -40,32 +40,32 @@ import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from kopf._cogs.structs.credentials import ConnectionInfo, LoginError, VaultKey
+from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar('_T')
 
 # What a re-login callback returns: new credentials by their keys (or nothing).
-ReloginFn = Callable[[], Awaitable[Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo] | None]]
+ReloginFn = Callable[[], Awaitable[Mapping[VaultKey, KubeContext] | Mapping[str, KubeContext] | None]]
 
 
 @dataclasses.dataclass(eq=False)
 class _Item:
     """One credential in the vault with its attached objects and its current users."""
 
-    info: ConnectionInfo
+    info: KubeContext
     caches: dict[str, Any] = dataclasses.field(default_factory=dict)
     users: int = 0
     dropped: bool = False
 
 
-def _identity(info: ConnectionInfo) -> ConnectionInfo:
+def _identity(info: KubeContext) -> KubeContext:
     # The same secrets with a renewed expiration or another priority are still the same broken secrets.
     return dataclasses.replace(info, expiration=None, priority=0)
 
 
-def _is_expired(info: ConnectionInfo, now: datetime.datetime) -> bool:
+def _is_expired(info: KubeContext, now: datetime.datetime) -> bool:
     if info.expiration is None:
         return False
     expiration = info.expiration
@@ -108,7 +108,7 @@ class Lease(Generic[_T]):
         self.obj = obj
 
     @property
-    def info(self) -> ConnectionInfo:
+    def info(self) -> KubeContext:
         return self._item.info
 
     async def release(self) -> None:
@@ -143,14 +143,14 @@ class Vault:
 
     def __init__(
             self,
-            src: Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo] | None = None,
+            src: Mapping[VaultKey, KubeContext] | Mapping[str, KubeContext] | None = None,
             /,
             *,
             relogin: ReloginFn | None = None,
     ) -> None:
         super().__init__()
         self._items: dict[VaultKey, _Item] = {}
-        self._invalid: set[ConnectionInfo] = set()
+        self._invalid: set[KubeContext] = set()
         self._relogin = relogin
         self._last_error: BaseException | None = None
 
@@ -177,12 +177,13 @@ class Vault:
         async with self._condition:
             self._condition.notify_all()
 
-    def _add(self, src: Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo]) -> list[_Item]:
+    def _add(self, src: Mapping[VaultKey, KubeContext] | Mapping[str, KubeContext]) -> list[_Item]:
         """Put new credentials in place (except the known-invalid ones); return the replaced items."""
         replaced: list[_Item] = []
         for key, info in src.items():
-            if not isinstance(info, ConnectionInfo):
-                raise TypeError(f'Credentials must be ConnectionInfo; got {type(info).__name__} for {key!r}.')
+            if not isinstance(info, KubeContext):
+                raise TypeError(f'Credentials must be KubeContext or AiohttpSession; '
+                                f'got {type(info).__name__} for {key!r}.')
             if _identity(info) in self._invalid:
                 logger.debug(f'Ignoring the previously invalidated credentials for {key!r}.')
                 continue
@@ -259,7 +260,7 @@ class Vault:
 
     async def populate(
             self,
-            src: Mapping[VaultKey, ConnectionInfo] | Mapping[str, ConnectionInfo],
+            src: Mapping[VaultKey, KubeContext] | Mapping[str, KubeContext],
             /,
     ) -> None:
         """
@@ -278,7 +279,7 @@ class Vault:
     async def invalidate(
             self,
             key: VaultKey | str,
-            info: ConnectionInfo,
+            info: KubeContext,
             *,
             exc: BaseException | None = None,
     ) -> None:
@@ -328,19 +329,19 @@ class Vault:
                 except TimeoutError:
                     pass
 
-    def __aiter__(self) -> AsyncIterator[tuple[VaultKey, ConnectionInfo]]:
+    def __aiter__(self) -> AsyncIterator[tuple[VaultKey, KubeContext]]:
         """Iterate over the usable credentials, best first; re-login when depleted (see the module)."""
         return self._iterate_plain()
 
-    async def _iterate_plain(self) -> AsyncIterator[tuple[VaultKey, ConnectionInfo]]:
+    async def _iterate_plain(self) -> AsyncIterator[tuple[VaultKey, KubeContext]]:
         async for key, info, _ in self._iterate(None, None):
             yield key, info
 
     def extended(
             self,
-            factory: Callable[[ConnectionInfo], _T],
+            factory: Callable[[KubeContext], _T],
             purpose: str,
-    ) -> AsyncGenerator[tuple[VaultKey, ConnectionInfo, _T], None]:
+    ) -> AsyncGenerator[tuple[VaultKey, KubeContext, _T], None]:
         """
         Iterate over the usable credentials with an attached object for each, best first.
 
@@ -354,7 +355,7 @@ class Vault:
         """
         return self._iterate(factory, purpose)
 
-    def lease_best(self, factory: Callable[[ConnectionInfo], _T], purpose: str) -> 'Lease[_T] | None':
+    def lease_best(self, factory: Callable[[KubeContext], _T], purpose: str) -> 'Lease[_T] | None':
         """
         The fast path of :meth:`extended` for the usual case: credentials that never expire.
 
@@ -386,9 +387,9 @@ class Vault:
 
     async def _iterate(
             self,
-            factory: Callable[[ConnectionInfo], _T] | None,
+            factory: Callable[[KubeContext], _T] | None,
             purpose: str | None,
-    ) -> AsyncGenerator[tuple[VaultKey, ConnectionInfo, _T], None]:
+    ) -> AsyncGenerator[tuple[VaultKey, KubeContext, _T], None]:
         # Each credential is yielded at most once per iteration, so that consumers that do not
         # invalidate them (e.g. on errors unrelated to authentication) do not loop forever.
         yielded: list[_Item] = []

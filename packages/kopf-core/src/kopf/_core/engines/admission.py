@@ -196,7 +196,7 @@ async def serve_admission_request(
         webhook=HandlerId(webhook) if webhook is not None else None,
         operation=review.operation, subresource=review.subresource, dryrun=review.dryrun,
         userinfo=review.userinfo, warnings=warnings,
-        headers=headers if headers is not None else {}, sslpeer=sslpeer,
+        headers=headers if headers is not None else {}, sslpeer=sslpeer if sslpeer is not None else {},
     )
 
     failures: list[tuple[WebhookHandler, BaseException]] = []

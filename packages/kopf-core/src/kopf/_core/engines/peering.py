@@ -22,7 +22,8 @@ so that the others resume at once. ``kopf freeze`` adds a record with a priority
 its own (an operator that handles nothing), ``kopf resume`` removes it.
 
 Which peering is used (:func:`detect_peering`): none in the standalone mode; the one named in
-``settings.peering.name`` (``--peering``) if it is mandatory (an error if it does not exist);
+``settings.peering.name`` (``--peering``) if it is mandatory (an operator waits until it exists,
+``kopf freeze`` fails);
 otherwise the one named ``default`` if it exists, else none (the standalone mode).
 
 The decisions are made on the local clock against the peers' ``lastseen`` timestamps (as Kopf does),
@@ -198,17 +199,25 @@ def _creation_hint(resource: Resource, namespace: str | None, name: str) -> str:
             f'or run the operator with --standalone (settings.peering.standalone = True)')
 
 
+# How often an operator re-checks a mandatory peering that does not exist yet, and says that it waits.
+MISSING_PEERING_CHECKS: tuple[float, ...] = (1, 2, 3, 5)  # then every 5 seconds
+MISSING_PEERING_REMINDER = 60.0
+
+
 async def detect_peering(
         *,
         settings: OperatorSettings,
         vault: Vault,
         namespace: str | None,
+        wait: bool = False,
 ) -> PeeringTarget | None:
     """
     Which peering object to use in a served namespace (None: cluster-wide); None for the standalone mode.
 
     A mandatory peering (``--peering`` or ``settings.peering.mandatory``) that does not exist is
-    an error that says how to create it; an absent optional one means the standalone mode.
+    an error that says how to create it, or, with ``wait`` (the operators, as Kopf's docs say: "the
+    operator will pause at the start"), is waited for with a reminder of how to create it now and then;
+    an absent optional one means the standalone mode.
     """
     if settings.peering.standalone:
         return None
@@ -216,6 +225,53 @@ async def detect_peering(
     mandatory = settings.peering.mandatory
     candidates = CLUSTER_PEERING_RESOURCES if settings.peering.clusterwide else NAMESPACED_PEERING_RESOURCES
     namespace = None if settings.peering.clusterwide else namespace
+    preferred = candidates[0]
+    scope = f' in the namespace {namespace!r}' if namespace is not None else ''
+    loop = asyncio.get_running_loop()
+    reminded_at: float | None = None
+    delays = iter_backoffs(MISSING_PEERING_CHECKS)
+    while True:
+        target, served = await _find_peering(settings=settings, vault=vault, candidates=candidates,
+                                             namespace=namespace, name=name, mandatory=mandatory)
+        if target is not None:
+            if reminded_at is not None:
+                logger.info(f'The mandatory peering {target.resource.kind} {name!r}{scope} exists now.')
+            return target
+        if served is None:
+            return None
+        if mandatory and not served:
+            raise PeeringError(f'The mandatory peering {name!r} cannot be used: the cluster does not serve '
+                               f'{preferred.kind} ({preferred.name}); install {PEERING_CRDS_HINT}, '
+                               f'or run the operator with --standalone (settings.peering.standalone = True).')
+        if mandatory and not wait:
+            raise PeeringError(f'The mandatory peering {preferred.kind} {name!r} does not exist{scope}; '
+                               f'{_creation_hint(preferred, namespace, name)}.')
+        if not mandatory:
+            what = 'The default peering' if name == 'default' else f'The peering {name!r}'
+            logger.info(f'{what} is not found{scope}; running in the standalone mode.')
+            return None
+        if reminded_at is None or loop.time() - reminded_at >= MISSING_PEERING_REMINDER:
+            again = 'Still waiting' if reminded_at is not None else 'Waiting'
+            logger.warning(f'{again} for the mandatory peering {preferred.kind} {name!r}{scope} '
+                           f'(the operator handles nothing until it exists); '
+                           f'{_creation_hint(preferred, namespace, name)}.')
+            reminded_at = loop.time()
+        await asyncio.sleep(next(delays, MISSING_PEERING_CHECKS[-1]))
+
+
+async def _find_peering(
+        *,
+        settings: OperatorSettings,
+        vault: Vault,
+        candidates: Iterable[Resource],
+        namespace: str | None,
+        name: str,
+        mandatory: bool,
+) -> tuple[PeeringTarget | None, bool | None]:
+    """
+    The existing peering object of the first of its resources that has it; and if any is served
+    (None: an optional peering that cannot be detected, the standalone mode, already logged).
+    """
     served = False
     for resource in candidates:
         try:
@@ -233,21 +289,9 @@ async def detect_peering(
                 raise PeeringError(f'The mandatory peering {name!r} cannot be used: {e}; grant the operator '
                                    f'"get, list, watch, patch" on {resource.name} in its RBAC.') from e
             logger.warning(f'The peering cannot be detected (running in the standalone mode): {e}')
-            return None
-        return PeeringTarget(resource=resource, namespace=namespace, name=name)
-
-    preferred = candidates[0]
-    scope = f' in the namespace {namespace!r}' if namespace is not None else ''
-    if mandatory and not served:
-        raise PeeringError(f'The mandatory peering {name!r} cannot be used: the cluster does not serve '
-                           f'{preferred.kind} ({preferred.name}); install {PEERING_CRDS_HINT}, '
-                           f'or run the operator with --standalone (settings.peering.standalone = True).')
-    if mandatory:
-        raise PeeringError(f'The mandatory peering {preferred.kind} {name!r} does not exist{scope}; '
-                           f'{_creation_hint(preferred, namespace, name)}.')
-    what = 'The default peering' if name == 'default' else f'The peering {name!r}'
-    logger.info(f'{what} is not found{scope}; running in the standalone mode.')
-    return None
+            return None, None
+        return PeeringTarget(resource=resource, namespace=namespace, name=name), served
+    return None, served
 
 
 async def touch(

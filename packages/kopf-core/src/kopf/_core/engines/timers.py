@@ -17,7 +17,8 @@ The schedule of a timer of an object:
   the duration of the call);
 * with ``idle``, no call is made until the object stays unchanged for that long (every change of the
   object, including by the timer's own patches & results, resets the idle time); with ``idle`` and
-  no ``interval``, the timer is called once per such quiet period;
+  no ``interval``, the timer is called once per such quiet period; with neither, it is called once
+  per object (as in Kopf; the decorator warns at load);
 * a failed call is retried per the usual error handling: after the ``backoff`` (arbitrary errors),
   or the :class:`kopf.TemporaryError`'s delay; the ``retry``/``started``/``runtime`` kwargs count
   the attempts since the last success; a failure for good (:class:`kopf.PermanentError`, the retries
@@ -362,7 +363,9 @@ class Timers:
         else:
             timer.state = None
             interval = handler.interval
-            if interval is None:
+            if interval is None and handler.idle is None:
+                timer.finished = True  # neither interval= nor idle=: called once per object, as in Kopf
+            elif interval is None:
                 timer.idle_mark = changed_at  # until the object changes and stays quiet again
                 if spawns.changed_at > changed_at:  # it has changed during the call
                     self._wait_for_quiet_period(timer)

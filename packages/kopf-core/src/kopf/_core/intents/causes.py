@@ -187,7 +187,7 @@ class ResourceWebhookCause(ResourceCause):
     userinfo: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     warnings: MutableSequence[str] = dataclasses.field(default_factory=list)
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    sslpeer: Mapping[str, Any] | None = None
+    sslpeer: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # empty without a client certificate
 
     def _own_kwargs(self) -> dict[str, Any]:
         return {

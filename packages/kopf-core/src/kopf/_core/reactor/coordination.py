@@ -56,7 +56,7 @@ async def _coordinate_peering(
         namespace: str | None,
 ) -> None:
     try:
-        target = await peering.detect_peering(settings=settings, vault=vault, namespace=namespace)
+        target = await peering.detect_peering(settings=settings, vault=vault, namespace=namespace, wait=True)
         if target is None:
             blocker.discard()  # the standalone mode (in this namespace)
             await asyncio.Event().wait()  # until the namespace is gone or the operator exits
