@@ -4,7 +4,9 @@ KopfRunner: the operator in a background thread, its results, re-raising, timeou
 import asyncio
 import os
 import pathlib
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.error
@@ -311,6 +313,50 @@ def test_not_ready_in_time_is_stopped_and_reported(k8s_emulator: KubernetesEmula
     message = str(error.value)
     assert message.startswith('The operator did not get ready within 0.5 seconds, and was stopped.\n')
     assert 'in startup_that_never_ends' in message
+
+
+def test_not_ready_in_time_says_first_what_the_operator_was_failing_at(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+    @kopf.on.startup(registry=registry)
+    def startup_that_keeps_failing(**_: Any) -> None:
+        raise kopf.TemporaryError('the database is not there', delay=60)
+
+    with pytest.raises(OperatorStuckError) as error, KopfRunner(RUN, registry=registry, timeout=0.5):
+        pass
+    first_line = str(error.value).splitlines()[0]
+    assert first_line == ("The operator did not get ready within 0.5 seconds, and was stopped; its last error: "
+                          "Activity 'startup_that_keeps_failing' failed temporarily: the database is not there")
+
+
+def test_kubernetes_imported_before_the_runner_finds_the_emulator(tmp_path: pathlib.Path) -> None:
+    # The `kubernetes` client reads $KUBECONFIG when imported: at the test module's top, that is before
+    # the runner points it at its emulator. An operator's own load_kube_config() must find the emulator.
+    (tmp_path / 'my_operator.py').write_text(textwrap.dedent("""
+        import kopf, kubernetes
+
+        @kopf.on.startup()
+        def start(**_):
+            kubernetes.config.load_kube_config()
+            names = [ns.metadata.name for ns in kubernetes.client.CoreV1Api().list_namespace().items]
+            print('NAMESPACES:', names)
+    """))
+    (tmp_path / 'test_operator.py').write_text(textwrap.dedent("""
+        import kubernetes  # before the runner: it reads $KUBECONFIG now
+        from kopf.testing import KopfRunner
+
+        def test_operator():
+            with KopfRunner(['run', '-A', '--standalone', 'my_operator.py'], emulator=True, timeout=10) as runner:
+                pass
+            assert runner.exit_code == 0, runner.output
+            assert "NAMESPACES: ['default'" in runner.output
+            assert kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION == '~/.kube/config'  # restored
+    """))
+    env = {key: value for key, value in os.environ.items() if key != 'KUBECONFIG'}
+    env['HOME'] = str(tmp_path)  # no ~/.kube/config of the developer's
+    result = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'test_operator.py'],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '1 passed' in result.stdout
 
 
 def test_default_timeout_is_finite() -> None:

@@ -47,9 +47,45 @@ async def test_other_errors_deny_with_500_unless_ignored(
     assert denied.status == 500
     assert denied.message == 'admission webhook "broken.auto.kopf.dev" denied the request: something is wrong'
     failures = [record for record in caplog.records if record.levelno == logging.ERROR]
-    assert any("Handler 'broken' failed with an exception." in record.getMessage() for record in failures)
-    assert any("Handler 'tolerated' failed with an exception. Ignored." in record.getMessage()
-               for record in failures)
+    assert any(record.getMessage() == "Webhook 'broken' failed with an exception and will stop now: "
+               "something is wrong" for record in failures)
+    assert any(record.getMessage() == "Webhook 'tolerated' failed with an exception and will stop now: "
+               "ignored It is ignored (ignore_failures=True)." for record in failures)
+
+
+async def test_admission_log_lines_and_levels_are_kopfs(
+        registry, settings, operator, cluster, caplog,
+) -> None:
+    # As Kopf 1.45.2 logs them (users grep and alert on these lines).
+    caplog.set_level(logging.DEBUG)
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def passing(**_: Any) -> None:
+        pass
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def denying(spec: Any, **_: Any) -> None:
+        if spec.get('deny'):
+            raise kopf.AdmissionError('not like this', code=400)
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def temporary(spec: Any, **_: Any) -> None:
+        if spec.get('temporary'):
+            raise kopf.TemporaryError('later')
+
+    async with operator(registry, settings):
+        await cluster.create('kex1', {'deny': True})
+        await cluster.create('kex2', {'temporary': True})
+
+    lines = [(record.levelname, record.getMessage()) for record in caplog.records if record.name == 'kopf.objects']
+    assert ('DEBUG', "Webhook 'passing' is invoked.") in lines
+    assert ('INFO', "Webhook 'passing' succeeded.") in lines
+    assert ('ERROR', "Webhook 'denying' failed permanently: not like this") in lines
+    assert ('ERROR', "Webhook 'temporary' failed temporarily: later") in lines
+    managers = [(record.levelname, record.getMessage()) for record in caplog.records
+                if record.name.startswith('kopf._core.engines.admission')]
+    assert ('INFO', 'Reconfiguring the validating webhook auto.kopf.dev.') in managers
+    assert ('INFO', 'Cleaning up the admission webhook auto.kopf.dev.') in managers
 
 
 async def test_warnings_reach_the_user(registry, settings, operator, cluster) -> None:

@@ -93,6 +93,21 @@ async def test_crds_created_and_deleted_at_runtime(
     await wait_for(lambda: names(insights) == {'kopfexamples.kopf.dev'})
 
 
+async def test_a_name_of_several_api_groups_is_ambiguous_not_absent(
+        kube: Kube, kex_crd: None, insights: Insights, observe_resources: Callable[[], None],
+        wait_for: WaitFor, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    await kube.create_crd('widgets', 'Widget', 'example.com')
+    await kube.create_crd('widgets', 'Widget', 'example.org')
+    observe_resources()
+    await asyncio.wait_for(insights.ready_resources.wait(), timeout=5)
+    assert names(insights) == {'kopfexamples.kopf.dev'}
+    assert "Ambiguous resources will not be served (try specifying API groups): Selector(any_name='widgets')" \
+        in caplog.messages
+    assert not any('try creating their CRDs' in message for message in caplog.messages)
+
+
 async def test_disabled_scanning_serves_only_the_initial_resources(
         kube: Kube, kex_crd: None, settings: OperatorSettings, insights: Insights,
         observe_resources: Callable[[], None], emulator: KubernetesEmulator,

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from kopf.testing import _kubeconfigs
+
 if TYPE_CHECKING:
     from kopf.testing.emulator import KubernetesEmulator
 
@@ -29,4 +31,9 @@ def k8s_emulator(
     kubeconfig_path = tmp_path_factory.mktemp('k8s-emulator') / 'kubeconfig'
     with KubernetesEmulator(kubeconfig_path=kubeconfig_path) as emulator:
         monkeypatch.setenv('KUBECONFIG', str(emulator.kubeconfig_path))
-        yield emulator
+        # The client libraries imported before the test (e.g. at its module's top) read the old $KUBECONFIG.
+        restore = _kubeconfigs.point_client_libraries(emulator.kubeconfig_path)
+        try:
+            yield emulator
+        finally:
+            restore()

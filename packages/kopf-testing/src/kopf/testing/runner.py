@@ -13,12 +13,13 @@ where the operator's thread was stuck.
 import abc
 import asyncio
 import os
+import re
 import sys
 import threading
 import time
 import traceback
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click.testing
@@ -27,6 +28,7 @@ from kopf._cli.commands import main
 from kopf._cli.controls import RunControls
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
+from kopf.testing import _kubeconfigs
 
 if TYPE_CHECKING:
     from kopf.testing.emulator import KubernetesEmulator
@@ -221,6 +223,7 @@ class KopfRunner(_AbstractKopfRunner):
         self._emulator: KubernetesEmulator | None = None
         self._owns_emulator = False
         self._saved_environ: dict[str, str | None] = {}
+        self._restore_libraries: Callable[[], None] | None = None
         self._stop_flag = threading.Event()
         self._controls = RunControls(
             registry=registry,
@@ -238,9 +241,12 @@ class KopfRunner(_AbstractKopfRunner):
             if not self._wait_until_ready():
                 stack = self._describe_thread()
                 self._stop_thread(reason='did not get ready, and then did not stop,')
+                output = self._output_or_crash()
+                last_error = _last_error(output)
+                failing = f'; its last error: {last_error}' if last_error else '.'
                 raise OperatorStuckError(
-                    f'The operator did not get ready within {self.timeout} seconds, and was stopped.\n'
-                    f'It was waiting here:\n{stack}\nIts output:\n{self._output_or_crash()}'
+                    f'The operator did not get ready within {self.timeout} seconds, and was stopped{failing}\n'
+                    f'It was waiting here:\n{stack}\nIts output:\n{output}'
                 )
         except BaseException:
             self._stop_emulator()
@@ -383,11 +389,30 @@ class KopfRunner(_AbstractKopfRunner):
         if env:
             self._kwargs['env'] = env
         self._saved_environ = {name: os.environ.get(name) for name in env}
+        kubeconfig = env.get('KUBECONFIG')
+        if kubeconfig is not None:  # the client libraries imported before the runner read the old one
+            self._restore_libraries = _kubeconfigs.point_client_libraries(kubeconfig)
 
     def _stop_emulator(self) -> None:
+        if self._restore_libraries is not None:
+            self._restore_libraries()
+            self._restore_libraries = None
         if self._owns_emulator and self._emulator is not None:
             self._owns_emulator = False
             self._emulator.stop_thread()
+
+
+# The log lines of errors in the text formats ("... [ERROR   ] message"), and the CLI's own ("Error: ...").
+_ERROR_LINE = re.compile(r'\[(?:ERROR|CRITICAL)\s*\]\s*(?P<message>.*\S)|^Error: (?P<cli>.*\S)')
+
+
+def _last_error(output: str) -> str | None:
+    """The last error that the operator logged or printed (what it was failing at), if any."""
+    for line in reversed(output.splitlines()):
+        match = _ERROR_LINE.search(line)
+        if match:
+            return match.group('message') or match.group('cli')
+    return None
 
 
 def _cancel_all_tasks(loop: asyncio.AbstractEventLoop) -> None:

@@ -200,7 +200,11 @@ async def serve_admission_request(
     )
 
     failures: list[tuple[WebhookHandler, BaseException]] = []
+    object_logger = cause.logger
+    debugging = object_logger.isEnabledFor(logging.DEBUG)  # once per review: not a call per handler for nothing
     for handler in registry.webhooks.iter_handlers(cause):
+        if debugging:
+            object_logger.debug(f'Webhook {handler.id!r} is invoked.')
         try:
             await _call_handler(handler, cause, settings=settings)
         except asyncio.CancelledError:
@@ -209,6 +213,8 @@ async def serve_admission_request(
             _log_failure(handler, e, cause)
             if not handler.ignore_failures:
                 failures.append((handler, e))
+        else:
+            object_logger.info(f'Webhook {handler.id!r} succeeded.')
 
     response: dict[str, Any] = {'uid': review.uid, 'allowed': not failures}
     if failures:
@@ -284,13 +290,15 @@ def _without_nones(value: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _log_failure(handler: WebhookHandler, error: BaseException, cause: ResourceWebhookCause) -> None:
-    ignored = ' Ignored.' if handler.ignore_failures else ''
-    if isinstance(error, AdmissionError):
-        cause.logger.info(f'Handler {handler.id!r} denied the admission: {error}.{ignored}')
-    elif isinstance(error, (PermanentError, TemporaryError)):
-        cause.logger.error(f'Handler {handler.id!r} failed: {error}.{ignored}')
+    """The failures' lines and levels as in Kopf (users grep and alert on them)."""
+    ignored = ' It is ignored (ignore_failures=True).' if handler.ignore_failures else ''
+    if isinstance(error, (AdmissionError, PermanentError)):  # AdmissionError is a PermanentError
+        cause.logger.error(f'Webhook {handler.id!r} failed permanently: {error}{ignored}')
+    elif isinstance(error, TemporaryError):
+        cause.logger.error(f'Webhook {handler.id!r} failed temporarily: {error}{ignored}')
     else:
-        cause.logger.exception(f'Handler {handler.id!r} failed with an exception.{ignored}')
+        cause.logger.exception(f'Webhook {handler.id!r} failed with an exception and will stop now: '
+                               f'{error}{ignored}')
 
 
 def _describe_denial(failures: Collection[tuple[WebhookHandler, BaseException]]) -> dict[str, Any]:
@@ -508,6 +516,7 @@ async def configuration_manager(
                                               name=name, resources=insights.webhook_resources,
                                               client_config=client_config)
                     if webhooks != written.get(reason):
+                        logger.info(f'Reconfiguring the {reason.value} webhook {name}.')
                         await _upsert(resource, name=name, webhooks=webhooks, settings=settings, vault=vault)
                         written[reason] = webhooks
             waiters = [asyncio.create_task(configs.wait_for_change(client_config)),
@@ -539,6 +548,7 @@ async def _remove_non_persistent(
     for reason, resource in CONFIGURATIONS.items():
         if reason not in written:
             continue
+        logger.info(f'Cleaning up the admission webhook {name}.')
         persistent = [handler for handler in registry.webhooks.get_all_handlers() if handler.persistent]
         webhooks = build_webhooks(persistent, reason=reason, name=name,
                                   resources=insights.webhook_resources, client_config=client_config)

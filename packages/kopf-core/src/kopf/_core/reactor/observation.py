@@ -97,8 +97,16 @@ class _ResourcesPublisher:
         unresolved = frozenset(selector for selector in selectors
                                if selector.is_specific and not selector.select(resources))
         if unresolved and unresolved != self._unresolved:
-            listed = ', '.join(sorted(repr(selector) for selector in unresolved))
-            logger.warning(f'Unresolved resources cannot be served (try creating their CRDs): {listed}')
+            # A name of several API groups (none of them the core API) is ambiguous, not absent.
+            ambiguous = {selector for selector in unresolved
+                         if any(selector.check(resource) for resource in resources)}
+            absent = unresolved - ambiguous
+            if ambiguous:
+                listed = ', '.join(sorted(repr(selector) for selector in ambiguous))
+                logger.warning(f'Ambiguous resources will not be served (try specifying API groups): {listed}')
+            if absent:
+                listed = ', '.join(sorted(repr(selector) for selector in absent))
+                logger.warning(f'Unresolved resources cannot be served (try creating their CRDs): {listed}')
             self._warn_on_empty_indices(unresolved)
         self._unresolved = unresolved
 
