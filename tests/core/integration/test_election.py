@@ -76,6 +76,7 @@ def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
 
 async def test_only_the_leader_handles(
         cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with make_operator('first'):
         await eventually(lambda: holder(cluster) == 'first')
@@ -92,6 +93,9 @@ async def test_only_the_leader_handles(
     assert {operator for operator, _ in handled} == {'first'}
     assert set(handled.values()) == {1}
     assert holder(cluster) == ''  # released on exit
+    waiting = [m for m in caplog.messages if m.startswith('Waiting for the lease default/my-operator')]
+    assert waiting == ["Waiting for the lease default/my-operator: it is held by 'first'; "
+                       "handling nothing until it is released or expires."] * 2  # once per follower
 
 
 async def test_graceful_exit_releases_the_lease_and_a_follower_takes_over_at_once(
@@ -193,3 +197,30 @@ async def test_a_killed_leader_is_replaced_after_the_lease_duration(
             process.wait(5)
     assert handled == {('follower', 'kex2'): 1}
     assert output.read_text().count('HANDLED') == 1
+
+
+async def test_a_forced_exit_still_releases_the_lease(
+        cluster: Any, eventually: Any, tmp_path: pathlib.Path, start_kopf_process: Any,
+) -> None:
+    # A second Ctrl+C while the graceful exit releases the lease (slowly here): the release is finished
+    # all the same (bounded in time), so that a follower does not wait for the lease's expiry.
+    source = tmp_path / 'operator.py'
+    source.write_text(textwrap.dedent(OPERATOR_SOURCE))
+    output = tmp_path / 'output.txt'
+    env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path))
+    process = start_kopf_process(['-n', 'default', '--lease', 'default/my-operator', str(source)], env, output)
+    try:
+        await eventually(lambda: holder(cluster), within=15)
+        cluster.emulator.add_latency(1.0, method='PUT', path='/leases')  # the renewals and the release
+        process.send_signal(signal.SIGINT)
+        await eventually(lambda: 'Stopped leading the lease' in output.read_text(), within=5)
+        process.send_signal(signal.SIGINT)
+        await eventually(lambda: 'Operator is exiting now' in output.read_text(), within=5)
+        await asyncio.to_thread(process.wait, 10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    text = output.read_text()
+    assert 'Released the lease default/my-operator.' in text, text
+    assert holder(cluster) == '', text

@@ -29,6 +29,7 @@ from typing import Any
 
 from kopf._clients import coordination, creating, errors, fetching
 from kopf._clients.vault import Vault
+from kopf._cogs.helpers import aiotasks
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.gating import GateBlocker
 from kopf._core.intents.configuration import ElectionSettings, OperatorSettings
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 __all__ = ['LEASE_RESOURCE', 'LeaseElection', 'parse_lease_reference']
 
 LEASE_RESOURCE = Resource('coordination.k8s.io', 'v1', 'leases', kind='Lease', namespaced=True)
+
+# How long the exit may take to release the lease (even a forced exit waits for it).
+RELEASE_TIMEOUT = 3.0
 
 # The errors after which the attempt is repeated later (not a reason for the operator to fail).
 _TRANSIENT_ERRORS = (errors.APIServerError, errors.APIConflictError, errors.APITooManyRequestsError,
@@ -78,6 +82,8 @@ class LeaseElection:
         self.leading = False
         self._observation: _Observation | None = None
         self._renewed_at: float | None = None  # the start of the latest successful acquiring/renewing
+        self._holder: str | None = None  # another holder of the lease as last seen (None: none or us)
+        self._followed: str | None = None  # the holder that this follower has said it waits for
 
     @property
     def _election(self) -> ElectionSettings:
@@ -108,7 +114,8 @@ class LeaseElection:
         finally:
             if self.leading:
                 self._stop_leading('the operator is exiting')
-                await asyncio.shield(self._release())
+                # Even in a forced exit (a second Ctrl+C): a follower takes over at once, not at the expiry.
+                await aiotasks.finish_uninterrupted(self._release_in_time())
 
     async def _attempt(self) -> None:
         """One round: acquire or renew; stop leading if the renewal deadline is over."""
@@ -129,6 +136,7 @@ class LeaseElection:
 
         if acquired:
             self._renewed_at = started
+            self._followed = None
             if not self.leading:
                 self.leading = True
                 logger.info(f'Became the leader of the lease {self}: handling the objects.')
@@ -140,6 +148,10 @@ class LeaseElection:
             self._stop_leading(f'the lease could not be renewed for {self._election.renew_deadline}s')
         elif not self.leading:
             self.blocker.block()  # a follower: decided (for the operator's readiness), nothing changes
+            if acquired is not None and self._holder and self._holder != self._followed:
+                self._followed = self._holder
+                logger.info(f'Waiting for the lease {self}: it is held by {self._holder!r}; '
+                            f'handling nothing until it is released or expires.')
 
     def _stop_leading(self, reason: str) -> None:
         self.leading = False
@@ -162,7 +174,8 @@ class LeaseElection:
                 await creating.create_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
                                           namespace=self.namespace, body=body, backoffs=(), logger=logger)
             except errors.APIConflictError:
-                return False  # created by another follower meanwhile
+                self._holder = None  # created by another follower meanwhile: who it is is seen next time
+                return False
             return True
 
         spec: Mapping[str, Any] = lease.get('spec') or {}
@@ -174,6 +187,7 @@ class LeaseElection:
             self._observation = _Observation(record=record, observed_at=now_monotonic)
 
         held_by_other = holder and holder != self.identity
+        self._holder = holder if held_by_other else None
         if held_by_other and now_monotonic < self._observation.observed_at + float(duration):
             return False
 
@@ -208,6 +222,13 @@ class LeaseElection:
         if acquired_at is not None:
             spec['acquireTime'] = _format_micro_time(acquired_at)
         return spec
+
+    async def _release_in_time(self) -> None:
+        try:
+            await asyncio.wait_for(self._release(), timeout=RELEASE_TIMEOUT)
+        except asyncio.TimeoutError:
+            logger.warning(f'Failed to release the lease {self} in {RELEASE_TIMEOUT}s; '
+                           f'the followers take it over when it expires.')
 
     async def _release(self) -> None:
         """Give the lease away (no holder), so that a follower takes it over at once."""

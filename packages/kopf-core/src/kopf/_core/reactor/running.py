@@ -37,10 +37,21 @@ from typing import Any
 
 from kopf._clients.errors import describe_error
 from kopf._clients.vault import Vault
+from kopf._cogs.helpers import aiotasks
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
-from kopf._core.engines import activities, admission, gating, indexing, peering, posting, probing, spawning
+from kopf._core.engines import (
+    activities,
+    admission,
+    gating,
+    indexing,
+    leadership,
+    peering,
+    posting,
+    probing,
+    spawning,
+)
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity
 from kopf._core.intents.memos import Memo
@@ -66,6 +77,27 @@ Identity = peering.Identity
 
 # How long the tasks left running after the operator's exit get to finish before they are cancelled.
 HUNG_TASKS_GRACE = 1.0
+
+# How long a forced exit waits for the coordinators' farewells (e.g. releasing the lease) before closing.
+FAREWELL_TIMEOUT = leadership.RELEASE_TIMEOUT + 1.0
+
+
+async def _close_at_exit(
+        coordinators: Collection[asyncio.Task[None]],
+        vault: Vault,
+        stopping: Collection[Coroutine[Any, Any, None]],
+) -> None:
+    """
+    Let the coordinators say farewell (in a forced exit, they are not stopped yet), then close the sessions.
+
+    A coordinator's farewell (the release of the lease) needs the credentials: they are closed only after it.
+    """
+    leftovers = [task for task in coordinators if not task.done()]
+    for task in leftovers:
+        task.cancel()  # once: their exit (the release) is not interrupted by a repeated cancellation
+    if leftovers:
+        await asyncio.wait(leftovers, timeout=FAREWELL_TIMEOUT)
+    await asyncio.gather(vault.close(), *stopping)
 
 
 
@@ -433,8 +465,11 @@ async def _run_operator(
             # Even if the exit is forced: the HTTP sessions must be closed in the loop they belong to,
             # so a repeated cancellation (e.g. of a hung cleanup) must not interrupt the closing.
             # The liveness endpoint's port is released the same way, whatever the cancellations.
+            # Even if the exit is forced (e.g. a second Ctrl+C): the lease is released (for a while at most),
+            # so that a follower takes over at once instead of waiting for the lease to expire.
             stopping = [reporter.stop()] if reporter is not None else []
-            await asyncio.shield(asyncio.gather(vault.close(), *stopping))
+            coordinators = core_tasks.coordinators if core_tasks is not None else []
+            await aiotasks.finish_uninterrupted(_close_at_exit(coordinators, vault, stopping))
             if command is not None and core_tasks is None:
                 command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
 
