@@ -217,3 +217,22 @@ def test_discovery_commands(kubectl) -> None:
     versions = kubectl('api-versions').stdout.split()
     assert 'kopf.dev/v1' in versions and 'v1' in versions
     assert kubectl('version', '-o', 'json').returncode == 0
+
+
+def test_the_peering_examples_commands_work_on_their_first_run(tmp_path: pathlib.Path) -> None:
+    # The README's kubectl lines, as a user copies them, against a fresh API server (no CRDs yet).
+    from kopf.testing import KubernetesEmulator
+
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    readme = (repo / 'examples' / '15-peering' / 'README.md').read_text()
+    section = readme.split('**Kopf-compatible peering**')[1].split('kopf run')[0]
+    commands = [line.strip().split() for line in section.splitlines() if line.strip().startswith('kubectl ')]
+    assert len(commands) >= 2
+    with KubernetesEmulator(kubeconfig_path=tmp_path / 'kubeconfig') as emulator:
+        for command in commands:
+            result = subprocess.run([str(KUBECTL), '--kubeconfig', str(emulator.kubeconfig_path),
+                                     '--cache-dir', str(tmp_path / 'cache'), *command[1:]],
+                                    cwd=repo, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, f'{" ".join(command)}: {result.stderr}'
+        assert emulator.get_object('kopfpeerings.kopf.dev', 'example', namespace='default') is not None
+        assert emulator.get_object('clusterkopfpeerings.kopf.dev', 'example') is not None

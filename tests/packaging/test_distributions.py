@@ -34,8 +34,7 @@ def make_venv(path: pathlib.Path) -> pathlib.Path:
 @pytest.fixture(scope='module')
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     path = tmp_path_factory.mktemp('wheels')
-    sources = [REPO / 'packages' / name for name in PACKAGES] + [REPO]
-    run(sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps', '-w', path, *sources)
+    run(sys.executable, REPO / 'tools' / 'build_wheels.py', path)  # as the README tells the users
     return path
 
 
@@ -107,3 +106,54 @@ def test_editable_installs(tmp_path: pathlib.Path) -> None:
     code += 'print(len(kopf.__path__))'
     assert int(run(python, '-c', code, cwd=tmp_path).strip()) == 5
     assert 'kopf-core 0.1.0' in run(python, '-m', 'kopf', '--version', cwd=tmp_path)
+
+
+EMBEDDED_OPERATOR = """
+    import asyncio, json, os, pathlib, threading, urllib.request
+    import kopf
+
+    @kopf.on.create('configmaps')
+    def created(name, **_):
+        pathlib.Path(os.environ['MARK_FILE']).write_text(name)
+
+    async def main():
+        stop = asyncio.Event()
+        operator = asyncio.create_task(kopf.operator(standalone=True, namespaces=['default'], stop_flag=stop))
+        body = json.dumps({'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'cm1'}}).encode()
+        request = urllib.request.Request(os.environ['API_URL'] + '/api/v1/namespaces/default/configmaps',
+                                         data=body, method='POST', headers={'Content-Type': 'application/json'})
+        await asyncio.to_thread(urllib.request.urlopen, request)
+        for _ in range(200):
+            if pathlib.Path(os.environ['MARK_FILE']).exists():
+                break
+            await asyncio.sleep(0.05)
+        stop.set()
+        await operator
+
+    asyncio.run(main())
+"""
+
+
+def test_kopf_core_alone_from_the_wheels_embeds_an_operator(
+        wheelhouse: pathlib.Path, wheel_venv: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    # The README's way for users: `pip install --find-links DIR kopf-core` into their own virtualenv.
+    python = make_venv(tmp_path / 'core-venv')
+    run(python, '-m', 'pip', 'install', '-q', '--find-links', wheelhouse, 'kopf-core')
+    installed = run(python, '-m', 'pip', 'list', '--format=freeze')
+    assert 'kopf-core==0.1.0' in installed and 'kopf-testing' not in installed
+    kubeconfig = tmp_path / 'kubeconfig'
+    emulator = subprocess.Popen([str(wheel_venv), '-m', 'kopf.testing.emulator', '--kubeconfig', str(kubeconfig)],
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        assert emulator.stderr is not None
+        line = emulator.stderr.readline()  # "The Kubernetes API emulator serves at URL; kubeconfig: ..."
+        url = line.split(' serves at ')[1].split(';')[0]
+        (tmp_path / 'embedded.py').write_text(textwrap.dedent(EMBEDDED_OPERATOR))
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), API_URL=url, MARK_FILE=str(tmp_path / 'mark'))
+        result = subprocess.run([str(python), str(tmp_path / 'embedded.py')], env=env, capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / 'mark').read_text() == 'cm1'
+    finally:
+        emulator.terminate()
+        emulator.wait(10)
