@@ -23,7 +23,8 @@ SOURCES = ['packages/kopf-clients', 'packages/kopf-core', 'packages/kopf-webhook
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='python tools/build_wheels.py', description=__doc__.split('\n\n')[0])
+    description = (__doc__ or '').strip().split('\n\n')[0]
+    parser = argparse.ArgumentParser(prog='python tools/build_wheels.py', description=description)
     parser.add_argument('directory', nargs='?', default='wheels', help='where to put the wheels (./wheels)')
     args = parser.parse_args(argv)
     target = pathlib.Path(args.directory).resolve()

@@ -121,7 +121,8 @@ EMBEDDED_OPERATOR = """
         operator = asyncio.create_task(kopf.operator(standalone=True, namespaces=['default'], stop_flag=stop))
         body = json.dumps({'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'cm1'}}).encode()
         request = urllib.request.Request(os.environ['API_URL'] + '/api/v1/namespaces/default/configmaps',
-                                         data=body, method='POST', headers={'Content-Type': 'application/json'})
+                                         data=body, method='POST',
+                                         headers={'Content-Type': 'application/json'})
         await asyncio.to_thread(urllib.request.urlopen, request)
         for _ in range(200):
             if pathlib.Path(os.environ['MARK_FILE']).exists():
@@ -142,8 +143,8 @@ def test_kopf_core_alone_from_the_wheels_embeds_an_operator(
     installed = run(python, '-m', 'pip', 'list', '--format=freeze')
     assert 'kopf-core==0.1.0' in installed and 'kopf-testing' not in installed
     kubeconfig = tmp_path / 'kubeconfig'
-    emulator = subprocess.Popen([str(wheel_venv), '-m', 'kopf.testing.emulator', '--kubeconfig', str(kubeconfig)],
-                                stderr=subprocess.PIPE, text=True)
+    command = [str(wheel_venv), '-m', 'kopf.testing.emulator', '--kubeconfig', str(kubeconfig)]
+    emulator = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         assert emulator.stderr is not None
         line = emulator.stderr.readline()  # "The Kubernetes API emulator serves at URL; kubeconfig: ..."

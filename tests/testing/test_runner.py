@@ -324,8 +324,9 @@ def test_not_ready_in_time_says_first_what_the_operator_was_failing_at(
     with pytest.raises(OperatorStuckError) as error, KopfRunner(RUN, registry=registry, timeout=0.5):
         pass
     first_line = str(error.value).splitlines()[0]
-    assert first_line == ("The operator did not get ready within 0.5 seconds, and was stopped; its last error: "
-                          "Activity 'startup_that_keeps_failing' failed temporarily: the database is not there")
+    assert first_line == ("The operator did not get ready within 0.5 seconds, and was stopped; "
+                          "its last error: Activity 'startup_that_keeps_failing' failed temporarily: "
+                          "the database is not there")
 
 
 def test_kubernetes_imported_before_the_runner_finds_the_emulator(tmp_path: pathlib.Path) -> None:
@@ -345,7 +346,8 @@ def test_kubernetes_imported_before_the_runner_finds_the_emulator(tmp_path: path
         from kopf.testing import KopfRunner
 
         def test_operator():
-            with KopfRunner(['run', '-A', '--standalone', 'my_operator.py'], emulator=True, timeout=10) as runner:
+            args = ['run', '-A', '--standalone', 'my_operator.py']
+            with KopfRunner(args, emulator=True, timeout=10) as runner:
                 pass
             assert runner.exit_code == 0, runner.output
             assert "NAMESPACES: ['default'" in runner.output
@@ -353,7 +355,8 @@ def test_kubernetes_imported_before_the_runner_finds_the_emulator(tmp_path: path
     """))
     env = {key: value for key, value in os.environ.items() if key != 'KUBECONFIG'}
     env['HOME'] = str(tmp_path)  # no ~/.kube/config of the developer's
-    result = subprocess.run([sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'test_operator.py'],
+    command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'test_operator.py']
+    result = subprocess.run(command,
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert '1 passed' in result.stdout

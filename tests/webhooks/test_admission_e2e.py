@@ -77,7 +77,8 @@ async def test_admission_log_lines_and_levels_are_kopfs(
         await cluster.create('kex1', {'deny': True})
         await cluster.create('kex2', {'temporary': True})
 
-    lines = [(record.levelname, record.getMessage()) for record in caplog.records if record.name == 'kopf.objects']
+    lines = [(record.levelname, record.getMessage())
+             for record in caplog.records if record.name == 'kopf.objects']
     assert ('DEBUG', "Webhook 'passing' is invoked.") in lines
     assert ('INFO', "Webhook 'passing' succeeded.") in lines
     assert ('ERROR', "Webhook 'denying' failed permanently: not like this") in lines

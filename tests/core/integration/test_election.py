@@ -208,7 +208,8 @@ async def test_a_forced_exit_still_releases_the_lease(
     source.write_text(textwrap.dedent(OPERATOR_SOURCE))
     output = tmp_path / 'output.txt'
     env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path))
-    process = start_kopf_process(['-n', 'default', '--lease', 'default/my-operator', str(source)], env, output)
+    args = ['-n', 'default', '--lease', 'default/my-operator', str(source)]
+    process = start_kopf_process(args, env, output)
     try:
         await eventually(lambda: holder(cluster), within=15)
         cluster.emulator.add_latency(1.0, method='PUT', path='/leases')  # the renewals and the release

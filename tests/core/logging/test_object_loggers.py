@@ -135,3 +135,31 @@ def test_references_of_various_bodies() -> None:
 ])
 def test_prefixes(ref: dict[str, Any], prefix: str) -> None:
     assert build_object_prefix(ref) == prefix
+
+
+@pytest.mark.parametrize('level', ['debug', 'info'])
+def test_the_plain_messages_fast_path_makes_the_same_records_as_the_general_one(
+        caplog: pytest.LogCaptureFixture, settings: OperatorSettings, namespaced_body: dict[str, Any],
+        level: str,
+) -> None:
+    # A plain message takes the fast path; with an (empty) extra, the logging's general path.
+    caplog.set_level(logging.DEBUG, logger='kopf.objects')
+    logger = ObjectLogger(body=namespaced_body, settings=settings)
+    getattr(logger, level)('hello %s', 'world'); getattr(logger, level)('hello %s', 'world', extra={})  # noqa: E702
+    fast, general = [r for r in caplog.records if r.name == 'kopf.objects']
+    ignored = {'created', 'msecs', 'relativeCreated', 'lineno'}  # lineno: the same line, see above
+    assert {k: v for k, v in vars(fast).items() if k not in ignored} == \
+           {k: v for k, v in vars(general).items() if k not in ignored}
+    assert fast.lineno == general.lineno
+    assert fast.getMessage() == 'hello world'
+
+
+def test_the_text_formats_time_is_as_the_standard_one(settings: OperatorSettings) -> None:
+    from kopf._core.actions.loggers import make_formatter
+    formatter = make_formatter(LogFormat.FULL)
+    standard = logging.Formatter(LogFormat.FULL.value)
+    for created in [1_700_000_000.001, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25]:
+        record = logging.LogRecord('kopf', logging.INFO, __file__, 1, 'message', (), None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert formatter.formatTime(record) == standard.formatTime(record)
+        assert formatter.formatTime(record, '%H') == standard.formatTime(record, '%H')

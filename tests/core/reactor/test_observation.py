@@ -103,7 +103,8 @@ async def test_a_name_of_several_api_groups_is_ambiguous_not_absent(
     observe_resources()
     await asyncio.wait_for(insights.ready_resources.wait(), timeout=5)
     assert names(insights) == {'kopfexamples.kopf.dev'}
-    assert "Ambiguous resources will not be served (try specifying API groups): Selector(any_name='widgets')" \
+    assert ("Ambiguous resources will not be served (try specifying API groups): "
+            "Selector(any_name='widgets')") \
         in caplog.messages
     assert not any('try creating their CRDs' in message for message in caplog.messages)
 

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 
 from kopf._clients.connections import ConnectionPool, HTTPTransport
-from kopf._cogs.structs.credentials import ConnectionInfo, KubeContext
+from kopf._cogs.structs.credentials import AiohttpSession, ConnectionInfo, KubeContext
 
 DEFAULT_USER_AGENT = 'kopf'
 
@@ -189,11 +189,13 @@ class APIContext:
         self.server = info.server.rstrip('/')
         self.default_namespace = info.default_namespace
         self.slots = RequestSlots(MAX_CONCURRENT_REQUESTS)
-        if not isinstance(info, ConnectionInfo):  # a custom aiohttp session (AiohttpSession): as it is
+        if isinstance(info, AiohttpSession):  # a custom aiohttp session: used as it is
             from kopf._clients import fallback  # aiohttp: only when needed (memory & start-up)
             self.proxy_url = None
-            self.transport = fallback.FallbackSession(self.server, session=getattr(info, 'aiohttp_session'))
+            self.transport = fallback.FallbackSession(self.server, session=info.aiohttp_session)
             return
+        if not isinstance(info, ConnectionInfo):
+            raise TypeError(f'Credentials must be ConnectionInfo or AiohttpSession; got {type(info).__name__}.')
         self.proxy_url = info.proxy_url
 
         ssl_context: ssl.SSLContext | None = None

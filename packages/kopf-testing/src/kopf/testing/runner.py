@@ -245,7 +245,8 @@ class KopfRunner(_AbstractKopfRunner):
                 last_error = _last_error(output)
                 failing = f'; its last error: {last_error}' if last_error else '.'
                 raise OperatorStuckError(
-                    f'The operator did not get ready within {self.timeout} seconds, and was stopped{failing}\n'
+                    f'The operator did not get ready within {self.timeout} seconds, '
+                    f'and was stopped{failing}\n'
                     f'It was waiting here:\n{stack}\nIts output:\n{output}'
                 )
         except BaseException:

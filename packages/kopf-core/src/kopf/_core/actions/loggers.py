@@ -18,6 +18,7 @@ The attributes added to the records (``kopf_object_ref`` & co) are internal and 
 import enum
 import logging
 import sys
+import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any, ClassVar, TextIO, TypedDict
 
@@ -146,14 +147,34 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
     def debug(self, msg: object, *args: object, exc_info: Any = None, stack_info: bool = False,
               stacklevel: int = 1, extra: Mapping[str, object] | None = None, **kwargs: object) -> None:
         if self.logger.isEnabledFor(logging.DEBUG):
-            self.log(logging.DEBUG, msg, *args, exc_info=exc_info, stack_info=stack_info,
-                     stacklevel=stacklevel + 1, extra=extra, **kwargs)
+            if exc_info is None and not stack_info and extra is None and not kwargs:
+                self._emit(logging.DEBUG, msg, args, sys._getframe(stacklevel))
+            else:
+                self.log(logging.DEBUG, msg, *args, exc_info=exc_info, stack_info=stack_info,
+                         stacklevel=stacklevel + 1, extra=extra, **kwargs)
 
     def info(self, msg: object, *args: object, exc_info: Any = None, stack_info: bool = False,
              stacklevel: int = 1, extra: Mapping[str, object] | None = None, **kwargs: object) -> None:
         if self.logger.isEnabledFor(logging.INFO):
-            self.log(logging.INFO, msg, *args, exc_info=exc_info, stack_info=stack_info,
-                     stacklevel=stacklevel + 1, extra=extra, **kwargs)
+            if exc_info is None and not stack_info and extra is None and not kwargs:
+                self._emit(logging.INFO, msg, args, sys._getframe(stacklevel))
+            else:
+                self.log(logging.INFO, msg, *args, exc_info=exc_info, stack_info=stack_info,
+                         stacklevel=stacklevel + 1, extra=extra, **kwargs)
+
+    def _emit(self, level: int, msg: object, args: tuple[object, ...], frame: Any) -> None:
+        """
+        What ``self.log()`` does for a plain message, with the caller's frame known (given by the caller).
+
+        The logging's general path looks for the caller by walking the stack from its own frames and
+        skipping the logging module's ones (a few Python-level calls per record); the caller here is
+        the frame that called :meth:`debug` or :meth:`info` (``stacklevel`` frames up), the same one.
+        """
+        logger = self.logger
+        code = frame.f_code
+        record = logger.makeRecord(logger.name, level, code.co_filename, frame.f_lineno, msg, args,
+                                   None, code.co_name, self._own_extra(), None)
+        logger.handle(record)
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         # Keep the caller's own extras (they get into JSON logs), but never let them replace ours.
@@ -186,6 +207,19 @@ class ObjectTextFormatter(logging.Formatter):
     def __init__(self, fmt: str | None = None, datefmt: str | None = None, *, prefix: bool = True) -> None:
         super().__init__(fmt, datefmt)
         self.object_prefixing = prefix
+
+    _seconds: int | None = None  # the latest second formatted, and how (the same for many records)
+    _seconds_text: str = ''
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        # As the default formatTime() does: the time to the second, then the milliseconds (cached per second).
+        seconds = int(record.created)
+        if seconds != self._seconds:
+            self._seconds_text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._seconds = seconds
+        return f'{self._seconds_text},{int(record.msecs):03d}'  # as default_msec_format: '%s,%03d'
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         object_prefix = record.__dict__.get(PREFIX_ATTR) if self.object_prefixing else None

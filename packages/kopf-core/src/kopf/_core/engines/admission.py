@@ -201,7 +201,7 @@ async def serve_admission_request(
 
     failures: list[tuple[WebhookHandler, BaseException]] = []
     object_logger = cause.logger
-    debugging = object_logger.isEnabledFor(logging.DEBUG)  # once per review: not a call per handler for nothing
+    debugging = object_logger.isEnabledFor(logging.DEBUG)  # once per review, not per handler
     for handler in registry.webhooks.iter_handlers(cause):
         if debugging:
             object_logger.debug(f'Webhook {handler.id!r} is invoked.')

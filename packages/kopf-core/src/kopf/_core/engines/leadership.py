@@ -226,7 +226,7 @@ class LeaseElection:
     async def _release_in_time(self) -> None:
         try:
             await asyncio.wait_for(self._release(), timeout=RELEASE_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             logger.warning(f'Failed to release the lease {self} in {RELEASE_TIMEOUT}s; '
                            f'the followers take it over when it expires.')
 

@@ -103,7 +103,8 @@ class _ResourcesPublisher:
             absent = unresolved - ambiguous
             if ambiguous:
                 listed = ', '.join(sorted(repr(selector) for selector in ambiguous))
-                logger.warning(f'Ambiguous resources will not be served (try specifying API groups): {listed}')
+                logger.warning(f'Ambiguous resources will not be served (try specifying API groups): '
+                               f'{listed}')
             if absent:
                 listed = ', '.join(sorted(repr(selector) for selector in absent))
                 logger.warning(f'Unresolved resources cannot be served (try creating their CRDs): {listed}')
