@@ -195,7 +195,7 @@ class APIContext:
             self.transport = fallback.FallbackSession(self.server, session=info.aiohttp_session)
             return
         if not isinstance(info, ConnectionInfo):
-            raise TypeError(f'Credentials must be ConnectionInfo or AiohttpSession, not {type(info).__name__}.')
+            raise TypeError(f'Credentials must be ConnectionInfo or AiohttpSession: {type(info).__name__}.')
         self.proxy_url = info.proxy_url
 
         ssl_context: ssl.SSLContext | None = None
