@@ -540,12 +540,12 @@ def timer(
     _check_flag(decorator, 'sharp', sharp)
     real_field = _check_filters(decorator, labels=labels, annotations=annotations, when=when,
                                 field=field, value=value)
+    if sharp and interval is None:
+        raise TypeError(f'{decorator}: sharp=True needs interval= (the calls are sharp to the interval).')
     if interval is None and idle is None:
         warnings.warn(f'{decorator} has neither interval= nor idle=: it will be called once per object. '
                       f'Add interval= (seconds between the calls) or idle= (seconds the object stays '
                       f'unchanged) to repeat it.', UserWarning, stacklevel=2)
-    if sharp and interval is None:
-        raise TypeError(f'{decorator}: sharp=True needs interval= (the calls are sharp to the interval).')
 
     def make(fn: callbacks.HandlerFn) -> handlers.TimerHandler:
         return handlers.TimerHandler(
