@@ -1,5 +1,6 @@
 """
-Tools for testing operators: ``KopfRunner`` and an in-process Kubernetes API emulator.
+Tools for testing operators: ``KopfRunner``, an in-process Kubernetes API emulator, and a real
+Kubernetes control plane (etcd + kube-apiserver as subprocesses, envtest-style).
 
 The names are resolved on first access, so that importing ``kopf.testing`` (as the pytest
 plugin does in every test session) stays cheap.
@@ -9,6 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kopf.testing.apiserver import ControlPlaneError as ControlPlaneError
+    from kopf.testing.apiserver import KubernetesControlPlane as KubernetesControlPlane
     from kopf.testing.emulator import KubernetesEmulator as KubernetesEmulator
     from kopf.testing.emulator import RequestCounter as RequestCounter
     from kopf.testing.emulator import RequestKey as RequestKey
@@ -16,14 +19,18 @@ if TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _LAZY_NAMES: dict[str, str] = {
+    'ControlPlaneError': 'kopf.testing.apiserver',
     'KopfRunner': 'kopf.testing.runner',
+    'KubernetesControlPlane': 'kopf.testing.apiserver',
     'KubernetesEmulator': 'kopf.testing.emulator',
     'RequestCounter': 'kopf.testing.emulator',
     'RequestKey': 'kopf.testing.emulator',
 }
 
 __all__ = [
+    'ControlPlaneError',
     'KopfRunner',
+    'KubernetesControlPlane',
     'KubernetesEmulator',
     'RequestCounter',
     'RequestKey',

@@ -1,0 +1,128 @@
+"""
+The control plane's processes: started with their output in log files, stopped by SIGTERM, then SIGKILL.
+
+Each process is the leader of a session of its own: a Ctrl+C in the terminal reaches only the
+Python process, which then stops the control plane in order (kube-apiserver before etcd), and
+the signals reach whatever the binary started itself (a wrapper script's children, too).
+"""
+
+import collections
+import os
+import pathlib
+import signal
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = ['ManagedProcess', 'read_log_tail']
+
+TAIL_LINES = 10
+_TAIL_BYTES = 64 * 1024
+_MAX_LINE_LENGTH = 500
+REDACTED = '<redacted>'
+
+
+class ManagedProcess:
+    """One binary of the control plane, its log file, and its stopping."""
+
+    def __init__(
+            self,
+            name: str,
+            command: Sequence[str],
+            *,
+            log_path: pathlib.Path,
+            cwd: pathlib.Path,
+            env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.command = list(command)
+        self.log_path = log_path
+        self._cwd = cwd
+        self._env = dict(env) if env is not None else None
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._stopped = False  # once stopped, its pid (and group id) may belong to another process
+
+    def start(self) -> None:
+        with open(self.log_path, 'ab') as log:
+            self._popen = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self._cwd,
+                env=self._env,
+                start_new_session=True,
+                close_fds=True,
+            )
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code once it exited (negative: the signal that ended it), else ``None``."""
+        return self._popen.poll() if self._popen is not None else None
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM, then SIGKILL if it is still alive after ``timeout`` seconds; wait for its exit."""
+        popen = self._popen
+        if popen is None or self._stopped:
+            return
+        try:
+            if popen.poll() is None:
+                self._signal(signal.SIGTERM)
+                try:
+                    popen.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            # Also on an interruption while waiting (a second Ctrl+C): nothing is left running.
+            if popen.poll() is None:
+                self._signal(signal.SIGKILL)
+                popen.wait()
+            self._signal(signal.SIGKILL)  # whatever is left of its session (e.g. a wrapper's children)
+            self._stopped = True
+
+    def kill(self) -> None:
+        """SIGKILL at once, and wait (for the last resort at the interpreter's exit)."""
+        popen = self._popen
+        if popen is not None and not self._stopped:
+            self._signal(signal.SIGKILL)
+            popen.wait()
+            self._stopped = True
+
+    def tail(self, lines: int = TAIL_LINES, *, redact: Iterable[str] = ()) -> list[str]:
+        return read_log_tail(self.log_path, lines, redact=redact)
+
+    def _signal(self, signum: int) -> None:
+        popen = self._popen
+        if popen is None or self._stopped:
+            return
+        try:
+            os.killpg(popen.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def read_log_tail(path: pathlib.Path, lines: int = TAIL_LINES, *, redact: Iterable[str] = ()) -> list[str]:
+    """The last non-empty lines of a log file (shortened if very long), the secrets replaced."""
+    try:
+        with open(path, 'rb') as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    secrets = [secret for secret in redact if secret]
+    result: collections.deque[str] = collections.deque(maxlen=lines)
+    for raw_line in data.decode('utf-8', errors='replace').splitlines():
+        line = raw_line.rstrip()
+        if not line:
+            continue
+        for secret in secrets:
+            line = line.replace(secret, REDACTED)
+        if len(line) > _MAX_LINE_LENGTH:
+            line = line[:_MAX_LINE_LENGTH] + '…'
+        result.append(line)
+    return list(result)
