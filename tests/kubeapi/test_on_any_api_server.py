@@ -1,0 +1,221 @@
+"""
+The same tests on any API server (the ``k8s_api`` switch): the emulator by default, the real control plane
+(``--kube-api=control-plane``, in tox's ``realapi`` env), or a cluster (``--kube-api=kubeconfig``).
+
+They talk to the server only through ``KUBECONFIG`` (kubectl, the ``kubernetes`` client, operators), so
+where the emulator's reading of Kubernetes is wrong, the real server shows it.
+"""
+import pathlib
+import shutil
+import subprocess
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+import kopf
+from kopf._core.intents.registries import OperatorRegistry
+from kopf.testing import KopfRunner
+
+pytestmark = pytest.mark.kube_api
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+KUBECTL = shutil.which('kubectl')
+WAIT = 30.0
+RUN = ['run', '--standalone', '--verbose']
+
+
+@pytest.fixture()
+def api(k8s_api: Any) -> Iterator[kubernetes.client.ApiClient]:
+    client = kubernetes.config.new_client_from_config(config_file=str(k8s_api.kubeconfig_path))
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def namespace(api: kubernetes.client.ApiClient) -> Iterator[str]:
+    name = f'test-{uuid.uuid4().hex[:8]}'
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespace({'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture()
+def kex_crd(api: kubernetes.client.ApiClient) -> None:
+    body = yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text())
+    crds = kubernetes.client.ApiextensionsV1Api(api)
+    try:
+        crds.create_custom_resource_definition(body)
+    except kubernetes.client.ApiException as e:
+        if e.status != 409:  # shared by the tests of a session's control plane
+            raise
+    wait_until(lambda: any(c.type == 'Established' and c.status == 'True'
+                           for c in (crds.read_custom_resource_definition(body['metadata']['name'])
+                                     .status.conditions or [])))
+
+
+def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
+    event = threading.Event()
+    deadline = threading.Timer(within, event.set)
+    deadline.start()
+    try:
+        while not event.is_set():
+            result = condition()
+            if result:
+                return result
+            event.wait(0.05)
+    finally:
+        deadline.cancel()
+    raise AssertionError(f'The condition has not been met in {within}s.')
+
+
+def kex(api: kubernetes.client.ApiClient, namespace: str) -> Any:
+    custom = kubernetes.client.CustomObjectsApi(api)
+    return custom, dict(group='kopf.dev', version='v1', namespace=namespace, plural='kopfexamples')
+
+
+def test_the_minimal_example_end_to_end(
+        api: kubernetes.client.ApiClient, kex_crd: None, namespace: str) -> None:
+    custom, where = kex(api, namespace)
+    args = [*RUN, '-n', namespace, str(REPO / 'examples' / '01-minimal' / 'example.py')]
+    with KopfRunner(args, timeout=WAIT) as runner:
+        custom.create_namespaced_custom_object(**where, body={
+            'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+            'metadata': {'name': 'kex1'}, 'spec': {'duration': '1m'}})
+        obj = wait_until(lambda: (o := custom.get_namespaced_custom_object(**where, name='kex1'))
+                         .get('status', {}).get('create_fn') and o)
+        assert obj['status']['create_fn'] == {'message': 'hello, kex1'}
+        assert 'kopf.zalando.org/KopfFinalizerMarker' in obj['metadata']['finalizers']
+        custom.patch_namespaced_custom_object(**where, name='kex1', body={'spec': {'duration': '2m'}})
+        wait_until(lambda: '"2m"' in custom.get_namespaced_custom_object(**where, name='kex1')['metadata']
+                   .get('annotations', {}).get('kopf.zalando.org/last-handled-configuration', ''))
+        custom.delete_namespaced_custom_object(**where, name='kex1')
+
+        def gone() -> bool:
+            try:
+                custom.get_namespaced_custom_object(**where, name='kex1')
+            except kubernetes.client.ApiException as e:
+                return e.status == 404
+            return False
+        wait_until(gone)
+    assert runner.exit_code == 0, runner.output
+    assert "Handler 'create_fn' succeeded." in runner.output
+    assert "Changed: change spec.duration: '1m' -> '2m'" in runner.output
+    assert "Handler 'delete_fn' succeeded." in runner.output
+
+
+@pytest.mark.skipif(KUBECTL is None, reason='kubectl is not installed')
+def test_kubectl_applies_and_reads(k8s_api: Any, kex_crd: None, namespace: str, tmp_path: pathlib.Path) -> None:
+    def kubectl(*args: str) -> str:
+        result = subprocess.run([str(KUBECTL), '--kubeconfig', str(k8s_api.kubeconfig_path),
+                                 '--cache-dir', str(tmp_path), '-n', namespace, *args],
+                                capture_output=True, text=True, timeout=WAIT, cwd=REPO)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    kubectl('apply', '-f', 'examples/obj.yaml')
+    assert 'kopf-example-1' in kubectl('get', 'kopfexamples')
+    assert kubectl('get', 'kex', 'kopf-example-1', '-o', 'jsonpath={.spec.duration}') == '1m'
+    kubectl('delete', '-f', 'examples/obj.yaml')
+
+
+def test_admission_webhooks_are_called_by_the_api_server_over_tls(
+        api: kubernetes.client.ApiClient, kex_crd: None, namespace: str) -> None:
+    # The managed configuration with the self-signed certificate's caBundle: the API server verifies
+    # the webhook server's certificate and calls it; a denial reaches the client; a mutation is stored.
+    registry = OperatorRegistry()
+    managed = f'{namespace}.auto.kopf.dev'
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.admission.server = kopf.WebhookServer(host='127.0.0.1', addr='127.0.0.1', port=0)
+        settings.admission.managed = managed
+
+    @kopf.on.validate('kopfexamples', registry=registry)
+    def check(spec: kopf.Spec, **_: Any) -> None:
+        if spec.get('forbidden'):
+            raise kopf.AdmissionError('Forbidden by the webhook.', code=422)
+
+    @kopf.on.mutate('kopfexamples', registry=registry)
+    def default(spec: kopf.Spec, patch: kopf.Patch, **_: Any) -> None:
+        if 'duration' not in spec:
+            patch.spec['duration'] = '5m'
+
+    custom, where = kex(api, namespace)
+    admission = kubernetes.client.AdmissionregistrationV1Api(api)
+    with KopfRunner([*RUN, '-n', namespace], registry=registry, timeout=WAIT) as runner:
+        wait_until(lambda: admission.read_validating_webhook_configuration(managed).webhooks
+                   if managed in [c.metadata.name for c in
+                                  admission.list_validating_webhook_configuration().items] else None)
+        wait_until(lambda: admission.read_mutating_webhook_configuration(managed).webhooks
+                   if managed in [c.metadata.name for c in
+                                  admission.list_mutating_webhook_configuration().items] else None)
+        with pytest.raises(kubernetes.client.ApiException) as denied:
+            custom.create_namespaced_custom_object(**where, body={
+                'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+                'metadata': {'name': 'kex-denied'}, 'spec': {'forbidden': True}})
+        created = custom.create_namespaced_custom_object(**where, body={
+            'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'kex-mutated'}})
+    assert runner.exit_code == 0, runner.output
+    assert denied.value.status == 422
+    assert 'Forbidden by the webhook.' in (denied.value.body or '')
+    assert created['spec'] == {'duration': '5m'}
+    assert "Webhook 'default' succeeded." in runner.output
+    webhooks = [w for c in admission.list_validating_webhook_configuration().items
+                if c.metadata.name == managed for w in (c.webhooks or [])]
+    assert webhooks == []  # the non-persistent webhooks are removed at exit
+
+
+def test_lease_election_with_two_replicas(
+        api: kubernetes.client.ApiClient, kex_crd: None, namespace: str) -> None:
+    # Two replicas with one Lease: only the leader handles; its graceful exit hands over at once.
+    handled: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def replica(name: str) -> OperatorRegistry:
+        registry = OperatorRegistry()
+
+        @kopf.on.startup(registry=registry)
+        def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+            settings.election.lease_duration = 4
+            settings.election.renew_deadline = 2
+            settings.election.retry_period = 0.2
+            settings.posting.enabled = False
+
+        @kopf.on.create('kopfexamples', registry=registry)
+        def created(name: str, **_: Any) -> None:
+            with lock:
+                handled.append((replica_name, name))
+
+        replica_name = name
+        return registry
+
+    custom, where = kex(api, namespace)
+    leases = kubernetes.client.CoordinationV1Api(api)
+    args = ['run', '-n', namespace, '--lease', f'{namespace}/election']
+    first = KopfRunner(args, registry=replica('first'), timeout=WAIT)
+    second = KopfRunner(args, registry=replica('second'), timeout=WAIT)
+    first.__enter__()
+    try:
+        holder = wait_until(lambda: leases.read_namespaced_lease('election', namespace).spec.holder_identity)
+        with second:
+            custom.create_namespaced_custom_object(**where, body={
+                'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'kex1'}})
+            wait_until(lambda: handled)
+            assert [who for who, _ in handled] == ['first']
+            assert leases.read_namespaced_lease('election', namespace).spec.holder_identity == holder
+            first.__exit__(None, None, None)  # the leader exits gracefully: the follower takes over at once
+            wait_until(lambda: leases.read_namespaced_lease('election', namespace).spec.holder_identity
+                       not in ('', holder), within=3.0)
+            custom.create_namespaced_custom_object(**where, body={
+                'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'kex2'}})
+            wait_until(lambda: len(handled) == 2)
+    finally:
+        if not first.finished:
+            first.__exit__(None, None, None)
+    assert handled == [('first', 'kex1'), ('second', 'kex2')]
