@@ -76,7 +76,7 @@ def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
 
 def kex(api: kubernetes.client.ApiClient, namespace: str) -> Any:
     custom = kubernetes.client.CustomObjectsApi(api)
-    return custom, dict(group='kopf.dev', version='v1', namespace=namespace, plural='kopfexamples')
+    return custom, {'group': 'kopf.dev', 'version': 'v1', 'namespace': namespace, 'plural': 'kopfexamples'}
 
 
 def test_the_minimal_example_end_to_end(
@@ -110,7 +110,8 @@ def test_the_minimal_example_end_to_end(
 
 
 @pytest.mark.skipif(KUBECTL is None, reason='kubectl is not installed')
-def test_kubectl_applies_and_reads(k8s_api: Any, kex_crd: None, namespace: str, tmp_path: pathlib.Path) -> None:
+def test_kubectl_applies_and_reads(
+        k8s_api: Any, kex_crd: None, namespace: str, tmp_path: pathlib.Path) -> None:
     def kubectl(*args: str) -> str:
         result = subprocess.run([str(KUBECTL), '--kubeconfig', str(k8s_api.kubeconfig_path),
                                  '--cache-dir', str(tmp_path), '-n', namespace, *args],
