@@ -26,7 +26,7 @@ async def test_create_fills_system_metadata(api) -> None:
     assert metadata['namespace'] == 'default'
     assert re.fullmatch(r'[0-9a-f-]{36}', metadata['uid'])
     assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ', metadata['creationTimestamp'])
-    assert metadata['generation'] == 1
+    assert 'generation' not in metadata  # ConfigMaps have none, like in a real API server
     assert int(metadata['resourceVersion']) > 0
     assert reply.body['data'] == {'a': 'b'}
 
@@ -43,7 +43,7 @@ async def test_create_ignores_client_provided_system_fields(api) -> None:
     reply = await api.post(CMS, body)
     assert reply.status == 201
     assert reply.body['metadata']['uid'] != 'fake'
-    assert reply.body['metadata']['generation'] == 1
+    assert reply.body['metadata']['generation'] == 5  # ConfigMaps have none: kept, like in real servers
     assert 'deletionTimestamp' not in reply.body['metadata']
 
 

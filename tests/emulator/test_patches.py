@@ -169,7 +169,7 @@ def test_strategic_merge_patch_merges_known_lists_by_key() -> None:
     }
     result = apply_strategic_merge_patch(target, patch)
     assert result['spec']['containers'] == [{'name': 'b', 'image': 'b:2'}, {'name': 'c', 'image': 'c:1'}]
-    assert result['metadata']['finalizers'] == ['y', 'z']
+    assert result['metadata']['finalizers'] == ['z', 'y']  # new items first, as in real API servers
 
 
 def test_strategic_merge_patch_replaces_unknown_lists() -> None:

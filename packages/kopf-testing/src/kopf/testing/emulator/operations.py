@@ -146,7 +146,8 @@ class Operations:
                 if self.store.get(info.storage_key, namespace, metadata['name']) is None:
                     break
         for field in (*_SYSTEM_METADATA, 'managedFields', 'selfLink'):
-            metadata.pop(field, None)
+            if field != 'generation' or info.has_generation:  # else, like real servers, kept as given
+                metadata.pop(field, None)
         body = {**body, 'apiVersion': info.api_version, 'kind': info.kind, 'metadata': metadata}
         if info.custom and info.has_status:
             # Like real servers: the status of custom objects is not settable on creation.
@@ -245,7 +246,8 @@ class Operations:
         metadata = dict(body['metadata'])
         metadata['uid'] = str(uuid.uuid4())
         metadata['creationTimestamp'] = now_rfc3339()
-        metadata['generation'] = 1
+        if info.has_generation:  # else, like real servers, neither set nor reset (even if given)
+            metadata['generation'] = 1
         for field in ('deletionTimestamp', 'deletionGracePeriodSeconds', 'resourceVersion', 'managedFields'):
             metadata.pop(field, None)
         prepared = {**body, 'metadata': metadata}
@@ -493,7 +495,8 @@ class Operations:
             return None
         skipped = ('metadata', 'status') if info.has_status else ('metadata',)
         keys = (set(old) | set(result)) - set(skipped) - {'apiVersion', 'kind'}
-        if any(old.get(key) is not result.get(key) and old.get(key) != result.get(key) for key in keys):
+        changed = any(old.get(key) is not result.get(key) and old.get(key) != result.get(key) for key in keys)
+        if changed and info.has_generation:
             metadata['generation'] = int(old_metadata.get('generation') or 0) + 1
         return result
 

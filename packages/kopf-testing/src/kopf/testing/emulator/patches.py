@@ -279,7 +279,7 @@ def _merge_list(field: str, current: Any, patch: list[Any]) -> list[Any]:
         for item in patch:
             if item not in merged:
                 merged.append(item)
-        return merged
+        return _server_order(merged, patch, current if isinstance(current, list) else [], lambda item: item)
 
     candidates = _MERGE_KEYS.get(field)
     if candidates is None or not all(isinstance(item, dict) for item in patch):
@@ -321,4 +321,24 @@ def _merge_list(field: str, current: Any, patch: list[Any]) -> list[Any]:
                 del merged_items[position]
             else:
                 merged_items[position] = merged
-    return merged_items
+    return _server_order(merged_items, patch, existing, lambda item: item.get(merge_key))
+
+
+def _server_order(merged: list[Any], patch: list[Any], current: list[Any], key: Any) -> list[Any]:
+    """
+    Order the merged list like real API servers do (``normalizeElementOrder`` of apimachinery).
+
+    The items of the patch and the server-only items keep their relative orders, and are interleaved
+    by their positions on the server where both are known there; else the patch's item comes first
+    (so new items go before the server-only items that follow them, not at the end).
+    """
+    patched = [key(item) for item in patch if not (isinstance(item, dict) and _DIRECTIVE in item)]
+    server = [key(item) for item in current]
+    left = [item for item in merged if key(item) not in patched]  # server-only, in the server's order
+    right = [item for item in merged if key(item) in patched]  # in the patch
+    result: list[Any] = []
+    while left and right:
+        li = server.index(key(left[0])) if key(left[0]) in server else -1
+        ri = server.index(key(right[0])) if key(right[0]) in server else -1
+        result.append(left.pop(0) if li >= 0 and ri >= 0 and li < ri else right.pop(0))
+    return [*result, *left, *right]

@@ -35,6 +35,7 @@ class ResourceInfo:
     categories: tuple[str, ...] = ()
     has_status: bool = False
     custom: bool = False  # served from a CRD: no strategic-merge-patch, resourceVersion required on PUT
+    has_generation: bool = True  # metadata.generation: kinds without a spec (ConfigMaps...) have none
     name_rule: NameRule = 'subdomain'
     selectable_fields: tuple[str, ...] = ()
     printer_columns: tuple[Mapping[str, Any], ...] = ()
@@ -102,6 +103,7 @@ def _builtin(
     has_status: bool = False,
     name_rule: NameRule = 'subdomain',
     selectable_fields: tuple[str, ...] = (),
+    has_generation: bool = True,
 ) -> ResourceInfo:
     return ResourceInfo(
         group=group,
@@ -115,6 +117,7 @@ def _builtin(
         has_status=has_status,
         name_rule=name_rule,
         selectable_fields=selectable_fields,
+        has_generation=has_generation,
     )
 
 
@@ -128,6 +131,7 @@ NAMESPACES = _builtin(
     has_status=True,
     name_rule='label',
     selectable_fields=('status.phase',),
+    has_generation=False,
 )
 CUSTOM_RESOURCE_DEFINITIONS = _builtin(
     'apiextensions.k8s.io',
@@ -177,8 +181,8 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
             'status.nominatedNodeName',
         ),
     ),
-    _builtin('', 'v1', 'configmaps', 'ConfigMap', short_names=('cm',)),
-    _builtin('', 'v1', 'secrets', 'Secret', selectable_fields=('type',)),
+    _builtin('', 'v1', 'configmaps', 'ConfigMap', short_names=('cm',), has_generation=False),
+    _builtin('', 'v1', 'secrets', 'Secret', selectable_fields=('type',), has_generation=False),
     _builtin(
         '',
         'v1',
@@ -189,7 +193,7 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
         has_status=True,
         name_rule='dns1035',
     ),
-    _builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',)),
+    _builtin('', 'v1', 'serviceaccounts', 'ServiceAccount', short_names=('sa',), has_generation=False),
     _builtin(
         '', 'v1', 'persistentvolumeclaims', 'PersistentVolumeClaim', short_names=('pvc',), has_status=True
     ),
@@ -219,6 +223,7 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
         'Event',
         short_names=('ev',),
         name_rule='path-segment',
+        has_generation=False,
         selectable_fields=(
             'involvedObject.kind',
             'involvedObject.namespace',
@@ -240,6 +245,7 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
         'Event',
         short_names=('ev',),
         name_rule='path-segment',
+        has_generation=False,
         selectable_fields=(
             'regarding.kind',
             'regarding.namespace',
@@ -251,7 +257,7 @@ BUILTIN_RESOURCES: tuple[ResourceInfo, ...] = (
         ),
     ),
     CUSTOM_RESOURCE_DEFINITIONS,
-    _builtin('coordination.k8s.io', 'v1', 'leases', 'Lease'),
+    _builtin('coordination.k8s.io', 'v1', 'leases', 'Lease', has_generation=False),
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     _builtin(

@@ -121,7 +121,6 @@ class KubernetesEmulator:
                     'name': name,
                     'uid': f'namespace-{name}',
                     'creationTimestamp': now_rfc3339(),
-                    'generation': 1,
                     'labels': {'kubernetes.io/metadata.name': name},
                     'resourceVersion': str(self.store.next_resource_version()),
                 },

@@ -1,0 +1,429 @@
+"""
+The emulator's fidelity: the same raw API scenarios on the emulator and on a real kube-apiserver.
+
+Every scenario runs twice, on a ``KubernetesEmulator`` of this module and on the session's real
+control plane (``k8s_control_plane``), in a fresh namespace each, with plain HTTP requests. The
+volatile fields (uids, timestamps, resourceVersions, managedFields) are normalised away, and what
+comes back is compared to the same expectation, which is what the real server returns. Where the
+emulator knowingly differs, its side is ``xfail(strict=True)`` (see "Known differences from a real
+kube-apiserver" in the README of kopf-testing).
+"""
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from kopf.testing.emulator import KubernetesEmulator
+
+pytestmark = pytest.mark.real_apiserver
+
+WAIT = 30.0
+GROUP = 'fidelity.kopf.dev'
+PLURAL = 'fidelities'
+CRD = {
+    'apiVersion': 'apiextensions.k8s.io/v1',
+    'kind': 'CustomResourceDefinition',
+    'metadata': {'name': f'{PLURAL}.{GROUP}'},
+    'spec': {
+        'group': GROUP,
+        'scope': 'Namespaced',
+        'names': {'plural': PLURAL, 'singular': 'fidelity', 'kind': 'Fidelity'},
+        'versions': [{
+            'name': 'v1', 'served': True, 'storage': True,
+            'subresources': {'status': {}},
+            'schema': {'openAPIV3Schema': {
+                'type': 'object',
+                'properties': {
+                    'spec': {
+                        'type': 'object',
+                        'properties': {
+                            'size': {'type': 'integer', 'minimum': 1},
+                            'mode': {'type': 'string', 'default': 'auto'},
+                            'nested': {'type': 'object', 'properties': {
+                                'a': {'type': 'string'}, 'b': {'type': 'string'}}},
+                            'extra': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+                        },
+                    },
+                    'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+                },
+            }},
+        }],
+    },
+}
+VOLATILE = ('uid', 'resourceVersion', 'creationTimestamp', 'managedFields', 'selfLink')
+MERGE = 'application/merge-patch+json'
+JSON_PATCH = 'application/json-patch+json'
+STRATEGIC = 'application/strategic-merge-patch+json'
+
+
+def known(reason: str) -> Any:
+    """Mark the emulator's side of a scenario as a known difference from a real kube-apiserver."""
+    return pytest.mark.parametrize('server', [
+        pytest.param('emulator', marks=pytest.mark.xfail(strict=True, reason=f'known difference: {reason}')),
+        'real',
+    ], indirect=True)
+
+
+class Api:
+    """Raw HTTP to one API server; the responses are ``(status code, JSON body)``."""
+
+    def __init__(self, kind: str, url: str, token: str | None = None, ca_path: Any = None) -> None:
+        self.kind = kind
+        self.url = url
+        self.session = requests.Session()
+        self.verify = str(ca_path) if ca_path is not None else True  # per request: env vars win over sessions
+        if token:
+            self.session.headers['Authorization'] = f'Bearer {token}'
+        self.crd_ready = False
+
+    def __call__(self, method: str, path: str, body: Any = None, *,
+                 ctype: str = 'application/json', **params: str) -> tuple[int, Any]:
+        response = self.session.request(method, self.url + path, json=body, params=params or None,
+                                        headers={'Content-Type': ctype}, verify=self.verify, timeout=WAIT)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, response.text
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f'The condition has not been met in {within}s.')
+
+
+def norm(obj: Any) -> Any:
+    """The object without its volatile fields (and a mere mark for ``deletionTimestamp``)."""
+    if isinstance(obj, dict):
+        result = {k: norm(v) for k, v in obj.items() if k not in VOLATILE}
+        if 'deletionTimestamp' in result:
+            result['deletionTimestamp'] = '<set>'
+        return result
+    if isinstance(obj, list):
+        return [norm(v) for v in obj]
+    return obj
+
+
+def failure(answer: tuple[int, Any]) -> tuple[int, str | None, str | None]:
+    """The code, the Status's reason and its code, of an error response."""
+    code, body = answer
+    assert isinstance(body, dict) and body.get('kind') == 'Status', body
+    return code, body.get('reason'), body.get('code')
+
+
+@pytest.fixture(scope='module')
+def emulator() -> Iterator[KubernetesEmulator]:
+    with KubernetesEmulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope='module', params=['emulator', 'real'])
+def server(request: pytest.FixtureRequest) -> Iterator[Api]:
+    if request.param == 'emulator':
+        emulator = request.getfixturevalue('emulator')
+        api = Api('emulator', emulator.url)
+    else:
+        plane = request.getfixturevalue('k8s_control_plane')
+        api = Api('real', plane.url, token=plane.token, ca_path=plane.ca_path)
+    yield api
+    api.close()
+
+
+@pytest.fixture()
+def ns(server: Api) -> Iterator[str]:
+    name = f'fid-{uuid.uuid4().hex[:8]}'
+    code, body = server('POST', '/api/v1/namespaces', {'metadata': {'name': name}})
+    assert code == 201, body
+    yield name
+    server('DELETE', f'/api/v1/namespaces/{name}')
+
+
+@pytest.fixture()
+def crd(server: Api) -> None:
+    if server.crd_ready:
+        return
+    code, body = server('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', CRD)
+    assert code in (201, 409), body
+    path = f'/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}'
+    wait_until(lambda: any(c['type'] == 'Established' and c['status'] == 'True'
+                           for c in (server('GET', path)[1].get('status') or {}).get('conditions') or []))
+    wait_until(lambda: server('GET', f'/apis/{GROUP}/v1/{PLURAL}')[0] == 200)
+    server.crd_ready = True
+
+
+def cms(ns: str, name: str = '') -> str:
+    return f'/api/v1/namespaces/{ns}/configmaps' + (f'/{name}' if name else '')
+
+
+def crs(ns: str, name: str = '') -> str:
+    return f'/apis/{GROUP}/v1/namespaces/{ns}/{PLURAL}' + (f'/{name}' if name else '')
+
+
+def configmap(name: str, **extra: Any) -> dict[str, Any]:
+    return {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': name}, **extra}
+
+
+def fidelity(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {'apiVersion': f'{GROUP}/v1', 'kind': 'Fidelity', 'metadata': {'name': name}, 'spec': spec}
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors.
+
+def test_get_missing_is_404(server: Api, ns: str) -> None:
+    code, body = server('GET', cms(ns, 'missing'))
+    assert failure((code, body)) == (404, 'NotFound', 404)
+    assert body['details'] == {'name': 'missing', 'kind': 'configmaps'}
+
+
+def test_create_existing_is_409(server: Api, ns: str) -> None:
+    assert server('POST', cms(ns), configmap('cm1'))[0] == 201
+    code, body = server('POST', cms(ns), configmap('cm1'))
+    assert failure((code, body)) == (409, 'AlreadyExists', 409)
+    assert body['details'] == {'name': 'cm1', 'kind': 'configmaps'}
+
+
+def test_update_with_stale_resource_version_is_409(server: Api, ns: str) -> None:
+    code, created = server('POST', cms(ns), configmap('cm1', data={'a': '1'}))
+    assert code == 201
+    assert server('PUT', cms(ns, 'cm1'), {**created, 'data': {'a': '2'}})[0] == 200
+    code, body = server('PUT', cms(ns, 'cm1'), {**created, 'data': {'a': '3'}})
+    assert failure((code, body)) == (409, 'Conflict', 409)
+    assert 'the object has been modified' in body['message']
+
+
+def test_verb_not_allowed_is_405(server: Api, ns: str) -> None:
+    assert server('POST', cms(ns), configmap('cm1'))[0] == 201
+    assert failure(server('POST', cms(ns, 'cm1'), configmap('cm1'))) == (405, 'MethodNotAllowed', 405)
+
+
+@known('CRD schemas are not validated by the emulator')
+def test_schema_violation_is_422(server: Api, ns: str, crd: None) -> None:
+    code, body = server('POST', crs(ns), fidelity('f1', {'size': 0}))
+    assert failure((code, body)) == (422, 'Invalid', 422)
+    assert 'spec.size' in body['message']
+
+
+def test_strategic_merge_patch_on_custom_resource_is_415(server: Api, ns: str, crd: None) -> None:
+    assert server('POST', crs(ns), fidelity('f1', {'size': 1}))[0] == 201
+    answer = server('PATCH', crs(ns, 'f1'), {'spec': {'size': 2}}, ctype=STRATEGIC)
+    assert failure(answer) == (415, 'UnsupportedMediaType', 415)
+
+
+# ------------------------------------------------------------------------------------------------
+# Patches.
+
+def test_merge_patch_on_configmap(server: Api, ns: str) -> None:
+    assert server('POST', cms(ns), configmap('cm1', data={'a': '1', 'b': '2'}))[0] == 201
+    code, body = server('PATCH', cms(ns, 'cm1'), {'data': {'a': None, 'c': '3'},
+                                                  'metadata': {'labels': {'x': 'y'}}}, ctype=MERGE)
+    assert code == 200
+    assert norm(body)['data'] == {'b': '2', 'c': '3'}
+    assert norm(body)['metadata'] == {'name': 'cm1', 'namespace': ns, 'labels': {'x': 'y'}}
+
+
+def test_json_patch_on_configmap(server: Api, ns: str) -> None:
+    assert server('POST', cms(ns), configmap('cm1', data={'a': '1', 'b': '2'}))[0] == 201
+    ops = [{'op': 'remove', 'path': '/data/a'}, {'op': 'add', 'path': '/data/c', 'value': '3'},
+           {'op': 'replace', 'path': '/data/b', 'value': '22'}]
+    code, body = server('PATCH', cms(ns, 'cm1'), ops, ctype=JSON_PATCH)
+    assert (code, body['data']) == (200, {'b': '22', 'c': '3'})
+    code, body = server('PATCH', cms(ns, 'cm1'), [{'op': 'remove', 'path': '/data/zzz'}], ctype=JSON_PATCH)
+    assert code == 422, body
+
+
+def test_strategic_merge_patch_on_configmap(server: Api, ns: str) -> None:
+    body = configmap('cm1', data={'a': '1'})
+    body['metadata']['finalizers'] = ['example.com/one']
+    assert server('POST', cms(ns), body)[0] == 201
+    patch = {'data': {'a': None, 'b': '2'}, 'metadata': {'finalizers': ['example.com/two']}}
+    code, body = server('PATCH', cms(ns, 'cm1'), patch, ctype=STRATEGIC)
+    assert (code, body['data'], body['metadata']['finalizers']) == (
+        200, {'b': '2'}, ['example.com/two', 'example.com/one'])
+    server('PATCH', cms(ns, 'cm1'), {'metadata': {'finalizers': None}}, ctype=MERGE)
+
+
+def test_merge_patch_on_custom_resource(server: Api, ns: str, crd: None) -> None:
+    spec = {'size': 1, 'mode': 'manual', 'nested': {'a': 'x', 'b': 'y'}}
+    assert server('POST', crs(ns), fidelity('f1', spec))[0] == 201
+    code, body = server('PATCH', crs(ns, 'f1'), {'spec': {'nested': {'a': None, 'b': 'z'}}}, ctype=MERGE)
+    assert (code, body['spec']) == (200, {'size': 1, 'mode': 'manual', 'nested': {'b': 'z'}})
+
+
+# ------------------------------------------------------------------------------------------------
+# The status subresource and the generation.
+
+def test_status_subresource_and_generation(server: Api, ns: str, crd: None) -> None:
+    code, body = server('POST', crs(ns), {**fidelity('f1', {'size': 1, 'mode': 'm'}), 'status': {'s': 1}})
+    assert code == 201
+    assert ('status' in body, body['metadata']['generation']) == (False, 1)
+
+    code, body = server('PATCH', crs(ns, 'f1'), {'spec': {'size': 2}, 'status': {'s': 2}}, ctype=MERGE)
+    assert (code, body['spec']['size'], 'status' in body) == (200, 2, False)
+    assert body['metadata']['generation'] == 2
+
+    code, body = server('PATCH', crs(ns, 'f1') + '/status', {'spec': {'size': 3}, 'status': {'s': 3}},
+                        ctype=MERGE)
+    assert (code, body['spec']['size'], body['status']) == (200, 2, {'s': 3})
+    assert body['metadata']['generation'] == 2
+
+    code, body = server('PATCH', crs(ns, 'f1'), {'metadata': {'labels': {'x': 'y'}}}, ctype=MERGE)
+    assert (code, body['metadata']['generation']) == (200, 2)
+
+
+@pytest.mark.parametrize('path, body', [
+    ('/api/v1/namespaces/{ns}/configmaps', configmap('o1')),
+    ('/api/v1/namespaces/{ns}/secrets', {'metadata': {'name': 'o1'}, 'data': {}}),
+    ('/api/v1/namespaces/{ns}/serviceaccounts', {'metadata': {'name': 'o1'}}),
+    ('/apis/coordination.k8s.io/v1/namespaces/{ns}/leases', {'metadata': {'name': 'o1'}, 'spec': {}}),
+], ids=['configmaps', 'secrets', 'serviceaccounts', 'leases'])
+def test_no_generation_of_kinds_without_spec(server: Api, ns: str, path: str, body: dict[str, Any]) -> None:
+    code, created = server('POST', path.format(ns=ns), body)
+    assert (code, 'generation' in created['metadata']) == (201, False)
+    patch = {'metadata': {'labels': {'x': 'y'}}}
+    code, updated = server('PATCH', path.format(ns=ns) + '/o1', patch, ctype=MERGE)
+    assert (code, 'generation' in updated['metadata']) == (200, False)
+    code, namespace = server('GET', f'/api/v1/namespaces/{ns}')
+    assert (code, 'generation' in namespace['metadata']) == (200, False)
+
+
+def test_given_generation_is_kept_where_there_is_none(server: Api, ns: str) -> None:
+    body = configmap('cm1')
+    body['metadata']['generation'] = 5
+    code, created = server('POST', cms(ns), body)
+    assert (code, created['metadata']['generation']) == (201, 5)
+
+
+# ------------------------------------------------------------------------------------------------
+# Watches.
+
+def test_watch_from_an_old_resource_version_replays_the_history(server: Api, ns: str) -> None:
+    # NB: 410 Gone would need an etcd compaction on the real server (every 5 minutes): not cheap.
+    assert server('POST', cms(ns), configmap('cm1', data={'a': '1'}))[0] == 201
+    assert server('PATCH', cms(ns, 'cm1'), {'data': {'a': '2'}}, ctype=MERGE)[0] == 200
+    assert server('DELETE', cms(ns, 'cm1'))[0] == 200
+    code, body = server('GET', cms(ns), watch='true', resourceVersion='1', timeoutSeconds='1')
+    events = [json.loads(line) for line in body.splitlines()]
+    assert code == 200
+    assert [(e['type'], e['object']['metadata']['name'], e['object'].get('data')) for e in events] == [
+        ('ADDED', 'cm1', {'a': '1'}), ('MODIFIED', 'cm1', {'a': '2'}), ('DELETED', 'cm1', {'a': '2'})]
+
+
+# ------------------------------------------------------------------------------------------------
+# Deletion.
+
+def test_finalizers_and_deletion_timestamp(server: Api, ns: str) -> None:
+    body = configmap('cm1')
+    body['metadata']['finalizers'] = ['example.com/keep']
+    assert server('POST', cms(ns), body)[0] == 201
+    code, body = server('DELETE', cms(ns, 'cm1'))
+    assert code == 200
+    assert norm(body)['metadata']['deletionTimestamp'] == '<set>'
+    code, body = server('GET', cms(ns, 'cm1'))
+    assert (code, norm(body)['metadata']) == (200, {
+        'name': 'cm1', 'namespace': ns, 'finalizers': ['example.com/keep'],
+        'deletionTimestamp': '<set>', 'deletionGracePeriodSeconds': 0})
+    code, body = server('PATCH', cms(ns, 'cm1'), {'metadata': {'finalizers': None}}, ctype=MERGE)
+    assert code == 200
+    assert server('GET', cms(ns, 'cm1'))[0] == 404
+
+
+def test_dry_run_creates_nothing(server: Api, ns: str) -> None:
+    code, body = server('POST', cms(ns), configmap('cm1', data={'a': '1'}), dryRun='All')
+    assert (code, body['data']) == (201, {'a': '1'})
+    assert server('GET', cms(ns, 'cm1'))[0] == 404
+
+
+# ------------------------------------------------------------------------------------------------
+# Lists.
+
+@pytest.mark.parametrize('query, expected', [
+    ({'labelSelector': 'app=a'}, ['cm1']),
+    ({'labelSelector': 'app in (a,b)'}, ['cm1', 'cm2']),
+    ({'labelSelector': 'app!=a'}, ['cm2', 'cm3']),
+    ({'labelSelector': '!app'}, ['cm3']),
+    ({'labelSelector': 'app,tier=x'}, ['cm2']),
+    ({'fieldSelector': 'metadata.name=cm2'}, ['cm2']),
+    ({'fieldSelector': 'metadata.name!=cm2'}, ['cm1', 'cm3']),
+])
+def test_selectors_in_lists(server: Api, ns: str, query: dict[str, str], expected: list[str]) -> None:
+    for name, labels in [('cm1', {'app': 'a'}), ('cm2', {'app': 'b', 'tier': 'x'}), ('cm3', {})]:
+        body = configmap(name)
+        body['metadata']['labels'] = labels
+        assert server('POST', cms(ns), body)[0] == 201
+    code, body = server('GET', cms(ns), **query)
+    assert (code, body['kind']) == (200, 'ConfigMapList')
+    assert sorted(item['metadata']['name'] for item in body['items']) == expected
+
+
+# ------------------------------------------------------------------------------------------------
+# CRD schemas.
+
+@known('CRD schemas are not used for pruning by the emulator')
+def test_crd_pruning_of_unknown_fields(server: Api, ns: str, crd: None) -> None:
+    code, body = server('POST', crs(ns), {**fidelity('f1', {'size': 1, 'mode': 'm', 'unknown': 1}), 'top': 1})
+    assert (code, body['spec'], 'top' in body) == (201, {'size': 1, 'mode': 'm'}, False)
+
+
+@known('CRD schemas are not used for defaulting by the emulator')
+def test_crd_defaulting(server: Api, ns: str, crd: None) -> None:
+    code, body = server('POST', crs(ns), fidelity('f1', {'size': 1}))
+    assert (code, body['spec']) == (201, {'size': 1, 'mode': 'auto'})
+
+
+def test_crd_preserve_unknown_fields(server: Api, ns: str, crd: None) -> None:
+    spec = {'size': 1, 'mode': 'm', 'extra': {'any': {'thing': [1, 'x']}}}
+    code, body = server('POST', crs(ns), fidelity('f1', spec))
+    assert (code, body['spec']) == (201, spec)
+    assert server('GET', crs(ns, 'f1'))[1]['spec'] == spec
+
+
+# ------------------------------------------------------------------------------------------------
+# Leases.
+
+def test_leases_create_and_update(server: Api, ns: str) -> None:
+    path = f'/apis/coordination.k8s.io/v1/namespaces/{ns}/leases'
+    lease = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease', 'metadata': {'name': 'l1'},
+             'spec': {'holderIdentity': 'a', 'leaseDurationSeconds': 15}}
+    code, created = server('POST', path, lease)
+    assert (code, norm(created)['spec']) == (201, {'holderIdentity': 'a', 'leaseDurationSeconds': 15})
+    changed = {**created, 'spec': {**created['spec'], 'holderIdentity': 'b', 'leaseTransitions': 1}}
+    code, body = server('PUT', f'{path}/l1', changed)
+    assert (code, body['spec']['holderIdentity'], body['spec']['leaseTransitions']) == (200, 'b', 1)
+    assert failure(server('PUT', f'{path}/l1', changed))[:2] == (409, 'Conflict')
+
+
+# ------------------------------------------------------------------------------------------------
+# Namespaces.
+
+def test_namespace_deletion_marks_it_terminating(server: Api) -> None:
+    name = f'fid-{uuid.uuid4().hex[:8]}'
+    assert server('POST', '/api/v1/namespaces', {'metadata': {'name': name}})[0] == 201
+    assert server('POST', cms(name), configmap('cm1'))[0] == 201
+    code, body = server('DELETE', f'/api/v1/namespaces/{name}')
+    assert (code, body['status']['phase']) == (200, 'Terminating')
+    assert 'deletionTimestamp' in body['metadata']
+
+
+@known('namespaces and their contents are deleted at once, within the request (no namespace controller)')
+def test_terminating_namespace_is_kept_until_emptied(server: Api) -> None:
+    # The real control plane has no kube-controller-manager: its namespaces stay Terminating forever.
+    name = f'fid-{uuid.uuid4().hex[:8]}'
+    assert server('POST', '/api/v1/namespaces', {'metadata': {'name': name}})[0] == 201
+    assert server('POST', cms(name), configmap('cm1'))[0] == 201
+    assert server('DELETE', f'/api/v1/namespaces/{name}')[0] == 200
+    code, body = server('GET', f'/api/v1/namespaces/{name}')
+    assert code == 200, body
+    assert (body['status']['phase'], body['spec']) == ('Terminating', {'finalizers': ['kubernetes']})
+    assert failure(server('POST', cms(name), configmap('cm2')))[:2] == (403, 'Forbidden')
