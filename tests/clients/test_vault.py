@@ -387,3 +387,9 @@ async def test_leases_released_without_awaiting_unless_something_is_to_be_closed
     await second.release()
     assert second.obj.closed
     assert second.release_nowait()  # released already
+
+
+async def test_credentials_of_a_wrong_type_are_one_clear_error() -> None:
+    with pytest.raises(TypeError, match=r"^Credentials must be ConnectionInfo or AiohttpSession; "
+                                        r"got dict for 'main'\.$"):
+        Vault({'main': {'server': 'https://example.com'}})  # type: ignore[dict-item]

@@ -1,7 +1,8 @@
 """
 The vault: all credentials known to the operator, with their validity and cached sessions.
 
-The credentials come from the login handlers (or login functions) as :class:`KubeContext`
+The credentials come from the login handlers (or login functions) as :class:`ConnectionInfo`
+(or :class:`AiohttpSession`, both a :class:`KubeContext`)
 objects under arbitrary keys (usually the ids of the login handlers). The API calls take them
 from the vault, best first, and report back the ones rejected by the server (HTTP 401)::
 
@@ -182,7 +183,7 @@ class Vault:
         replaced: list[_Item] = []
         for key, info in src.items():
             if not isinstance(info, KubeContext):
-                raise TypeError(f'Credentials must be KubeContext or AiohttpSession; '
+                raise TypeError(f'Credentials must be ConnectionInfo or AiohttpSession; '
                                 f'got {type(info).__name__} for {key!r}.')
             if _identity(info) in self._invalid:
                 logger.debug(f'Ignoring the previously invalidated credentials for {key!r}.')

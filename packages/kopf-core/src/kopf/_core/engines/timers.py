@@ -86,7 +86,7 @@ class Timer:
         self.fns: list[PatchFn] | None = None  # the transformation functions to retry on the next call
         self.idle_mark: float | None = None  # the object's change that an idle-only timer has served
         self.stopped = False  # by the framework: the object is deleted, does not match, etc.
-        self.finished = False  # failed for good: never again for this object
+        self.finished = False  # failed for good, or a once-only timer has run: never again for this object
         self.held = False  # its call is in the framework's hands now (counted in the limit)
 
     def __repr__(self) -> str:
