@@ -1,9 +1,15 @@
 """
 The examples, end to end: every example operator runs as ``kopf run`` (via ``KopfRunner``) against
-the Kubernetes API emulator, and its sample object goes through its whole life: creation, a change
-of its spec, deletion. At every stage, the test waits until the example's effects are visible
-(in the object, its children, its events), or fails with the last unmet assertion if they never are.
-After the operator exits, its output is checked for the documented log lines.
+an API server (the ``k8s_api`` switch: the emulator by default, the real control plane in tox's
+``realapi`` env), and its sample object goes through its whole life: creation, a change of its spec,
+deletion. At every stage, the test waits until the example's effects are visible (in the object, its
+children, its events), or fails with the last unmet assertion if they never are. After the operator
+exits, its output is checked for the documented log lines.
+
+Every test has a namespace of its own (a real server is shared by the session's tests); the expected
+log lines are written for the namespace "default" and are checked for the test's namespace. The checks
+that need the garbage collector are skipped where there is none (the control plane has no
+kube-controller-manager, as with envtest).
 
 Every example is a class below: how to create & change its object, and what to expect after that.
 The embedding example is run by its own ``main()`` instead of ``kopf run``.
@@ -16,8 +22,7 @@ import logging
 import pathlib
 import runpy
 import time
-import urllib.error
-import urllib.request
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, ClassVar, TypeVar
 
@@ -25,57 +30,67 @@ import pytest
 import yaml
 
 import kopf
-from kopf.testing import KopfRunner, KubernetesEmulator
+from kopf.testing import ApiError, KopfRunner, eventually, eventually_async
+from kopf.testing import Cluster as ApiUser
+from kopf.testing.plugin import KubeAPI
+
+pytestmark = pytest.mark.kube_api
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / 'examples'
 CRDS = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions'
-KOPFEXAMPLES = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
-CONFIGMAPS = '/api/v1/namespaces/default/configmaps'
-NAME = 'kopf-example-1'  # of the sample objects, in the "default" namespace
+NAME = 'kopf-example-1'  # of the sample objects
 DIFFBASE = 'kopf.zalando.org/last-handled-configuration'
 DEFAULT_FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 DELETION_NOTICE = 'Deleted, really deleted, and we are notified.'
-WAIT_TIMEOUT = 10.0
+WAIT_TIMEOUT = 20.0  # only reached when something is wrong: a real server on a busy machine is slower
+ROOT_CA_CONFIGMAP = 'kube-root-ca.crt'  # put into every namespace by a cluster's controller-manager
 
 _T = TypeVar('_T')
 
 
 class Cluster:
-    """The emulator as the test sees it: HTTP calls as any client would make them, plus inspection."""
+    """The API server as the test sees it, in the test's namespace: requests as any client makes them."""
 
-    def __init__(self, emulator: KubernetesEmulator) -> None:
-        self.emulator = emulator
+    def __init__(self, api: KubeAPI, namespace: str) -> None:
+        self.user = ApiUser(api.kubeconfig_path, timeout=WAIT_TIMEOUT)
+        self.namespace = namespace
+        self.collects_garbage = api.collects_garbage
 
-    def call(self, method: str, path: str, body: Any = None, content_type: str = 'application/json') -> Any:
-        request = urllib.request.Request(
-            self.emulator.url + path, method=method, headers={'Content-Type': content_type},
-            data=json.dumps(body).encode() if body is not None else None,
-        )
-        with urllib.request.urlopen(request, timeout=WAIT_TIMEOUT) as response:
-            return json.loads(response.read())
+    def path(self, plural: str, name: str | None = None) -> str:
+        """The API path of the namespace's objects (KopfExamples, or core ones) or of one of them."""
+        base = '/apis/kopf.dev/v1' if plural == 'kopfexamples' else '/api/v1'
+        return f'{base}/namespaces/{self.namespace}/{plural}' + (f'/{name}' if name else '')
 
-    def get(self, resource: str, name: str = NAME) -> dict[str, Any] | None:
-        return self.emulator.get_object(resource, name, namespace='default')
+    def get(self, plural: str, name: str = NAME) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self.user.get(self.path(plural, name))
+        return result
 
     def kopfexample(self) -> dict[str, Any]:
-        return self.get('kopfexamples.kopf.dev') or {}
+        return self.get('kopfexamples') or {}
 
     def status(self) -> dict[str, Any]:
         """The sample KopfExample's status (empty if none, or if there is no such object)."""
         return dict(self.kopfexample().get('status', {}))
 
     def configmaps(self) -> list[dict[str, Any]]:
-        return self.emulator.list_objects('configmaps', namespace='default')
+        return [obj for obj in self.user.items(self.path('configmaps'))
+                if obj['metadata']['name'] != ROOT_CA_CONFIGMAP]
 
     def pods(self) -> list[dict[str, Any]]:
-        return self.emulator.list_objects('pods', namespace='default')
+        return self.user.items(self.path('pods'))
 
     def events(self) -> list[tuple[str, str, str]]:
         """The events about the sample object: (type, reason, message) in the order of posting."""
-        events = sorted(self.emulator.list_objects('events', namespace='default'),
+        events = sorted(self.user.items(self.path('events')),
                         key=lambda event: int(event['metadata']['resourceVersion']))
         return [(event['type'], event['reason'], event['message'])
                 for event in events if event['involvedObject'].get('name') == NAME]
+
+    def sample(self, path: pathlib.Path, name: str = NAME) -> dict[str, Any]:
+        """A sample object from a file, for the test's namespace."""
+        body: dict[str, Any] = yaml.safe_load(path.read_text())
+        body['metadata'].update(name=name, namespace=self.namespace)
+        return body
 
 
 def handled(obj: dict[str, Any] | None, *path: str) -> Any:
@@ -103,30 +118,6 @@ def owner_reference_to(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def eventually(check: Callable[[], _T]) -> _T:
-    """Repeat a check (with asserts) until it passes; fail with its last assertion if it never does."""
-    deadline = time.monotonic() + WAIT_TIMEOUT
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.02)
-
-
-async def eventually_async(check: Callable[[], _T]) -> _T:
-    """The same as :func:`eventually`, without blocking the event loop (the operator runs in it)."""
-    deadline = time.monotonic() + WAIT_TIMEOUT
-    while True:
-        try:
-            return await asyncio.to_thread(check)
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.02)
-
-
 #
 # The examples' scenarios.
 #
@@ -135,7 +126,7 @@ class Example:
     """An example with the sample KopfExample (examples/obj.yaml): its defaults and expectations."""
     name: ClassVar[str]
     crd: ClassVar[bool] = True  # whether the example needs the KopfExample's CRD
-    url: ClassVar[str] = KOPFEXAMPLES
+    plural: ClassVar[str] = 'kopfexamples'
     sample: ClassVar[pathlib.Path] = EXAMPLES / 'obj.yaml'
     change: ClassVar[dict[str, Any]] = {'spec': {'field': 'changed'}}
     restarts: ClassVar[bool] = False  # whether to restart the operator after the creation
@@ -147,7 +138,7 @@ class Example:
         return self.name
 
     def get(self, cluster: Cluster) -> dict[str, Any] | None:
-        return cluster.get('kopfexamples.kopf.dev')
+        return cluster.get(self.plural)
 
     def before_creation(self, cluster: Cluster) -> None:
         pass
@@ -213,7 +204,8 @@ class Children(Example):
 
     def after_deletion(self, cluster: Cluster) -> None:
         super().after_deletion(cluster)
-        assert cluster.configmaps() == []  # garbage-collected with its owner
+        if cluster.collects_garbage:
+            assert cluster.configmaps() == []  # garbage-collected with its owner
 
 
 class Errors(Example):
@@ -337,16 +329,13 @@ class Subhandlers(Example):
 class Builtins(Example):
     name = '07-builtins'
     crd = False
-    url = CONFIGMAPS
+    plural = 'configmaps'
     sample = EXAMPLES / '07-builtins' / 'configmap.yaml'
     change = {'data': {'field': 'changed'}}
     logs = (
         "[default/kopf-example-1] Handler 'checksum_fn' succeeded.",
         "[default/kopf-example-1] Handler 'checksum_fn/data' succeeded.",
     )
-
-    def get(self, cluster: Cluster) -> dict[str, Any] | None:
-        return cluster.get('configmaps')
 
     @staticmethod
     def checksum(obj: dict[str, Any] | None) -> Any:
@@ -431,7 +420,8 @@ class KubernetesClient(Example):
 
     def after_deletion(self, cluster: Cluster) -> None:
         super().after_deletion(cluster)
-        assert cluster.pods() == []  # garbage-collected with its owner
+        if cluster.collects_garbage:
+            assert cluster.pods() == []  # garbage-collected with its owner
 
 
 class Indexing(Example):
@@ -481,35 +471,35 @@ class Admission(Example):
     logs = (
         "[default/kopf-example-1] The admitted numbers are: [1, 2, 3]",
         "[default/kopf-example-1] Handler 'report_fn' succeeded.",
-        "[default/kopf-example-1] The admitted numbers are: [1.0, 2.5]",
+        "[default/kopf-example-1] The admitted numbers are: [1, 2.5]",  # 1.0 is stored as 1 (Go's float64)
         "[default/kopf-example-1] Handler 'report_fn/spec' succeeded.",
     )
     change = {'spec': {'field': 'changed', 'numbers': ['1', '2.5']}}
 
     def before_creation(self, cluster: Cluster) -> None:
         # The webhooks are configured by the operator shortly after its start.
-        validating = cluster.emulator.get_object(
-            'validatingwebhookconfigurations.admissionregistration.k8s.io', 'auto.kopf.dev')
-        mutating = cluster.emulator.get_object(
-            'mutatingwebhookconfigurations.admissionregistration.k8s.io', 'auto.kopf.dev')
+        validating = cluster.user.get(
+            '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/auto.kopf.dev')
+        mutating = cluster.user.get(
+            '/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/auto.kopf.dev')
         assert validating is not None and len(validating['webhooks']) == 3
         assert mutating is not None and len(mutating['webhooks']) == 2
 
     def after_creation(self, cluster: Cluster) -> None:
         super().after_creation(cluster)
         assert cluster.kopfexample()['spec']['numbers'] == [1, 2, 3]  # mutated: the default
-        bad = yaml.safe_load(self.sample.read_text())
-        bad['metadata']['name'] = 'kopf-example-bad'
+        bad = cluster.sample(self.sample, name='kopf-example-bad')
         bad['spec']['numbers'] = [1, 200]
-        with pytest.raises(urllib.error.HTTPError) as error:
-            cluster.call('POST', KOPFEXAMPLES, bad)
-        assert error.value.code == 422
-        assert 'denied the request: Numbers must be within 0..100.' in error.value.read().decode()
-        assert cluster.get('kopfexamples.kopf.dev', 'kopf-example-bad') is None
+        with pytest.raises(ApiError) as error:
+            cluster.user.create(cluster.path('kopfexamples'), bad)
+        assert error.value.status == 422
+        assert 'denied the request: Numbers must be within 0..100.' in error.value.message
+        assert cluster.get('kopfexamples', 'kopf-example-bad') is None
 
     def after_update(self, cluster: Cluster) -> None:
         super().after_update(cluster)
-        assert cluster.kopfexample()['spec']['numbers'] == [1.0, 2.5]  # mutated: converted
+        numbers = cluster.kopfexample()['spec']['numbers']
+        assert numbers == [1, 2.5] and isinstance(numbers[0], int)  # mutated: converted, 1.0 stored as 1
 
 
 class Peering(Example):
@@ -537,12 +527,31 @@ def test_all_examples_are_tested() -> None:
     assert directories == tested
 
 
+@pytest.fixture()
+def namespace(k8s_api: KubeAPI) -> Iterator[str]:
+    """A namespace of the test's own; on a real server, it stays (as Terminating) with what is left in it."""
+    user = ApiUser(k8s_api.kubeconfig_path)
+    name = f'example-{uuid.uuid4().hex[:8]}'
+    user.create_namespace(name)
+    yield name
+    user.delete(f'/api/v1/namespaces/{name}')
+
+
+@pytest.fixture()
+def cluster(k8s_api: KubeAPI, namespace: str) -> Cluster:
+    return Cluster(k8s_api, namespace)
+
+
+def until(check: Callable[[], _T]) -> _T:
+    return eventually(check, within=WAIT_TIMEOUT)
+
+
 @contextlib.contextmanager
-def running(example: Example, emulator: KubernetesEmulator, outputs: list[str]) -> Iterator[KopfRunner]:
+def running(example: Example, outputs: list[str]) -> Iterator[KopfRunner]:
     """Run the example's operator as ``kopf run`` would; remember its output when it exits."""
     args = ['run', '--all-namespaces', '--verbose', str(EXAMPLES / example.name / 'example.py')]
     registry = kopf.OperatorRegistry()  # not the default one: the handlers of the examples would pile up
-    with KopfRunner(args, registry=registry, emulator=emulator, timeout=WAIT_TIMEOUT) as runner:
+    with KopfRunner(args, registry=registry, timeout=WAIT_TIMEOUT) as runner:  # to $KUBECONFIG
         yield runner
     assert runner.exit_code == 0
     assert runner.exception is None
@@ -550,40 +559,39 @@ def running(example: Example, emulator: KubernetesEmulator, outputs: list[str]) 
 
 
 @pytest.mark.parametrize('example', EXAMPLES_RUN_BY_KOPF, ids=repr)
-def test_example(
-        example: Example, k8s_emulator: KubernetesEmulator, caplog: pytest.LogCaptureFixture,
-) -> None:
-    cluster = Cluster(k8s_emulator)
+def test_example(example: Example, cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
     if example.crd:
-        cluster.call('POST', CRDS, yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
+        cluster.user.apply_crd(yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
 
     outputs: list[str] = []
+    path = cluster.path(example.plural)
     with contextlib.ExitStack() as operator:
-        operator.enter_context(running(example, k8s_emulator, outputs))
-        eventually(lambda: example.before_creation(cluster))
-        cluster.call('POST', example.url, yaml.safe_load(example.sample.read_text()))
-        eventually(lambda: example.after_creation(cluster))
+        operator.enter_context(running(example, outputs))
+        until(lambda: example.before_creation(cluster))
+        cluster.user.create(path, cluster.sample(example.sample))
+        until(lambda: example.after_creation(cluster))
 
         if example.restarts:  # everything the operator needs is stored in the objects
             operator.close()
-            operator.enter_context(running(example, k8s_emulator, outputs))
-            eventually(lambda: example.after_restart(cluster))
+            operator.enter_context(running(example, outputs))
+            until(lambda: example.after_restart(cluster))
 
-        cluster.call('PATCH', f'{example.url}/{NAME}', example.change, 'application/merge-patch+json')
-        eventually(lambda: example.after_update(cluster))
+        cluster.user.patch(f'{path}/{NAME}', example.change)
+        until(lambda: example.after_update(cluster))
 
-        cluster.call('DELETE', f'{example.url}/{NAME}')
-        eventually(lambda: example.after_deletion(cluster))
+        cluster.user.delete(f'{path}/{NAME}')
+        until(lambda: example.after_deletion(cluster))
         if example.change_handlers:
-            eventually(lambda: _assert_in(DELETION_NOTICE, caplog.messages))  # the last words of the object
+            until(lambda: _assert_in(DELETION_NOTICE, caplog.messages))  # the last words of the object
 
     output = ''.join(outputs)
+    prefix = f'[{cluster.namespace}/'
     assert output.count('Traceback (most recent call last)') == example.tracebacks
     if example.change_handlers:
-        assert '[default/kopf-example-1] Creation is in progress:' in output  # a debug message
-        assert f'[default/kopf-example-1] {DELETION_NOTICE}' in output
+        assert f'{prefix}kopf-example-1] Creation is in progress:' in output  # a debug message
+        assert f'{prefix}kopf-example-1] {DELETION_NOTICE}' in output
     for line in example.logs:
-        assert line in output
+        assert line.replace('[default/', prefix) in output
     example.check_outputs(outputs)
 
 
@@ -591,26 +599,26 @@ def _assert_in(item: Any, collection: Any) -> None:
     assert item in collection
 
 
-async def test_embedding(k8s_emulator: KubernetesEmulator, caplog: pytest.LogCaptureFixture) -> None:
+async def test_embedding(k8s_api: KubeAPI, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)  # nobody configures the logging here: it is up to the application
     main: Callable[[asyncio.Event], Coroutine[Any, Any, None]] = runpy.run_path(
         str(EXAMPLES / '09-embedding' / 'example.py'))['main']
-    cluster = Cluster(k8s_emulator)
-    cluster.call('POST', CRDS, yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
+    cluster = Cluster(k8s_api, 'default')  # the example serves this namespace only
+    await asyncio.to_thread(cluster.user.apply_crd, yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
 
     stop_flag = asyncio.Event()
     app = asyncio.create_task(main(stop_flag))
     try:
-        sample = yaml.safe_load((EXAMPLES / 'obj.yaml').read_text())
-        await asyncio.to_thread(cluster.call, 'POST', KOPFEXAMPLES, sample)
+        path = cluster.path('kopfexamples')
+        await asyncio.to_thread(cluster.user.create, path, cluster.sample(EXAMPLES / 'obj.yaml'))
 
         def created() -> None:
             assert cluster.status().get('create_fn') == {'message': 'hello, kopf-example-1'}
             assert "The application has noticed a new KopfExample: 'kopf-example-1'." in caplog.messages
 
-        await eventually_async(created)
-        await asyncio.to_thread(cluster.call, 'DELETE', f'{KOPFEXAMPLES}/{NAME}')
-        await eventually_async(lambda: _assert_in(DELETION_NOTICE, caplog.messages))
+        await eventually_async(created, within=WAIT_TIMEOUT)
+        await asyncio.to_thread(cluster.user.delete, f'{path}/{NAME}')
+        await eventually_async(lambda: _assert_in(DELETION_NOTICE, caplog.messages), within=WAIT_TIMEOUT)
         assert not app.done()  # the application runs until it is told to stop
     finally:
         stop_flag.set()
@@ -620,54 +628,53 @@ async def test_embedding(k8s_emulator: KubernetesEmulator, caplog: pytest.LogCap
     assert not [record for record in caplog.records if record.exc_info is not None]
 
 
-@pytest.mark.parametrize('mode', [
-    ['--peering', 'example', '--priority'],  # + a distinct priority per replica
-    ['--lease', 'default/example'],
-], ids=['peering', 'lease'])
-def test_two_replicas_of_the_peering_example_handle_every_object_exactly_once(
-        mode: list[str], k8s_emulator: KubernetesEmulator,
+@pytest.mark.parametrize('replicas', [2, 3])
+@pytest.mark.parametrize('mode', ['peering', 'lease'])
+def test_replicas_of_the_peering_example_handle_every_object_exactly_once(
+        mode: str, replicas: int, cluster: Cluster,
 ) -> None:
-    cluster = Cluster(k8s_emulator)
-    cluster.call('POST', CRDS, yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
+    cluster.user.apply_crd(yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
     for doc in yaml.safe_load_all((EXAMPLES.parent / 'peering.yaml').read_text()):
-        cluster.call('POST', CRDS, doc)
-    cluster.call('POST', '/apis/kopf.dev/v1/clusterkopfpeerings',
-                 {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterKopfPeering', 'metadata': {'name': 'example'}})
+        cluster.user.apply_crd(doc)
+    name = cluster.namespace  # unique: for the cluster-wide peering object too
+    if mode == 'peering':
+        peering = {'apiVersion': 'kopf.dev/v1', 'kind': 'ClusterKopfPeering', 'metadata': {'name': name}}
+        cluster.user.create('/apis/kopf.dev/v1/clusterkopfpeerings', peering)
 
     names = [f'kex{index}' for index in range(5)]
     runners = []
     with contextlib.ExitStack() as stack:
-        for priority in ['10', '20']:
-            args = ['run', '-A', '--verbose', *mode, *([priority] if mode[-1] == '--priority' else []),
-                    str(EXAMPLES / '15-peering' / 'example.py')]
+        for priority in range(10, 10 * (replicas + 1), 10):  # a distinct priority per replica
+            options = (['--peering', name, '--priority', str(priority)] if mode == 'peering' else
+                       ['--lease', f'{cluster.namespace}/{name}'])
+            args = ['run', '-A', '--verbose', *options, str(EXAMPLES / '15-peering' / 'example.py')]
             runners.append(stack.enter_context(KopfRunner(args, registry=kopf.OperatorRegistry(),
-                                                          emulator=k8s_emulator, timeout=WAIT_TIMEOUT)))
-        # Both replicas know of each other (or the lease is taken) before the objects appear.
-        eventually(lambda: _assert_coordinated(cluster, peering=mode[0] == '--peering'))
-        time.sleep(0.5)  # the lower one pauses on seeing the higher one: not observable in the cluster
-        for name in names:
-            sample = yaml.safe_load((EXAMPLES / 'obj.yaml').read_text())
-            sample['metadata']['name'] = name
-            cluster.call('POST', KOPFEXAMPLES, sample)
-        eventually(lambda: _assert_handled(cluster, names))
+                                                          timeout=WAIT_TIMEOUT)))
+        # All replicas know of each other (or the lease is taken) before the objects appear.
+        until(lambda: _assert_coordinated(cluster, name, mode=mode, replicas=replicas))
+        time.sleep(0.5)  # the lower ones pause on seeing the higher one: not observable in the cluster
+        for obj_name in names:
+            cluster.user.create(cluster.path('kopfexamples'), cluster.sample(EXAMPLES / 'obj.yaml', obj_name))
+        until(lambda: _assert_handled(cluster, names))
         time.sleep(0.5)  # anything handled twice would show up by now
     output = ''.join(runner.output for runner in runners)
-    for name in names:
-        assert output.count(f'[default/{name}] Handled by the replica') == 1, name
-    replicas = {cluster.get('kopfexamples.kopf.dev', name)['status']['create_fn']['replica']  # type: ignore
-                for name in names}
-    assert len(replicas) == 1  # all by one replica: the higher priority, or the leader
+    for obj_name in names:
+        assert output.count(f'[{cluster.namespace}/{obj_name}] Handled by the replica') == 1, obj_name
+    replica_names = {(cluster.get('kopfexamples', obj_name) or {})['status']['create_fn']['replica']
+                     for obj_name in names}
+    assert len(replica_names) == 1  # all by one replica: the highest priority, or the leader
 
 
 def _assert_handled(cluster: Cluster, names: list[str]) -> None:
     for name in names:
-        assert 'create_fn' in ((cluster.get('kopfexamples.kopf.dev', name) or {}).get('status') or {})
+        assert 'create_fn' in ((cluster.get('kopfexamples', name) or {}).get('status') or {})
 
 
-def _assert_coordinated(cluster: Cluster, *, peering: bool) -> None:
-    if peering:
-        body = cluster.emulator.get_object('clusterkopfpeerings.kopf.dev', 'example') or {}
-        assert len(body.get('status') or {}) == 2
+def _assert_coordinated(cluster: Cluster, name: str, *, mode: str, replicas: int) -> None:
+    if mode == 'peering':
+        body = cluster.user.get(f'/apis/kopf.dev/v1/clusterkopfpeerings/{name}') or {}
+        assert len(body.get('status') or {}) == replicas
     else:
-        body = cluster.emulator.get_object('leases.coordination.k8s.io', 'example', namespace='default') or {}
+        path = f'/apis/coordination.k8s.io/v1/namespaces/{cluster.namespace}/leases/{name}'
+        body = cluster.user.get(path) or {}
         assert (body.get('spec') or {}).get('holderIdentity')

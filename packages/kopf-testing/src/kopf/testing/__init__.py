@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kopf.testing.apiserver import ControlPlaneError as ControlPlaneError
     from kopf.testing.apiserver import KubernetesControlPlane as KubernetesControlPlane
+    from kopf.testing.cluster import ApiError as ApiError
+    from kopf.testing.cluster import Cluster as Cluster
+    from kopf.testing.cluster import eventually as eventually
+    from kopf.testing.cluster import eventually_async as eventually_async
     from kopf.testing.emulator import KubernetesEmulator as KubernetesEmulator
     from kopf.testing.emulator import RequestCounter as RequestCounter
     from kopf.testing.emulator import RequestKey as RequestKey
@@ -19,6 +23,10 @@ if TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _LAZY_NAMES: dict[str, str] = {
+    'ApiError': 'kopf.testing.cluster',
+    'Cluster': 'kopf.testing.cluster',
+    'eventually': 'kopf.testing.cluster',
+    'eventually_async': 'kopf.testing.cluster',
     'ControlPlaneError': 'kopf.testing.apiserver',
     'KopfRunner': 'kopf.testing.runner',
     'KubernetesControlPlane': 'kopf.testing.apiserver',
@@ -28,12 +36,16 @@ _LAZY_NAMES: dict[str, str] = {
 }
 
 __all__ = [
+    'ApiError',
+    'Cluster',
     'ControlPlaneError',
     'KopfRunner',
     'KubernetesControlPlane',
     'KubernetesEmulator',
     'RequestCounter',
     'RequestKey',
+    'eventually',
+    'eventually_async',
 ]
 
 

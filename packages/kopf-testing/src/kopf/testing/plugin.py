@@ -63,6 +63,11 @@ class KubeAPI:
         """Whether it is a real Kubernetes (the control plane or a cluster), not the emulator."""
         return self.kind != 'emulator'
 
+    @property
+    def collects_garbage(self) -> bool:
+        """Whether dependents go with their owners: not on the control plane (no kube-controller-manager)."""
+        return self.kind != 'control-plane'
+
 
 @pytest.fixture
 def k8s_api(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubeAPI]:

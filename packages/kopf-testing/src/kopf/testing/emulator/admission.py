@@ -28,7 +28,7 @@ from kopf.testing.emulator.resources import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     ResourceInfo,
 )
-from kopf.testing.emulator.store import ObjectStore
+from kopf.testing.emulator.store import ObjectStore, parse_number
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class AdmissionController:
                         f'an unsupported patchType {response.get("patchType")!r}'
                     )
                 try:
-                    operations = json.loads(base64.b64decode(patch))
+                    operations = json.loads(base64.b64decode(patch), parse_float=parse_number)
                     obj = patches.apply_json_patch(obj, operations)
                 except (
                     ValueError,

@@ -30,7 +30,14 @@ from kopf.testing.emulator.resources import (
     StorageKey,
     resources_from_crd,
 )
-from kopf.testing.emulator.store import ObjectStore, StoredObject, encode, with_api_version
+from kopf.testing.emulator.store import (
+    ObjectStore,
+    StoredObject,
+    as_stored_numbers,
+    encode,
+    parse_number,
+    with_api_version,
+)
 
 PatchType = Literal['json', 'merge', 'strategic', 'apply']
 
@@ -79,14 +86,14 @@ class Outcome:
 
 def decode_json_body(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_float=parse_number)
     except (ValueError, UnicodeDecodeError) as e:
         raise errors.bad_request(f"couldn't get version/kind; json parse error: {e}") from None
 
 
 def decode_yaml_body(raw: bytes) -> Any:
     try:
-        return yaml.safe_load(raw)
+        return as_stored_numbers(yaml.safe_load(raw))
     except yaml.YAMLError as e:
         raise errors.bad_request(f'error converting YAML to JSON: {e}') from None
 

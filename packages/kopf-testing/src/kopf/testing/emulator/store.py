@@ -346,3 +346,25 @@ def _owner_uids(body: dict[str, Any] | None) -> frozenset[str]:
         for reference in references
         if isinstance(reference, dict) and reference.get('uid')
     )
+
+
+def parse_number(text: str) -> int | float:
+    """
+    A JSON number with a fraction or an exponent as the API server keeps it: whole ones are integers.
+
+    The server decodes the whole ones into integers, the others into Go's float64 (encoded back in
+    the shortest form): ``1.0`` and ``1e3`` come back as ``1`` and ``1000``; 1e21 and above as floats.
+    """
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) < 1e21 else value
+
+
+def as_stored_numbers(value: Any) -> Any:
+    """The same as :func:`parse_number` for the floats of an already decoded value (YAML, patches)."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    if isinstance(value, dict):
+        return {key: as_stored_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_stored_numbers(item) for item in value]
+    return value

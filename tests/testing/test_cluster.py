@@ -1,0 +1,110 @@
+"""``kopf.testing.Cluster`` and ``eventually``: a test's user of any API server (the ``k8s_api`` switch)."""
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kopf.testing import ApiError, Cluster, eventually, eventually_async
+from kopf.testing.plugin import KubeAPI
+
+CONFIGMAPS = '/api/v1/namespaces/{}/configmaps'
+
+
+@pytest.fixture()
+def user(k8s_api: KubeAPI) -> Cluster:
+    return Cluster(k8s_api.kubeconfig_path)
+
+
+@pytest.fixture()
+def namespace(user: Cluster) -> Iterator[str]:
+    name = f'cluster-{uuid.uuid4().hex[:8]}'
+    user.create_namespace(name)
+    yield name
+    user.delete(f'/api/v1/namespaces/{name}')
+
+
+@pytest.mark.kube_api
+def test_objects_are_created_read_patched_listed_and_deleted(user: Cluster, namespace: str) -> None:
+    path = CONFIGMAPS.format(namespace)
+    body = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'cm1', 'labels': {'a': 'b'}},
+            'data': {'x': '1'}}
+    assert user.create(path, body)['data'] == {'x': '1'}
+    assert user.patch(f'{path}/cm1', {'data': {'y': '2'}})['data'] == {'x': '1', 'y': '2'}
+    assert user.get(f'{path}/cm1')['data'] == {'x': '1', 'y': '2'}
+    assert [obj['metadata']['name'] for obj in user.items(path, labelSelector='a=b')] == ['cm1']
+    assert user.items(path, labelSelector='a=c') == []
+    user.delete(f'{path}/cm1')
+    assert user.get(f'{path}/cm1') is None
+    assert user.delete(f'{path}/cm1') is None  # already gone: no error
+
+
+@pytest.mark.kube_api
+def test_errors_name_the_request_the_code_and_the_reason(user: Cluster, namespace: str) -> None:
+    path = CONFIGMAPS.format(namespace)
+    body = {'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': {'name': 'cm1'}}
+    user.create(path, body)
+    with pytest.raises(ApiError) as error:
+        user.create(path, body)
+    assert (error.value.status, error.value.reason) == (409, 'AlreadyExists')
+    assert str(error.value).startswith(f'POST {path} -> 409: ')
+    assert 'already exists' in error.value.message
+
+
+@pytest.mark.kube_api
+def test_crds_are_applied_idempotently_and_established(user: Cluster) -> None:
+    group = 'cluster.kopf.dev'
+    crd = {
+        'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+        'metadata': {'name': f'things.{group}'},
+        'spec': {'group': group, 'scope': 'Cluster',
+                 'names': {'plural': 'things', 'singular': 'thing', 'kind': 'Thing'},
+                 'versions': [{'name': 'v1', 'served': True, 'storage': True, 'schema': {
+                     'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}]},
+    }
+    first = user.apply_crd(crd)
+    again = user.apply_crd(crd)  # exists: kept
+    assert first['metadata']['uid'] == again['metadata']['uid']
+    assert user.items(f'/apis/{group}/v1/things') == []  # served
+
+
+def test_eventually_returns_the_first_passing_result() -> None:
+    attempts: list[int] = []
+
+    def check() -> int:
+        attempts.append(1)
+        assert len(attempts) >= 3, 'not yet'
+        return len(attempts)
+
+    assert eventually(check, interval=0) == 3
+
+
+def test_eventually_fails_with_the_last_assertion() -> None:
+    def check() -> None:
+        raise AssertionError('still missing')
+
+    with pytest.raises(AssertionError, match='still missing'):
+        eventually(check, within=0, interval=0)
+
+
+def test_eventually_does_not_repeat_other_errors() -> None:
+    attempts: list[int] = []
+
+    def check() -> Any:
+        attempts.append(1)
+        raise KeyError('broken')
+
+    with pytest.raises(KeyError):
+        eventually(check, interval=0)
+    assert len(attempts) == 1
+
+
+async def test_eventually_async_returns_the_first_passing_result() -> None:
+    attempts: list[int] = []
+
+    def check() -> int:
+        attempts.append(1)
+        assert len(attempts) >= 2
+        return len(attempts)
+
+    assert await eventually_async(check, interval=0) == 2
