@@ -125,10 +125,17 @@ def drive(port: int, count: int, phase: str, sync: bool) -> None:
         memories = ResourceMemories()
         pacer = pacing.Pacer()
         try:
-            for event in events:
-                await processing.process_resource_event(
-                    raw_event=event, resource=resource, registry=registry, settings=settings,
-                    memories=memories, vault=vault, pacer=pacer)
+            if hasattr(processing, 'process_event'):  # this version
+                from kopf._core.reactor.contexts import Delivery, OperatorScope
+                scope = OperatorScope(registry=registry, settings=settings, memories=memories, vault=vault,
+                                      pacer=pacer)
+                for event in events:
+                    await processing.process_event(Delivery(event, resource), scope=scope)
+            else:  # the versions before the event path in stages (for the comparisons)
+                for event in events:
+                    await processing.process_resource_event(
+                        raw_event=event, resource=resource, registry=registry, settings=settings,
+                        memories=memories, vault=vault, pacer=pacer)
         finally:
             await vault.close()
 

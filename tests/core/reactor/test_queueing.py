@@ -15,6 +15,7 @@ from kopf._clients.watching import Bookmark
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor.contexts import Delivery
 from kopf._core.reactor.queueing import ObjectStreams
 
 pytestmark = pytest.mark.looptime
@@ -42,8 +43,11 @@ class Recorder:
         self.max_per_object = 0
         self.max_total = 0
 
-    async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                       resource: Resource, namespace: str | None) -> bool | None:
+    async def __call__(self, delivery: Delivery) -> bool | None:
+        raw_event = delivery.raw_event
+        stream_pressure = delivery.pressure
+        resource = delivery.resource
+        namespace = delivery.namespace
         assert resource == KEX
         assert namespace == 'ns1'
         name = raw_event['object']['metadata']['name']
@@ -506,8 +510,8 @@ async def test_objects_vanished_between_listings_are_deleted(
 async def test_synthetic_deletion_has_the_identity_of_the_object(settings: OperatorSettings) -> None:
     received: list[RawEvent] = []
 
-    async def processor(*, raw_event: RawEvent, **_: Any) -> None:
-        received.append(raw_event)
+    async def processor(delivery: Delivery) -> None:
+        received.append(delivery.raw_event)
 
     streams = ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings)
     streams.feed(event('kex1', 1, type=None))
@@ -639,8 +643,9 @@ async def test_pending_events_processed_at_closing_see_the_pressure(
     # patch) will not come. The event still pending then is processed in a hurry, as the busy ones are.
     waited: list[tuple[Any, float, bool]] = []
 
-    async def processor(*, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                        resource: Resource, namespace: str | None) -> None:
+    async def processor(delivery: Delivery) -> None:
+        raw_event = delivery.raw_event
+        stream_pressure = delivery.pressure
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:

@@ -15,6 +15,7 @@ from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor import pacing
+from kopf._core.reactor.contexts import Delivery
 from kopf._core.reactor.queueing import ObjectStreams
 
 pytestmark = pytest.mark.looptime
@@ -43,8 +44,8 @@ class SeatedProcessor:
         self.processed = asyncio.Event()
         self.expected = 0
 
-    async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                       resource: Resource, namespace: str | None) -> None:
+    async def __call__(self, delivery: Delivery) -> None:
+        raw_event = delivery.raw_event
         self.max_workers = max(self.max_workers, workers())
         async with self.pacer.seat():
             self.order.append(raw_event['object']['metadata']['name'])
@@ -97,8 +98,8 @@ async def test_deferred_objects_get_their_latest_events(settings: OperatorSettin
     last = f'obj-{BACKLOG + 49:05d}'  # surely deferred
     last_seen = asyncio.Event()
 
-    async def processor(*, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                        resource: Resource, namespace: str | None) -> None:
+    async def processor(delivery: Delivery) -> None:
+        raw_event = delivery.raw_event
         async with pacer.seat():
             name = raw_event['object']['metadata']['name']
             seen.setdefault(name, []).append(raw_event['object']['spec'].get('v'))

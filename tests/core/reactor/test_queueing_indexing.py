@@ -15,6 +15,7 @@ from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.indexing import IndexingReadiness
 from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor.contexts import Delivery
 from kopf._core.reactor.queueing import Forgetter, ObjectStreams
 
 pytestmark = pytest.mark.looptime
@@ -37,8 +38,8 @@ class Recorder:
         self.failing = failing
         self.calls: list[tuple[float, str, Any]] = []
 
-    async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                       resource: Resource, namespace: str | None) -> None:
+    async def __call__(self, delivery: Delivery) -> None:
+        raw_event = delivery.raw_event
         body = raw_event['object']
         now = asyncio.get_running_loop().time()
         self.calls.append((now, body['metadata']['name'], body['spec']['value']))

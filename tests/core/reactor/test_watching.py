@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from kopf._clients.vault import Vault
-from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor import pacing
+from kopf._core.reactor.contexts import Delivery
 from kopf._core.reactor.queueing import watcher
 from kopf.testing.emulator import KubernetesEmulator
 
@@ -34,8 +34,8 @@ class LatestStates:
         self.active: collections.Counter[str] = collections.Counter()
         self.overlaps = 0
 
-    async def __call__(self, *, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                       resource: Resource, namespace: str | None) -> None:
+    async def __call__(self, delivery: Delivery) -> None:
+        raw_event = delivery.raw_event
         name = raw_event['object']['metadata']['name']
         self.active[name] += 1
         self.overlaps += self.active[name] > 1
@@ -63,11 +63,11 @@ class GatedProcessor:
         self.task = asyncio.create_task(watcher(settings=self.settings, vault=self.vault, resource=KEX,
                                                 namespace='default', processor=self, pacer=self.pacer))
 
-    async def __call__(self, **kwargs: Any) -> None:
+    async def __call__(self, delivery: Delivery) -> None:
         async with self.pacer.seat():  # as the real processing does
             await self.gate.wait()
-            self.held_back.append(pacing.held_back_since.get()(0))
-            await self.states(**kwargs)
+            self.held_back.append(delivery.held_back_since(0))
+            await self.states(delivery)
 
 
 @pytest.fixture

@@ -24,8 +24,9 @@ from kopf._cogs.structs.references import Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
+from kopf._core.reactor.contexts import Delivery, OperatorScope, never_held_back
 from kopf._core.reactor.inventory import ResourceMemories
-from kopf._core.reactor.processing import process_resource_event
+from kopf._core.reactor.processing import process_event
 from kopf.testing.emulator import KubernetesEmulator
 
 GROUP = 'kopf.dev'
@@ -134,6 +135,7 @@ class Operator:
             body: RawBody | None = None,
             resource: Resource = KEX,
             pressure: Any = None,
+            held_back_since: Callable[[float], bool] = never_held_back,
     ) -> RawBody:
         """Process one event of the object: its current state unless the body is given."""
         if body is None:
@@ -141,10 +143,10 @@ class Operator:
             assert body is not None, f'The object {name!r} does not exist.'
         self.last_bodies[name] = body
         raw_event: RawEvent = {'type': type, 'object': body}  # type: ignore[typeddict-item]
-        finished = await process_resource_event(
-            raw_event=raw_event, stream_pressure=pressure, resource=resource, namespace=NAMESPACE,
-            registry=self.registry, settings=self.settings, memories=self.memories, vault=self.vault,
-            memobase=self.memo, lifecycle=self.lifecycle)
+        scope = OperatorScope(registry=self.registry, settings=self.settings, memories=self.memories,
+                              vault=self.vault, memobase=self.memo, lifecycle=self.lifecycle)
+        delivery = Delivery(raw_event, resource, NAMESPACE, pressure, held_back_since=held_back_since)
+        finished = await process_event(delivery, scope=scope)
         self.finished.append(finished)
         return body
 

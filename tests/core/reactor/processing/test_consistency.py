@@ -14,7 +14,6 @@ import kopf
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
-from kopf._core.reactor import pacing
 
 
 def older(obj: Any, by: int = 1) -> Any:
@@ -122,11 +121,10 @@ async def test_older_version_after_the_timeout_waits_if_the_watch_stream_was_hel
         operator: Any, cluster: Any, settings: OperatorSettings, requests: Callable[..., int],
         messages: Callable[[], list[str]]) -> None:
     # The queueing tells this for every object: here, its watch-stream was held back by the back-pressure.
-    pacing.held_back_since.set(lambda since: True)
     settings.persistence.consistency_timeout = 0.1
     await asyncio.sleep(0.2)  # the timeout is over
     count = len(messages())
-    await operator.process(body=older(cluster.get()))
+    await operator.process(body=older(cluster.get()), held_back_since=lambda since: True)
 
     # The stale state is not handled: the echo of our patch is late by our own doing, and will come.
     assert requests() == 0

@@ -20,7 +20,6 @@ stopped) and resumed (everything started again as if the objects were new), e.g.
 and shut down when the operator exits (``OPERATOR_EXITING``): nothing is left running after that.
 """
 import asyncio
-import contextvars
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -38,15 +37,7 @@ from kopf._core.intents.handlers import DaemonHandler, HandlerId, SpawningHandle
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.persistence.finalizers import is_deletion_ongoing
 
-__all__ = ['SpawningEngine', 'daemon_killer', 'event_received_at']
-
-# When the event being processed has arrived (the loop's time), as the reactor's queueing sets it for
-# the processing of every event: a new object's timers count their ``initial_delay`` (and the idle
-# ones their quiet period) from when the object became visible to the operator, not from when its
-# processing could start (e.g. the last of 10,000 listed objects is processed seconds after the first).
-event_received_at: contextvars.ContextVar[float | None] = contextvars.ContextVar('event_received_at',
-                                                                                default=None)
-
+__all__ = ['SpawningEngine', 'daemon_killer']
 
 class ObjectMemory(Protocol):
     """What the engine needs of the object's in-memory state (the reactor's memory of the object)."""
@@ -91,9 +82,15 @@ class SpawningEngine:
             raw_body: RawBody,
             gone: bool,
             logger: Logger,
+            received_at: float | None = None,
     ) -> bool:
         """
         React to an event of the object: remember its state, start or stop its daemons & timers.
+
+        ``received_at`` is when the event has arrived (the loop's time), if known: a new object's timers
+        count their ``initial_delay`` (and the idle ones their quiet period) from when the object became
+        visible to the operator, not from when its processing could start (e.g. the last of 10,000 listed
+        objects is processed seconds after the first).
 
         Returns whether any of its daemons & timers that keep the object from deletion matches it now
         (i.e. whether our finalizer is needed while the object lives), so that nobody re-evaluates it.
@@ -104,7 +101,6 @@ class SpawningEngine:
 
         deleted = gone or is_deletion_ongoing(raw_body)
         now = asyncio.get_running_loop().time()
-        received_at = event_received_at.get()
         if received_at is not None and received_at < now:
             now = received_at
         if spawns is None:

@@ -9,12 +9,12 @@ handled essence), so that it survives restarts. But some things are only for thi
   started), and whether it has been fully handled since then: the resuming handlers are due
   only once per operator lifetime, and only for such objects;
 * the resource version of our own latest patch and the time of it: until this version comes back
-  via the watch-stream, the object's state is inconsistent (see :mod:`.processing`); and whether
+  via the watch-stream, the object's state is inconsistent (see :mod:`.versions`); and whether
   that version needs nothing from us, so that its echo is not processed at all;
 * the places where the daemons and the indices keep their per-object state (filled by their engines);
 * while a handling cycle of several steps is in progress: which essence each finished handler was
   called with, so that the handlers done before a change in the middle of the cycle are called again
-  with it (see :mod:`.processing`). It is forgotten when the cycle ends, and lost on restarts: then,
+  with it (see :mod:`.reruns`). It is forgotten when the cycle ends, and lost on restarts: then,
   the handlers done before a restart are not called again in that cycle (as in Kopf).
 
 There can be many thousands of idle objects, so a memory is a small slotted record with no tasks,
@@ -25,31 +25,26 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kopf._core.intents.memos import make_object_memo
+from kopf._core.reactor.versions import VersionBook
 
 __all__ = ['ResourceMemories', 'ResourceMemory']
 
 
-class ResourceMemory:
-    """The in-memory state of one object (see the module's description)."""
+class ResourceMemory(VersionBook):
+    """The in-memory state of one object (see the module's description; the versions: :mod:`.versions`)."""
 
     __slots__ = (
         'cycle_essences',
         'cycle_purpose',
         'daemons',
-        'expected_since',
-        'expected_version',
         'fully_handled_once',
         'memo',
         'noticed_by_listing',
-        'settled_version',
     )
 
     memo: Any
     noticed_by_listing: bool  # seen first in the initial listing: it existed before the operator started
     fully_handled_once: bool  # a changing cycle has finished since then: no more resuming
-    expected_version: str | None  # the resourceVersion of our latest patch that has not arrived yet
-    expected_since: float  # when that patch was made (the event loop's time)
-    settled_version: str | None  # the version of our latest patch if nothing is due after it (a no-op echo)
     daemons: Any  # the daemons' & timers' per-object state, owned by their engine
     cycle_purpose: str | None  # the reason of the unfinished handling cycle that the essences belong to
     cycle_essences: dict[str, Any] | None  # by handler id: the essence of its last success in that cycle
@@ -60,9 +55,6 @@ class ResourceMemory:
         self.memo = memo
         self.noticed_by_listing = noticed_by_listing
         self.fully_handled_once = False
-        self.expected_version = None
-        self.expected_since = 0.0
-        self.settled_version = None
         self.daemons = None
         self.cycle_purpose = None
         self.cycle_essences = None

@@ -36,12 +36,10 @@ share fewer hand-overs to the threads, ~10% more CPU per tick in benchmarks/engi
 import asyncio
 import collections
 import contextlib
-import contextvars
-from collections.abc import Callable
 
 from kopf._cogs.helpers import alarms
 
-__all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat', 'held_back_since']
+__all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat']
 
 # How many objects are processed by the framework at once (the handlers and sleeps excluded).
 # The pacer reads it when created, so it can be tuned before the operator starts.
@@ -49,17 +47,6 @@ DEFAULT_SEATS = 100
 
 # How long a running handler keeps its object's seat before lending it to another object, in seconds.
 LENDING_DELAY = 0.05
-
-
-def _never_held_back(since: float) -> bool:
-    return False
-
-
-# Whether the watch-stream of the object being processed has been held back by the back-pressure
-# (see the queueing) since a moment in the loop's time: then, its events (e.g. the echoes of our own
-# patches) are late by our own doing, not the API's. Set by the queueing for every object's worker.
-held_back_since: contextvars.ContextVar[Callable[[float], bool]] = contextvars.ContextVar(
-    'held_back_since', default=_never_held_back)
 
 
 class Pacer:

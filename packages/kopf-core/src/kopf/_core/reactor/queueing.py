@@ -41,8 +41,9 @@ body waits in memory; held back, the events wait in the sockets' buffers as byte
 reading the socket when its buffer is full). Nothing is lost: the events are only read a bit later.
 The listings are not held back: their objects are in memory anyway (as one response), and the watching
 starts only after them, so the echoes of the patches made meanwhile would come only as late.
-Held back, the echoes of our own patches come late: the processing knows it (``pacing.held_back_since``)
-and waits for them rather than handling the stale states when the consistency timeout is over.
+Held back, the echoes of our own patches come late: the processing knows it (every delivery carries
+``held_back_since``) and waits for them rather than handling the stale states when the consistency timeout
+is over.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -83,10 +84,10 @@ from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
-from kopf._core.engines import spawning
 from kopf._core.engines.indexing import IndexingReadiness, ReadinessToggle
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor import pacing
+from kopf._core.reactor.contexts import Delivery
 
 logger = logging.getLogger(__name__)
 
@@ -94,22 +95,15 @@ class Processor(Protocol):
     """
     The per-object processing cycle: called for the latest event of an object, one call at a time per object.
 
-    ``stream_pressure`` is set when newer events of the same object arrive during the call.
-    ``namespace`` is the namespace of the watch-stream (``None`` for cluster-wide ones), not of the object.
+    The delivery (:class:`.contexts.Delivery`) carries the event and the facts of its delivery: its
+    ``pressure`` is set when newer events of the same object arrive during the call.
     Whatever the processor needs besides (settings, registry, memories, etc.) is bound in advance,
     e.g. with :func:`functools.partial`. Exceptions escaping it are logged and throttled.
     It returns True if the object is finished with: nothing but its deletion can come (e.g. our finalizer
     is released from a deleted object); then its worker exits at once, not waiting for more events to batch.
     """
 
-    def __call__(
-            self,
-            *,
-            raw_event: RawEvent,
-            stream_pressure: asyncio.Event,
-            resource: Resource,
-            namespace: str | None,
-    ) -> Awaitable[bool | None]: ...
+    def __call__(self, delivery: Delivery, /) -> Awaitable[bool | None]: ...
 
 
 class Forgetter(Protocol):
@@ -505,9 +499,6 @@ class ObjectStreams:
     async def _worker(self, key: Hashable, stream: _Stream) -> None:
         self._unstarted -= 1
         loop = asyncio.get_running_loop()
-        # For the processing (of this task only): the consistency waits know if the echoes of the patches
-        # can be late for our own reasons. Once per worker: the task's context is the same for all its events.
-        pacing.held_back_since.set(self.was_held_back_since)
         processed_at: float | None = None  # when the latest processing has ended (in the loop's time)
         try:
             while True:
@@ -542,9 +533,7 @@ class ObjectStreams:
                     if latest is not raw_event:
                         raw_event, received_at = latest, stream.received_at
 
-                # For the processing (of this task only): the timers count from when the object was seen.
-                spawning.event_received_at.set(received_at)
-                finished = await self._process(key, raw_event, stream)
+                finished = await self._process(key, raw_event, stream, received_at)
                 processed_at = loop.time()
 
                 # Nothing can come after the deletion (of this uid): do not keep the worker for nothing.
@@ -633,8 +622,8 @@ class ObjectStreams:
         """Index the object's event; the errors of the indexing functions are handled by the indexer."""
         assert self._indexer is not None
         try:
-            await self._indexer(raw_event=raw_event, stream_pressure=stream.pressure,
-                                resource=self._resource, namespace=self._namespace)
+            await self._indexer(Delivery(raw_event, self._resource, self._namespace, stream.pressure,
+                                         stream.received_at, self.was_held_back_since))
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -675,16 +664,18 @@ class ObjectStreams:
             readiness.cancel()
         return raw_event
 
-    async def _process(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> bool | None:
+    async def _process(
+            self, key: Hashable, raw_event: RawEvent, stream: _Stream, received_at: float,
+    ) -> bool | None:
         """Process the event; return whether the object is finished with (see :class:`Processor`)."""
+        delivery = Delivery(raw_event, self._resource, self._namespace, stream.pressure, received_at,
+                            self.was_held_back_since)
         try:
             if self._limiter is None:  # the usual case: no nullcontext() & its 3 calls for every event
-                finished = await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
-                                                 resource=self._resource, namespace=self._namespace)
+                finished = await self._processor(delivery)
             else:
                 async with self._limiter:
-                    finished = await self._processor(raw_event=raw_event, stream_pressure=stream.pressure,
-                                                     resource=self._resource, namespace=self._namespace)
+                    finished = await self._processor(delivery)
         except asyncio.CancelledError:
             raise
         except Exception as e:

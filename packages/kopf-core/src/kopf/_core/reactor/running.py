@@ -38,7 +38,6 @@ from typing import Any
 from kopf._clients.errors import describe_error
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers import aiotasks
-from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
 from kopf._core.engines import (
@@ -67,6 +66,7 @@ from kopf._core.reactor import (
     supervision,
     tuning,
 )
+from kopf._core.reactor.contexts import Delivery, OperatorScope
 from kopf._core.reactor.inventory import ResourceMemories
 
 logger = logging.getLogger(__name__)
@@ -303,49 +303,6 @@ async def run_tasks(
 # The operator's own activities: startup, core tasks, cleanup.
 #
 
-def make_processor(
-        *,
-        lifecycle: LifeCycleFn | None,
-        indexers: OperatorIndexers | None,
-        memories: ResourceMemories | None,
-        registry: OperatorRegistry,
-        settings: OperatorSettings,
-        vault: Vault,
-        memo: object,
-        pacer: pacing.Pacer | None = None,
-        spawner: spawning.SpawningEngine | None = None,
-) -> queueing.Processor:
-    """
-    The hook where the per-object processing cycle plugs into the reactor.
-
-    Everything the processing needs from the operator is given here and bound to the processor,
-    which the watchers then call as ``processor(raw_event=..., stream_pressure=..., resource=...,
-    namespace=...)``, for one object at a time (see :class:`kopf._core.reactor.queueing.Processor`).
-    """
-    return functools.partial(
-        processing.process_resource_event,
-        registry=registry, settings=settings, vault=vault, memobase=memo, lifecycle=lifecycle,
-        memories=memories if memories is not None else ResourceMemories(),
-        indices=indexers.indices if indexers is not None else None,
-        pacer=pacer if pacer is not None else pacing.Pacer(),
-        spawner=spawner,
-    )
-
-
-def make_forgetter(
-        *,
-        memories: ResourceMemories,
-        registry: OperatorRegistry,
-        settings: OperatorSettings,
-        spawner: spawning.SpawningEngine | None = None,
-) -> queueing.Forgetter:
-    """The forgetting of the deleted objects without workers: with the processor's memories & spawner."""
-    return functools.partial(
-        processing.forget_deleted,
-        registry=registry, settings=settings, memories=memories, spawner=spawner,
-    )
-
-
 def make_indexer(
         *,
         indexers: OperatorIndexers | None,
@@ -361,8 +318,8 @@ def make_indexer(
     if indexers is None:
         return None
 
-    async def indexer(*, raw_event: RawEvent, stream_pressure: asyncio.Event,
-                      resource: Resource, namespace: str | None) -> None:
+    async def indexer(delivery: Delivery, /) -> None:
+        raw_event, resource = delivery.raw_event, delivery.resource
         event_type = raw_event['type']
         memory = memories.recall(raw_event['object'], memo=memo, noticed_by_listing=event_type is None,
                                  ephemeral=event_type == 'DELETED')
@@ -566,9 +523,12 @@ def _spawn_core_tasks(
     # before the poster & the credentials, so that they can still patch the objects and post the events.
     spawner = spawning.SpawningEngine(registry=registry, settings=settings, vault=vault, indices=indices)
     pacer = pacing.Pacer()
-    processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories, pacer=pacer,
-                               registry=registry, settings=settings, vault=vault, memo=memo, spawner=spawner)
-    forgetter = make_forgetter(memories=memories, registry=registry, settings=settings, spawner=spawner)
+    # What the processing needs from the operator: made once, for the processor and the forgetter.
+    scope = OperatorScope(registry=registry, settings=settings, vault=vault, memories=memories, memobase=memo,
+                          lifecycle=lifecycle, indices=indices if indices is not None else {}, pacer=pacer,
+                          spawner=spawner)
+    processor: queueing.Processor = functools.partial(processing.process_event, scope=scope)
+    forgetter: queueing.Forgetter = functools.partial(processing.forget_deleted, scope=scope)
     tasks.others.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
     indexer = make_indexer(indexers=indexers, memories=memories, registry=registry,
                            settings=settings, memo=memo)
