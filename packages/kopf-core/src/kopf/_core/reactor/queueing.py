@@ -15,7 +15,7 @@ but when the object has just been processed (within ``settings.queueing.batch_wi
 are batched until they stop arriving within the window of each other: e.g. the watch-events caused by
 the processing's own patches come in quick succession, and only the latest of them is processed.
 A deletion ends the batching at once: nothing comes after it, so there is nothing to wait for.
-The newer events also set ``stream_pressure``, so that a processor sleeping on something
+The newer events also set the delivery's ``pressure``, so that a processor sleeping on something
 (e.g. for its delayed handlers) can wake up earlier.
 
 Workers exit once their batching window has passed with no new events (or right after the object
@@ -34,16 +34,9 @@ The final event of a deleted object that has no worker (e.g. the late echo of th
 starts none if the object needs nothing but to be forgotten (no event handlers, no daemons, no indices):
 see :class:`Forgetter`.
 
-Back-pressure: when twice as many objects as the pacer has seats wait for them (or for their workers'
-start), the watch-stream is not read until only half as many wait. Otherwise, a burst of events (e.g.
-a deletion of thousands of objects at once) is parsed faster than it is processed, and every object's
-body waits in memory; held back, the events wait in the sockets' buffers as bytes (the API client stops
-reading the socket when its buffer is full). Nothing is lost: the events are only read a bit later.
-The listings are not held back: their objects are in memory anyway (as one response), and the watching
-starts only after them, so the echoes of the patches made meanwhile would come only as late.
-Held back, the echoes of our own patches come late: the processing knows it (every delivery carries
-``held_back_since``) and waits for them rather than handling the stale states when the consistency timeout
-is over.
+Back-pressure and deferral (when too many objects wait for the pacer's seats, the new workers are deferred,
+and then the watch-stream is not read for a while) are the :class:`.backlog.Backlog`'s; the facts of every
+delivery (:class:`.contexts.Delivery`) tell the processing whether the stream was held back.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -57,17 +50,11 @@ On exit, the workers get ``settings.queueing.exit_timeout`` to finish what they 
 streams get the pressure to hurry up, also for the events still pending, which are processed then:
 nothing they could wait for, e.g. the echoes of their own patches, will come) and are cancelled after that.
 
-Indexing: if an ``indexer`` is given (for the resources with ``@kopf.index`` handlers), it gets every
-event of an object before the processor, outside of the worker limit. The processing of every object
-waits until the operator's indices are ready (``readiness``): until every watch-stream of the indexed
-resources has all the objects of its initial listing indexed; the objects' newer events are indexed
-meanwhile (the processor then gets the latest event only). The stream's own readiness toggle
-is turned on when the last object of its initial listing is indexed (see :mod:`kopf._core.engines.indexing`).
+Indexing, and the wait for the operator's indices to be ready, are the :class:`.indexgate.IndexGate`'s.
 
 The processor is pluggable: see :class:`Processor`.
 """
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -87,7 +74,9 @@ from kopf._core.actions import loggers
 from kopf._core.engines.indexing import IndexingReadiness, ReadinessToggle
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor import pacing
+from kopf._core.reactor.backlog import Backlog
 from kopf._core.reactor.contexts import Delivery
+from kopf._core.reactor.indexgate import IndexGate, PendingEvent
 
 logger = logging.getLogger(__name__)
 
@@ -263,33 +252,26 @@ class ObjectStreams:
         self._processor = processor
         # Not for the indexed resources: the indices must see the deletion, in order with the other events.
         self._forgetter = forgetter if indexer is None else None
-        # The pacer of the processing (the same as the processor's), to hold the new workers back while
-        # many objects wait for its seats already; not for the indexed resources: every listed object
-        # must be indexed before any is processed, so the indexing of none can be held back.
-        self._pacer = pacer if indexer is None else None
-        # How many objects may wait for the pacer's seats before the new objects' workers are deferred
-        # (as many as are seated); twice as many waiting or deferred hold the watch-stream back.
-        self._backlog_limit = pacer.seats if pacer is not None else pacing.DEFAULT_SEATS
-        self._deferred: collections.deque[Hashable] = collections.deque()  # no worker yet: in this order
-        self._starter: asyncio.Task[None] | None = None  # starts the deferred workers when there is room
-        self._unstarted = 0  # the workers created but not running yet (so not waiting for seats yet)
-        self._room: asyncio.Future[None] | None = None  # the watch-stream's reader waits for room here
-        self._held_back_at: float | None = None  # since when the watch-stream is held back, if it is now
-        self._released_at = float('-inf')  # when it was held back last time, until then
+        # The back-pressure and the deferral of the new workers, by the pacer of the processing (the same
+        # as the processor's); not for the indexed resources: every listed object must be indexed before
+        # any is processed, so the indexing of none can be held back.
+        self._backlog = Backlog(pacer=pacer if indexer is None else None, start=self._start_deferred,
+                                name=repr(resource),
+                                limit=pacer.seats if pacer is not None else pacing.DEFAULT_SEATS)
+        self.was_held_back_since = self._backlog.was_held_back_since  # for every delivery: no extra call
         self._resource = resource
         self._namespace = namespace
         self._settings = settings
         self._limiter = limiter
-        self._indexer = indexer
-        self._readiness = readiness
-        self._toggle = toggle if indexer is not None else None
-        self._unindexed: set[Hashable] = set()  # the objects of the initial listing not indexed yet
+        self._gate = None if indexer is None and readiness is None else IndexGate(
+            settings=settings, deliver=self._deliver, indexer=indexer, readiness=readiness, toggle=toggle)
         self._streams: dict[Hashable, _Stream] = {}
-        # The ends of the idle workers' timeouts and of the batching windows: one loop timer for each kind.
-        self._idle: alarms.Alarms[_Stream] = alarms.Alarms(_press)  # the workers of the returning objects
-        self._brief: alarms.Alarms[_Stream] = alarms.Alarms(_press)  # the others, for their batching windows
-        self._parted: alarms.Alarms[Hashable] = alarms.Alarms(_forget)  # the workers left lately
-        self._silences: alarms.Alarms[_Stream] = alarms.Alarms(_press)
+        # What the workers wait for, till an alarm sets their pressure (one loop timer for each kind):
+        self._idle_timeouts: alarms.Alarms[_Stream] = alarms.Alarms(_press)  # the returning objects' idling
+        self._idle_windows: alarms.Alarms[_Stream] = alarms.Alarms(_press)  # the others' idling: a window
+        self._batch_windows: alarms.Alarms[_Stream] = alarms.Alarms(_press)  # the silence after a processing
+        self._partings: alarms.Alarms[Hashable] = alarms.Alarms(_forget)  # the workers left lately: till
+                                                                           # the idle timeout, to tell returns
         self._known: dict[Hashable, ObjectIdentity] = {}
         self._listing: set[Hashable] | None = None
         self._throttles: dict[Hashable, _Throttle] = {}
@@ -319,8 +301,8 @@ class ObjectStreams:
             if self._listing is None:
                 self._listing = set()
             self._listing.add(key)
-            if self._toggle is not None:
-                self._unindexed.add(key)
+            if self._gate is not None:
+                self._gate.listed(key)
         if raw_event['type'] == 'DELETED':
             self._known.pop(key, None)
         elif not uid or key not in self._known:
@@ -337,13 +319,8 @@ class ObjectStreams:
         for identity in vanished:
             del self._known[identity.key]
             self._dispatch(identity.key, cast(RawEvent, {'type': 'DELETED', 'object': identity.as_body()}))
-        self._check_indexed()
-
-    def _check_indexed(self) -> None:
-        # Only the first listing matters: the toggle is forgotten once it is on.
-        if self._toggle is not None and self._listing is None and not self._unindexed:
-            self._toggle.turn_on()
-            self._toggle = None
+        if self._gate is not None:
+            self._gate.listing_finished()
 
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
         now = asyncio.get_running_loop().time()
@@ -353,8 +330,8 @@ class ObjectStreams:
                 return
             stream = _Stream(pressure=_Pressure(), returning=self._is_returning(key, now))
             self._streams[key] = stream
-            if self._is_crowded():
-                self._defer(key)
+            if self._backlog.crowded:
+                self._backlog.defer(key)
             else:
                 self._start(key, stream)
         stream.pending = raw_event
@@ -378,95 +355,40 @@ class ObjectStreams:
             return False  # the worker processes it as any other event: it logs the error and retries
         if forgotten:
             self._throttles.pop(key, None)
-            self._parted.discard(key)  # a deleted uid never returns
+            self._partings.discard(key)  # a deleted uid never returns
         return forgotten
 
     def _start(self, key: Hashable, stream: _Stream) -> None:
-        self._unstarted += 1
+        self._backlog.worker_created()
         # The loop's own method: asyncio.create_task() names the task by one more call (for every object).
         loop = asyncio.get_running_loop()
         stream.worker = loop.create_task(self._worker(key, stream), name=f'worker for {key!r}')
 
-    def _is_crowded(self) -> bool:
-        """
-        Whether a new object's worker should wait for its start: too many objects wait for the pacer's seats.
+    def _start_deferred(self, key: Hashable) -> bool:
+        """Start a deferred object's worker (see :class:`.backlog.Backlog`); False if it needs none now."""
+        stream = self._streams.get(key)
+        if stream is None or stream.worker is not None:
+            return False
+        self._start(key, stream)
+        return True
 
-        E.g. an initial listing of 10,000 objects would otherwise start 10,000 workers at once, each
-        suspended deep in the processing until a seat is free: ~3 KB of stacks each, for nothing.
-        A deferred object costs only its stream (the latest event, which is kept anyway).
-        """
-        pacer = self._pacer
-        return pacer is not None and (bool(self._deferred) or
-                                      pacer.waiting + self._unstarted >= self._backlog_limit)
-
-    def _defer(self, key: Hashable) -> None:
-        self._deferred.append(key)
-        if self._starter is None:
-            self._starter = asyncio.create_task(self._start_deferred(), name=f'starter of {self._resource!r}')
-
-    async def _start_deferred(self) -> None:
-        """Start the deferred workers in their order, by batches, as the waiters for seats get seated."""
-        assert self._pacer is not None
-        try:
-            while self._deferred:
-                await self._pacer.wait_for_room(self._backlog_limit)
-                self._start_some(self._backlog_limit - self._pacer.waiting - self._unstarted)
-                await asyncio.sleep(0)  # let the started workers run up to the pacer
-        finally:
-            self._starter = None
-
-    def _start_some(self, count: int) -> None:
-        while count > 0 and self._deferred:
-            key = self._deferred.popleft()
-            stream = self._streams.get(key)
-            if stream is not None and stream.worker is None:
-                self._start(key, stream)
-                count -= 1
-        room = self._room
-        if room is not None and not room.done():
-            room.set_result(None)  # the reader looks again whether there is room for more events now
+    def _deliver(self, raw_event: RawEvent, stream: PendingEvent) -> Delivery:
+        return Delivery(raw_event, self._resource, self._namespace, stream.pressure, stream.received_at,
+                        self.was_held_back_since)
 
     @property
     def backlog(self) -> int:
         """How many objects wait for their processing: for the pacer's seats, or for their workers' start."""
-        return (self._pacer.waiting if self._pacer is not None else 0) + len(self._deferred)
+        return self._backlog.backlog
 
     @property
     def backlogged(self) -> bool:
-        """
-        Whether so many objects wait for their processing that the watch-stream should not be read for now.
-
-        Without this, a burst of events (e.g. a deletion of thousands of objects at once) is parsed faster
-        than it is processed, and all the objects' bodies are held at once, waiting for their turn.
-        Held back, the unread events wait in the socket's buffers, as mere bytes.
-        """
-        pacer = self._pacer  # asked after every watch-event: no more calls than needed
-        return pacer is not None and pacer.waiting + len(self._deferred) >= 2 * self._backlog_limit
+        """Whether so many objects wait for processing that the watch-stream should not be read for now."""
+        return self._backlog.backlogged
 
     async def wait_for_room(self) -> None:
         """Wait until the backlog is below its limit again (at once if not backlogged, or if closing)."""
-        pacer = self._pacer
-        if pacer is None or not self.backlogged or self._closing.is_set():
-            return  # not held back at all (and not remembered as such)
-        loop = asyncio.get_running_loop()
-        self._held_back_at = loop.time()
-        try:
-            while self.backlogged and not self._closing.is_set():
-                if self._deferred:  # the deferred ones are started by batches as the seats are taken
-                    room = self._room = loop.create_future()
-                    try:
-                        await room
-                    finally:
-                        self._room = None
-                else:  # so, at least that many wait for seats: this waits for sure (no busy loop)
-                    await pacer.wait_for_room(2 * self._backlog_limit)
-        finally:
-            self._held_back_at = None
-            self._released_at = loop.time()
-
-    def was_held_back_since(self, moment: float) -> bool:
-        """Whether the watch-stream has been held back at any time since the moment (in the loop's time)."""
-        return self._held_back_at is not None or self._released_at >= moment
+        await self._backlog.wait_for_room()
 
     async def close(self, *, exit_timeout: float | None = None) -> None:
         """
@@ -475,15 +397,11 @@ class ObjectStreams:
         The idle workers exit at once; the busy ones see the pressure (as if new events arrived).
         """
         self._closing.set()
-        if self._room is not None and not self._room.done():
-            self._room.set_result(None)
-        if self._starter is not None:
-            self._starter.cancel()
-        self._idle.cancel()  # the pressure below wakes up the idle and the batching workers
-        self._brief.cancel()
-        self._parted.cancel()
-        self._silences.cancel()
-        self._start_some(len(self._deferred))  # as if never deferred: they process what they have
+        self._idle_timeouts.cancel()  # the pressure below wakes up the idle and the batching workers
+        self._idle_windows.cancel()
+        self._partings.cancel()
+        self._batch_windows.cancel()
+        self._backlog.close()  # the deferred ones start as if never deferred: they process what they have
         for stream in self._streams.values():
             stream.pressure.set()
         workers = [stream.worker for stream in self._streams.values() if stream.worker is not None]
@@ -497,7 +415,7 @@ class ObjectStreams:
             await asyncio.wait(pending)
 
     async def _worker(self, key: Hashable, stream: _Stream) -> None:
-        self._unstarted -= 1
+        self._backlog.worker_running()
         loop = asyncio.get_running_loop()
         processed_at: float | None = None  # when the latest processing has ended (in the loop's time)
         try:
@@ -524,10 +442,8 @@ class ObjectStreams:
                     # the echo of its own patch); it hurries up, as the busy ones do when the closing starts.
                     stream.pressure.set()
 
-                if self._indexer is not None:
-                    await self._index(key, raw_event, stream)
-                if self._readiness is not None and not self._readiness.ready:
-                    latest = await self._wait_for_readiness(key, raw_event, stream)
+                if self._gate is not None:
+                    latest = await self._gate.admit(key, raw_event, stream, self._closing)
                     if latest is None:
                         break  # closing while waiting: the handlers never ran, nothing to finish.
                     if latest is not raw_event:
@@ -564,9 +480,9 @@ class ObjectStreams:
         idle_timeout = self._idle_timeout
         window = self._settings.queueing.batch_window
         if stream.returning or idle_timeout is None or idle_timeout <= window:
-            await self._wait_or_alarm(self._idle, stream, idle_timeout)
+            await self._wait_or_alarm(self._idle_timeouts, stream, idle_timeout)
         else:
-            await self._wait_or_alarm(self._brief, stream, window)
+            await self._wait_or_alarm(self._idle_windows, stream, window)
 
     def _is_returning(self, key: Hashable, now: float) -> bool:
         """
@@ -576,9 +492,9 @@ class ObjectStreams:
         (e.g. the echoes of the patches made just before the worker left), not by the object's nature;
         and with many objects at once (it is a burst), whose workers would wait for nothing.
         """
-        if key not in self._parted:
+        if key not in self._partings:
             return False
-        self._parted.discard(key)
+        self._partings.discard(key)
         idle_timeout = self._idle_timeout
         return idle_timeout is None or not self.was_held_back_since(now - idle_timeout)
 
@@ -587,7 +503,7 @@ class ObjectStreams:
         idle_timeout = self._idle_timeout
         if idle_timeout is not None and idle_timeout > self._settings.queueing.batch_window:
             # Refused if out of order (the timeout was reduced meanwhile): then, it is forgotten at once.
-            self._parted.add(key, asyncio.get_running_loop().time() + idle_timeout)
+            self._partings.add(key, asyncio.get_running_loop().time() + idle_timeout)
 
     @property
     def _idle_timeout(self) -> float | None:
@@ -614,62 +530,16 @@ class ObjectStreams:
             stream.pressure.clear()
             events = stream.events
             # The pressure set by the alarm is told from the new events' by their count.
-            await self._wait_or_alarm(self._silences, stream, self._settings.queueing.batch_window)
+            await self._wait_or_alarm(self._batch_windows, stream, self._settings.queueing.batch_window)
             if stream.events == events and not self._closing.is_set():
                 break  # the window has passed in silence (otherwise, it starts anew)
-
-    async def _index(self, key: Hashable, raw_event: RawEvent, stream: _Stream) -> None:
-        """Index the object's event; the errors of the indexing functions are handled by the indexer."""
-        assert self._indexer is not None
-        try:
-            await self._indexer(Delivery(raw_event, self._resource, self._namespace, stream.pressure,
-                                         stream.received_at, self.was_held_back_since))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            object_logger = loggers.ObjectLogger(body=raw_event['object'], settings=self._settings)
-            object_logger.exception(f'Indexing has failed with an unexpected error: {e!r}')
-        finally:
-            if self._toggle is not None and key in self._unindexed:
-                self._unindexed.discard(key)
-                self._check_indexed()
-
-    async def _wait_for_readiness(
-            self, key: Hashable, raw_event: RawEvent, stream: _Stream,
-    ) -> RawEvent | None:
-        """
-        Wait until the operator's indices are ready; index the object's newer events meanwhile.
-
-        Returns the latest event of the object to be processed, or None if the streams are closing.
-        """
-        assert self._readiness is not None
-        readiness = asyncio.create_task(self._readiness.wait(), name=f'readiness waiter for {key!r}')
-        try:
-            while not readiness.done():
-                if self._closing.is_set():
-                    return None
-                if stream.pending is not None:
-                    raw_event, stream.pending = stream.pending, None
-                    stream.pressure.clear()
-                    if self._indexer is not None:
-                        await self._index(key, raw_event, stream)
-                    continue
-                stream.pressure.clear()  # nothing is pending: only the new events must wake us up
-                pressure = asyncio.create_task(stream.pressure.wait(), name=f'pressure waiter for {key!r}')
-                try:
-                    await asyncio.wait([readiness, pressure], return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    pressure.cancel()
-        finally:
-            readiness.cancel()
-        return raw_event
 
     async def _process(
             self, key: Hashable, raw_event: RawEvent, stream: _Stream, received_at: float,
     ) -> bool | None:
         """Process the event; return whether the object is finished with (see :class:`Processor`)."""
         delivery = Delivery(raw_event, self._resource, self._namespace, stream.pressure, received_at,
-                            self.was_held_back_since)
+                            self.was_held_back_since)  # not self._deliver(): one call less per event
         try:
             if self._limiter is None:  # the usual case: no nullcontext() & its 3 calls for every event
                 finished = await self._processor(delivery)
