@@ -89,7 +89,7 @@ def serve(port: int) -> None:
     asyncio.run(main())
 
 
-def drive(port: int, count: int, phase: str, sync: bool) -> None:
+def drive(port: int, count: int, phase: str, sync: bool, metrics: bool = False) -> None:
     """Process the events of ``count`` objects one by one, against the canned server (run under callgrind)."""
     import kopf
     from kopf._cogs.structs.credentials import ConnectionInfo, VaultKey
@@ -97,6 +97,9 @@ def drive(port: int, count: int, phase: str, sync: bool) -> None:
     from kopf._core.reactor import pacing, processing
 
     pacing.LENDING_DELAY = 1e6  # see the module's docs: no lending by the wall clock of valgrind
+    if metrics:  # the framework's metrics on (as with `kopf run --metrics URL`), not served
+        from kopf._cogs.helpers import metering
+        metering.enable()
     registry = kopf.OperatorRegistry()
     resource = Resource('kopf.dev', 'v1', 'kopfexamples', namespaced=True, subresources=frozenset({'status'}))
     if sync:
@@ -142,9 +145,12 @@ def drive(port: int, count: int, phase: str, sync: bool) -> None:
     asyncio.run(main())
 
 
-def count_instructions(python: str, port: int, count: int, phase: str, sync: bool) -> int:
+def count_instructions(
+        python: str, port: int, count: int, phase: str, sync: bool, metrics: bool = False,
+) -> int:
     command = ['valgrind', '--tool=callgrind', '--callgrind-out-file=/dev/null',
-               python, str(HERE), '--drive', str(port), str(count), phase, *(['--sync'] if sync else [])]
+               python, str(HERE), '--drive', str(port), str(count), phase, *(['--sync'] if sync else []),
+               *(['--metrics'] if metrics else [])]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     match = re.search(r'Collected : (\d+)', result.stderr)
     if match is None:
@@ -164,6 +170,7 @@ def main() -> None:
     parser.add_argument('--phase', choices=['delete', 'create'], default='delete')
     parser.add_argument('--sync', action='store_true', help='sync handlers (called in threads)')
     parser.add_argument('--events', default='300,1300', help='the two runs\' numbers of events')
+    parser.add_argument('--metrics', action='store_true', help='with the framework\'s metrics on')
     parser.add_argument('--serve', type=int, help=argparse.SUPPRESS)
     parser.add_argument('--drive', nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -173,7 +180,7 @@ def main() -> None:
         return
     if args.drive is not None:
         port, count, phase = args.drive
-        drive(int(port), int(count), phase, args.sync)
+        drive(int(port), int(count), phase, args.sync, args.metrics)
         return
 
     if shutil.which('valgrind') is None:
@@ -188,11 +195,12 @@ def main() -> None:
                     break
             time.sleep(0.05)
         for python in args.python or [sys.executable]:
-            few = count_instructions(python, port, low, args.phase, args.sync)
-            many = count_instructions(python, port, high, args.phase, args.sync)
+            few = count_instructions(python, port, low, args.phase, args.sync, args.metrics)
+            many = count_instructions(python, port, high, args.phase, args.sync, args.metrics)
             per_event = (many - few) / (high - low)
-            print(f'{python}: {args.phase}{" (sync)" if args.sync else ""}: '
-                  f'{per_event:,.0f} instructions per processed event', flush=True)
+            mode = (' (sync)' if args.sync else '') + (' (metrics on)' if args.metrics else '')
+            print(f'{python}: {args.phase}{mode}: {per_event:,.0f} instructions per processed event',
+                  flush=True)
     finally:
         server.terminate()
         server.wait()

@@ -159,6 +159,17 @@ def _validate_liveness(ctx: click.Context, param: click.Parameter, value: str | 
     return value
 
 
+def _validate_metrics(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        from kopf._core.engines import metrics  # here: a plain `kopf --version` should not import the server
+        try:
+            metrics.parse_metrics_endpoint(value)
+            metrics.check_installed()
+        except metrics.MetricsEndpointError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+    return value
+
+
 def _get_controls(ctx: click.Context) -> RunControls:
     return ctx.obj if isinstance(ctx.obj, RunControls) else RunControls()
 
@@ -182,6 +193,9 @@ def _fail(controls: RunControls, message: str, cause: BaseException) -> NoReturn
               help=f'The development mode: implies --priority={DEV_PRIORITY}.')
 @click.option('-L', '--liveness', metavar='URL', callback=_validate_liveness,
               help='Serve the health checks at this http:// URL, e.g. http://0.0.0.0:8080/healthz.')
+@click.option('--metrics', metavar='URL', callback=_validate_metrics,
+              help='Serve the Prometheus metrics at this http:// URL, e.g. http://0.0.0.0:9090/metrics '
+                   '(needs prometheus-client: pip install "kopf[metrics]").')
 @click.option('-P', '--peering', default=None, metavar='NAME',
               help='The peering object to use (it becomes mandatory): KopfPeering in every served '
                    'namespace, or ClusterKopfPeering with --all-namespaces.')
@@ -211,6 +225,7 @@ def run(
         standalone: bool,
         dev: bool,
         liveness: str | None,
+        metrics: str | None,
         peering: str | None,
         priority: int | None,
         lease: str | None,
@@ -228,10 +243,15 @@ def run(
     _configure_logging(verbose=verbose, debug=debug, quiet=quiet,
                        log_format=log_format, log_refkey=log_refkey, log_prefix=log_prefix)
     controls = _get_controls(ctx)
-    if lease_reference is not None:
+    if lease_reference is not None or metrics is not None:
         from kopf._core.intents.configuration import OperatorSettings
         controls.settings = controls.settings if controls.settings is not None else OperatorSettings()
+    if lease_reference is not None:
+        assert controls.settings is not None
         controls.settings.election.lease_namespace, controls.settings.election.lease_name = lease_reference
+    if metrics is not None:
+        assert controls.settings is not None
+        controls.settings.metrics.endpoint = metrics
 
     registry = controls.registry if controls.registry is not None else get_default_registry()
     loading_error: LoadingError | None = None

@@ -23,6 +23,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -30,7 +31,7 @@ from kopf._clients import auth, errors
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
-from kopf._cogs.helpers import jsons
+from kopf._cogs.helpers import jsons, metering
 from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
 
 _T = TypeVar('_T')
@@ -104,6 +105,9 @@ async def _retrying(
                 delay = max(own_delay, server_delay)
             logger.warning(f'Request attempt #{attempt} was throttled by the server: {what}. '
                            f'Retrying in {delay} seconds.')
+            if metering.meters is not None:
+                verb, _, path = what.partition(' ')
+                metering.meters.throttled.labels(verb, metering.resource_of_path(path)).inc()
             await asyncio.sleep(delay)
         except _RETRIABLE_ERRORS as e:
             if isinstance(e, errors.APIServerError):
@@ -147,8 +151,13 @@ async def _open(
     credentials = await stack.enter_async_context(contextlib.aclosing(vault.extended(factory, purpose)))
     async for key, info, context in credentials:
         path = url(context) if callable(url) else url
+        meters = metering.meters
+        started = time.monotonic() if meters is not None else 0.0
         response = await context.transport.stream(method, path, headers=headers, params=params,
                                                   timeouts=timeouts)
+        if meters is not None:
+            _measure(meters, 'WATCH' if params and params.get('watch') else method, path, response.status,
+                     time.monotonic() - started)
         if response.status >= 400:
             try:
                 text = (await response.read()).decode('utf-8', errors='replace')
@@ -216,6 +225,8 @@ async def _reject(vault: Vault, key: VaultKey, info: KubeContext, exc: errors.AP
                   *, logger: Logger) -> None:
     """Invalidate the credentials that the server has rejected (HTTP 401), so that others are used."""
     logger.debug(f'The credentials {key!r} are rejected by the server; invalidating them.')
+    if metering.meters is not None:
+        metering.meters.relogins.inc()
     await vault.invalidate(key, info, exc=exc)
 
 
@@ -233,12 +244,16 @@ async def _fetch_with(
     slots = context.slots
     if not slots.take_nowait():
         await slots.take()
+    meters = metering.meters
+    started = time.monotonic() if meters is not None else 0.0
     try:
         path = url(context) if callable(url) else url
         response = await context.transport.request(method, path, data=data, headers=headers, params=params,
                                                    timeouts=timeouts)
     finally:
         slots.give()
+    if meters is not None:
+        _measure(meters, method, path, response.status, time.monotonic() - started)
     if response.status >= 400:
         text = response.body.decode('utf-8', errors='replace')
         raise errors.error_of_response(response.status, text, method=method, url=response.url,
@@ -248,6 +263,12 @@ async def _fetch_with(
     except ValueError:  # incl. UnicodeDecodeError
         raise errors.APINonJSONResponseError(response.body, status=response.status, method=method,
                                              url=response.url) from None
+
+
+def _measure(meters: metering.Meters, method: str, path: str, status: int, duration: float) -> None:
+    resource = metering.resource_of_path(path)
+    meters.requests.labels(method, resource, str(status)).inc()
+    meters.request_duration.labels(method, resource).observe(duration)
 
 
 _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}

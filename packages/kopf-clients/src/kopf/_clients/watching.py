@@ -36,7 +36,7 @@ from kopf._clients import api, errors, fetching
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import ClientSettings
-from kopf._cogs.helpers import alarms, jsons
+from kopf._cogs.helpers import alarms, jsons, metering
 from kopf._cogs.structs.bodies import RawBody, RawEvent, RawInput
 from kopf._cogs.structs.references import Resource
 
@@ -283,10 +283,14 @@ async def infinite_watch(
     resource_version: str | None = None
     first_request = True
 
+    restart_reason = ''
     while True:
         if not first_request:
+            if metering.meters is not None:
+                metering.meters.watch_restarts.labels(_name_of(resource), restart_reason or 'reconnect').inc()
             await asyncio.sleep(settings.watching.reconnect_backoff)
         first_request = False
+        restart_reason = ''
 
         # The classic list-then-watch mode: the listing is a separate request.
         if resource_version is None and not streaming:
@@ -325,6 +329,7 @@ async def infinite_watch(
                             if isinstance(code, int) and 400 <= code < 500:
                                 raise errors.make_error(code, payload)
                             actual_logger.warning(f'The watch-stream has reported an error: {payload}')
+                            restart_reason = 'error'
                             reconnecting = True
                             break
 
@@ -353,6 +358,7 @@ async def infinite_watch(
         except _Relist:
             actual_logger.debug(f'The resource version of {resource} is too old; relisting.')
             resource_version = None
+            restart_reason = 'gone'
 
         except errors.APIClientError as e:
             # Old servers or disabled feature gates reject the streaming lists: list-then-watch instead.
@@ -365,3 +371,8 @@ async def infinite_watch(
         # A streaming listing interrupted midway is discarded: a partial listing means nothing.
         if listing is not None:
             resource_version = None
+
+
+def _name_of(resource: Resource) -> str:
+    """The resource as the metrics name it: ``plural.group`` (``plural`` for the core API)."""
+    return f'{resource.plural}.{resource.group}' if resource.group else resource.plural

@@ -31,9 +31,11 @@ import asyncio
 import contextvars
 import functools
 import json
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from kopf._cogs.helpers import metering
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs.patches import Patch
 from kopf._core.actions import invocation
@@ -135,12 +137,14 @@ async def execute_handlers_once(
         selected = lifecycle(pending, **lifecycle_kwargs)
 
     outcomes: dict[HandlerId, Outcome] = {}
+    meters = metering.meters
     for candidate in selected:
         # Only the pending ones: a lifecycle cannot revive the finished or sleeping handlers.
         handler = pending_by_id.get(candidate.id)
         if handler is None or handler.id in outcomes:
             continue
-        outcomes[handler.id] = await execute_handler_once(
+        started = time.monotonic() if meters is not None else 0.0
+        outcome = outcomes[handler.id] = await execute_handler_once(
             settings=settings,
             handler=handler,
             cause=cause,
@@ -148,7 +152,31 @@ async def execute_handlers_once(
             lifecycle=lifecycle,
             logger=logger,
         )
+        if meters is not None:
+            _measure(meters, handler, cause, states[handler.id], outcome, time.monotonic() - started)
     return outcomes
+
+
+def _measure(meters: metering.Meters, handler: BaseHandler, cause: BaseCause, state: HandlerState,
+             outcome: Outcome, duration: float) -> None:
+    """Count the handler's call by its outcome (see :mod:`kopf._cogs.helpers.metering`)."""
+    resource = cause.resource if isinstance(cause, ResourceCause) else None
+    resource_label = (f'{resource.plural}.{resource.group}' if resource.group else resource.plural
+                      ) if resource is not None else ''
+    handler_label = meters.capped('handler', str(handler.id))
+    exception = outcome.exception
+    if exception is None:
+        kind = 'success'
+    elif isinstance(exception, (HandlerTimeoutError, HandlerRetriesError)):
+        kind = 'timeout' if isinstance(exception, HandlerTimeoutError) else 'permanent'
+    elif not outcome.final:
+        kind = 'temporary'
+    else:
+        kind = 'permanent'
+    meters.handler_calls.labels(resource_label, handler_label, kind).inc()
+    meters.handler_duration.labels(resource_label, handler_label).observe(duration)
+    if state.retries:
+        meters.handler_retries.labels(resource_label, handler_label).inc()
 
 
 def _state_of(state: State, handler: BaseHandler) -> HandlerState:

@@ -28,7 +28,7 @@ import dataclasses
 import json
 import logging
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kopf._core.engines import activities
@@ -37,6 +37,8 @@ from kopf._core.intents.registries import OperatorRegistry
 
 if TYPE_CHECKING:
     from aiohttp import web  # imported when served: most operators have no liveness endpoint
+
+Handler = Callable[['web.Request'], Awaitable['web.StreamResponse']]
 
 logger = logging.getLogger(__name__)
 
@@ -112,17 +114,24 @@ class HealthReporter:
             self,
             endpoint: str | LivenessEndpoint,
             *,
-            registry: OperatorRegistry,
-            settings: OperatorSettings,
+            registry: OperatorRegistry | None = None,
+            settings: OperatorSettings | None = None,
             memo: Any = None,
             indices: Mapping[str, Any] | None = None,
             cache_period: float = PROBES_CACHE_PERIOD,
             clock: Callable[[], float] | None = None,
+            routes: Mapping[str, Handler] | None = None,
+            what: str = 'liveness endpoint',
     ) -> None:
         super().__init__()
         if not isinstance(endpoint, LivenessEndpoint):
             endpoint = parse_liveness_endpoint(endpoint)
         self.endpoint = endpoint
+        self.what = what
+        # The paths served: the liveness report at the endpoint's path (if probing), and others (the metrics).
+        self._routes: dict[str, Handler] = dict(routes or {})
+        if registry is not None and settings is not None:
+            self._routes.setdefault(endpoint.path, self._handle)
         self.url: str | None = None  # the actually served URL, known once started (e.g. for port 0).
         self.cache_period = cache_period
         self._registry = registry
@@ -149,7 +158,7 @@ class HealthReporter:
         """Start listening (the errors, such as a busy port, are raised here)."""
         from aiohttp import web  # only when served (a notable import for the operators without it)
         app = web.Application()
-        app.router.add_get(self.endpoint.path, self._handle)
+        app.router.add_get('/{path:.*}', self._dispatch)  # the routes can be added later (see add_route)
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT)
         await runner.setup()
         site = web.TCPSite(runner, self.endpoint.host, self.endpoint.port)
@@ -157,13 +166,25 @@ class HealthReporter:
             await site.start()
         except OSError as e:
             await runner.cleanup()
-            raise OSError(e.errno, f'Cannot serve the liveness endpoint at '
+            raise OSError(e.errno, f'Cannot serve the {self.what} at '
                                    f'{self.endpoint.host}:{self.endpoint.port}: {e.strerror or e}') from e
         self._runner = runner
         host, port = runner.addresses[0][:2]
         netloc = f'[{host}]:{port}' if ':' in host else f'{host}:{port}'
         self.url = f'http://{netloc}{self.endpoint.path}'
-        logger.info(f'Serving the liveness endpoint at {self.url}')
+        if self.what == 'liveness endpoint':
+            logger.info(f'Serving the liveness endpoint at {self.url}')
+
+    def add_route(self, path: str, handler: Handler) -> None:
+        """Serve another path on the same server (e.g. the metrics on the liveness endpoint's port)."""
+        self._routes[path] = handler
+
+    async def _dispatch(self, request: 'web.Request') -> 'web.StreamResponse':
+        from aiohttp import web
+        handler = self._routes.get(request.path)
+        if handler is None:
+            raise web.HTTPNotFound()
+        return await handler(request)
 
     async def stop(self) -> None:
         """Stop the probing and the server; release the port. Safe to call several times."""
@@ -174,7 +195,7 @@ class HealthReporter:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-            logger.debug('The liveness endpoint is stopped.')
+            logger.debug(f'The {self.what} is stopped.')
 
     async def _handle(self, request: 'web.Request') -> 'web.Response':
         from aiohttp import web
@@ -193,6 +214,7 @@ class HealthReporter:
         return await asyncio.shield(self._probing)
 
     async def _probe(self) -> LivenessReport:
+        assert self._registry is not None and self._settings is not None  # only served with them
         try:
             try:
                 results = await activities.run_probes(registry=self._registry, settings=self._settings,

@@ -142,6 +142,23 @@ class ElectionSettings:
 
 
 @dataclasses.dataclass
+class MetricsSettings:
+    """
+    The framework's Prometheus metrics (beyond Kopf; needs the ``metrics`` extra: prometheus-client).
+
+    Served if ``endpoint`` is set (``kopf run --metrics URL``), e.g. ``http://0.0.0.0:9090/metrics``;
+    on the liveness endpoint's server if the host & port are the same. See the README's "Metrics".
+    """
+
+    endpoint: str | None = None
+    """The URL to serve the metrics at (``http://HOST:PORT/PATH``); None: not served."""
+
+    registry: Any = None
+    """The ``prometheus_client.CollectorRegistry`` of the metrics (None: the global ``REGISTRY``),
+    also for the operator's own metrics."""
+
+
+@dataclasses.dataclass
 class QueueingSettings:
     worker_limit: int | None = None
     """How many objects can be processed in parallel (None: unlimited)."""
@@ -307,6 +324,7 @@ class OperatorSettings:
     networking: NetworkingSettings = dataclasses.field(default_factory=NetworkingSettings)
     persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
     election: ElectionSettings = dataclasses.field(default_factory=ElectionSettings)  # beyond Kopf: last
+    metrics: MetricsSettings = dataclasses.field(default_factory=MetricsSettings)  # beyond Kopf
 
     @property
     def batching(self) -> QueueingSettings:

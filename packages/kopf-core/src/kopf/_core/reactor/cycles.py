@@ -33,6 +33,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from kopf._clients.errors import APIUnprocessableEntityError
+from kopf._cogs.helpers import metering
 from kopf._cogs.structs.bodies import BodyEssence, RawBody
 from kopf._core.actions import application, execution, lifecycles, progression
 from kopf._core.intents import causes
@@ -276,6 +277,10 @@ async def _run_handlers(
         if new != old:
             persistence.diffbase_storage.store(body=body, patch=patch, essence=new)
         memory.fully_handled_once = True
+        if metering.meters is not None:
+            resource = event.delivery.resource
+            name = f'{resource.plural}.{resource.group}' if resource.group else resource.plural
+            metering.meters.changes_handled.labels(name, cause.reason).inc()
 
     progress.untouch(storage, body=body, patch=patch)  # touch(value=None) & flush(), if needed at all
     return done, ([] if done else state.delays)

@@ -15,8 +15,11 @@ The event goes one way through the stages, each in its own module:
 
 What remains of the event after the event handlers (their results) is applied here only if no cycle runs.
 """
+import asyncio
 import logging
+import time
 
+from kopf._cogs.helpers import metering
 from kopf._cogs.structs.bodies import Body, RawEvent
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
@@ -38,6 +41,9 @@ async def process_event(delivery: Delivery, *, scope: OperatorScope) -> bool:
     the deletion can come (the queueing then lets the object's worker go at once).
     """
     raw_event = delivery.raw_event
+    meters = metering.meters
+    if meters is not None:
+        _measure_arrival(meters, delivery)
     # Asked once per event: the debug logs are usually off, and several of them are skipped per event then.
     # With them on, the settled echoes are processed as usual: to log what Kopf logs for them.
     debug = loggers.object_logger.isEnabledFor(logging.DEBUG)
@@ -50,11 +56,26 @@ async def process_event(delivery: Delivery, *, scope: OperatorScope) -> bool:
     seat = scope.pacer.seat() if scope.pacer is not None else None
     if seat is not None:
         await seat.__aenter__()
+    started = time.monotonic() if meters is not None else 0.0
     try:
         return await _dispatch(delivery, scope=scope, seat=seat, debug=debug)
     finally:
         if seat is not None:
             seat.leave()
+        if meters is not None:
+            meters.work_duration.labels(_name_of(delivery.resource)).observe(time.monotonic() - started)
+
+
+def _measure_arrival(meters: metering.Meters, delivery: Delivery) -> None:
+    name = _name_of(delivery.resource)
+    meters.events.labels(name).inc()
+    if delivery.received_at is not None:
+        waited = asyncio.get_running_loop().time() - delivery.received_at
+        meters.queue_duration.labels(name).observe(max(0.0, waited))
+
+
+def _name_of(resource: Resource) -> str:
+    return f'{resource.plural}.{resource.group}' if resource.group else resource.plural
 
 
 def forget_deleted(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:

@@ -66,7 +66,7 @@ from kopf._clients import watching
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
 from kopf._cogs.configs.networking import iter_backoffs
-from kopf._cogs.helpers import alarms
+from kopf._cogs.helpers import alarms, metering
 from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
@@ -276,6 +276,16 @@ class ObjectStreams:
         self._listing: set[Hashable] | None = None
         self._throttles: dict[Hashable, _Throttle] = {}
         self._closing = asyncio.Event()
+        # The objects & the backlog as gauges, read when the metrics are scraped (nothing per event).
+        meters = metering.meters
+        self._unmeter = meters.add_gauges(self._gauges) if meters is not None else None
+
+    def _gauges(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        resource = self._resource
+        name = f'{resource.plural}.{resource.group}' if resource.group else resource.plural
+        yield 'kopf_objects', {'resource': name, 'state': 'known'}, len(self._known)
+        yield 'kopf_objects', {'resource': name, 'state': 'active'}, len(self._streams)
+        yield 'kopf_workqueue_depth', {'resource': name}, self._backlog.backlog
 
     @property
     def active_count(self) -> int:
@@ -397,6 +407,8 @@ class ObjectStreams:
         The idle workers exit at once; the busy ones see the pressure (as if new events arrived).
         """
         self._closing.set()
+        if self._unmeter is not None:
+            self._unmeter()
         self._idle_timeouts.cancel()  # the pressure below wakes up the idle and the batching workers
         self._idle_windows.cancel()
         self._partings.cancel()

@@ -46,6 +46,7 @@ from kopf._core.engines import (
     gating,
     indexing,
     leadership,
+    metrics,
     peering,
     posting,
     probing,
@@ -356,6 +357,7 @@ async def _run_operator(
     # Served from before the startup (answering "not ready" till then) to after the cleanup.
     reporter = None if liveness_endpoint is None else probing.HealthReporter(
         liveness_endpoint, registry=registry, settings=settings, memo=memo, indices=indices)
+    meter: metrics.MetricsServer | None = None
     try:
         if reporter is not None:
             await reporter.start()
@@ -368,6 +370,9 @@ async def _run_operator(
         started = True
 
         admission.ensure_server_is_configured(registry, settings)
+        if settings.metrics.endpoint is not None:  # as configured by now: by the CLI or the startup handlers
+            meter = metrics.MetricsServer(settings, reporter=reporter)
+            await meter.start()
 
         gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
@@ -424,7 +429,7 @@ async def _run_operator(
             # The liveness endpoint's port is released the same way, whatever the cancellations.
             # Even if the exit is forced (e.g. a second Ctrl+C): the lease is released (for a while at most),
             # so that a follower takes over at once instead of waiting for the lease to expire.
-            stopping = [reporter.stop()] if reporter is not None else []
+            stopping = [server.stop() for server in [reporter, meter] if server is not None]
             coordinators = core_tasks.coordinators if core_tasks is not None else []
             await aiotasks.finish_uninterrupted(_close_at_exit(coordinators, vault, stopping))
             if command is not None and core_tasks is None:

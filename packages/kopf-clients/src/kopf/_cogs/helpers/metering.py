@@ -1,0 +1,232 @@
+"""
+The framework's own metrics: nothing until enabled, then ``prometheus-client``'s, on one registry.
+
+The places that measure ask ``metering.meters`` (a module global, ``None`` while the metrics are off,
+so that an operator without them pays one global lookup per place, and imports nothing); once
+:func:`enable` is called (by the operator for ``--metrics`` / ``settings.metrics``), it holds the
+instruments. prometheus-client is an optional extra: ``pip install kopf-clients[metrics]``.
+
+The names and labels follow controller-runtime's where the idea is the same (``workqueue_*``,
+``rest_client_*``, ``leader_election_master_status``), with the ``kopf_`` prefix. No label holds an
+object's name or uid; the paths of API requests are reduced to their resources. Label values that
+come from the code (handler ids, webhook names) are capped per metric (:data:`MAX_LABEL_VALUES`):
+the values beyond it are counted as ``other``, so a sub-handler id made of data cannot grow the series
+without bound.
+"""
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
+__all__ = ['INSTALL_HINT', 'MAX_LABEL_VALUES', 'GaugeSource', 'Meters', 'disable', 'enable', 'meters',
+           'resource_of_path']
+
+INSTALL_HINT = 'pip install "kopf[metrics]" (or prometheus-client)'
+MAX_LABEL_VALUES = 500  # distinct values of a free-form label per metric; the rest are "other"
+
+# The latency buckets: from a cached answer (~1 ms) to a slow handler or a long request (~1 min).
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+meters: 'Meters | None' = None
+
+# What reports gauges when scraped: (name, labels, value) for each sample.
+GaugeSource = Callable[[], Iterable[tuple[str, dict[str, str], float]]]
+
+
+class Meters:
+    """The instruments of the framework's metrics, on one registry (see the module's description)."""
+
+    def __init__(self, registry: 'CollectorRegistry') -> None:
+        from prometheus_client import Counter, Histogram
+
+        self.registry = registry
+        self._capped: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+        self._gauge_sources: list[GaugeSource] = []
+
+        # Handlers.
+        self.handler_calls = Counter(
+            'kopf_handler_calls', 'Handler calls by resource, handler id and outcome '
+            '(success, temporary, permanent, timeout).',
+            ['resource', 'handler', 'outcome'], registry=registry)
+        self.handler_duration = Histogram(
+            'kopf_handler_duration_seconds', 'The duration of the handlers\' calls.',
+            ['resource', 'handler'], buckets=_BUCKETS, registry=registry)
+        self.handler_retries = Counter(
+            'kopf_handler_retries', 'Handler calls that are retries of earlier failed ones.',
+            ['resource', 'handler'], registry=registry)
+        self.changes_handled = Counter(
+            'kopf_changes_handled', 'Handling cycles finished (not attempts): by resource and reason.',
+            ['resource', 'reason'], registry=registry)
+
+        # The queue: the events, their wait, the objects.
+        self.events = Counter(
+            'kopf_workqueue_adds', 'The watch-events processed, by resource (the latest of each batch).',
+            ['resource'], registry=registry)
+        self.queue_duration = Histogram(
+            'kopf_workqueue_queue_duration_seconds', 'How long an event waits until its processing starts.',
+            ['resource'], buckets=_BUCKETS, registry=registry)
+        self.work_duration = Histogram(
+            'kopf_workqueue_work_duration_seconds', 'How long the processing of an event takes.',
+            ['resource'], buckets=_BUCKETS, registry=registry)
+
+        # The API client.
+        self.requests = Counter(
+            'kopf_rest_client_requests', 'API requests by verb, resource and HTTP status code.',
+            ['verb', 'resource', 'code'], registry=registry)
+        self.request_duration = Histogram(
+            'kopf_rest_client_request_duration_seconds', 'API requests\' latency, by verb and resource.',
+            ['verb', 'resource'], buckets=_BUCKETS, registry=registry)
+        self.throttled = Counter(
+            'kopf_rest_client_throttled', 'API requests throttled by the server (HTTP 429).',
+            ['verb', 'resource'], registry=registry)
+        self.relogins = Counter(
+            'kopf_relogins', 'Credentials rejected by the server (HTTP 401) and so re-logged in.',
+            registry=registry)
+        self.watch_restarts = Counter(
+            'kopf_watch_restarts', 'Watch-streams re-established, by resource and reason '
+            '(reconnect, gone: HTTP 410, error).',
+            ['resource', 'reason'], registry=registry)
+
+        # The admission webhooks.
+        self.admission_reviews = Counter(
+            'kopf_admission_reviews', 'Admission reviews by webhook and outcome (allowed, denied, error).',
+            ['webhook', 'outcome'], registry=registry)
+        self.admission_duration = Histogram(
+            'kopf_admission_review_duration_seconds', 'How long an admission review takes.',
+            ['webhook'], buckets=_BUCKETS, registry=registry)
+
+        # The daemons & timers.
+        self.timer_ticks = Counter(
+            'kopf_timer_ticks', 'Timers\' calls, by resource and handler id.',
+            ['resource', 'handler'], registry=registry)
+        self.timer_lateness = Histogram(
+            'kopf_timer_lateness_seconds', 'How late the timers\' calls start after they are due.',
+            ['resource'], buckets=_BUCKETS, registry=registry)
+
+        # The gauges of the current state, read when scraped (nothing to do per event).
+        self._gauges = _GaugeCollector(self._gauge_sources)
+        registry.register(self._gauges)
+
+    def unregister(self) -> None:
+        """Take all the instruments off the registry."""
+        for collector in [*vars(self).values()]:
+            if hasattr(collector, 'collect') and collector is not self.registry:
+                self.registry.unregister(collector)
+
+    def capped(self, metric: str, value: str) -> str:
+        """The label value, or ``other`` if the metric has seen too many distinct values already."""
+        seen = self._capped.get(metric)
+        if seen is None:
+            seen = self._capped.setdefault(metric, set())
+        if value in seen:
+            return value
+        with self._lock:
+            if len(seen) >= MAX_LABEL_VALUES:
+                return 'other'
+            seen.add(value)
+        return value
+
+    def add_gauges(self, source: 'GaugeSource') -> Callable[[], None]:
+        """
+        Report the gauges that the source yields when scraped: ``(name, labels, value)``; returns a remover.
+
+        E.g. the watch-streams report their known, active and waiting objects this way.
+        """
+        self._gauge_sources.append(source)
+
+        def remove() -> None:
+            if source in self._gauge_sources:
+                self._gauge_sources.remove(source)
+
+        return remove
+
+
+class _GaugeCollector:
+    """Collects the gauges of the current state from their sources, at every scrape."""
+
+    # The gauges' help texts, by name (the sources yield the names; unknown names get a generic help).
+    HELP = {
+        'kopf_objects': 'Objects per resource: known (as of the latest events), active (with a worker now).',
+        'kopf_workqueue_depth': 'Objects waiting for their processing (for a seat or for their worker).',
+        'kopf_daemons_running': 'Daemons running now, by resource.',
+        'kopf_leader_election_master_status': '1 if this replica holds the Lease, 0 if it waits for it.',
+        'kopf_peering_paused': '1 if the handling is paused by peering (a higher priority, or a freeze).',
+    }
+
+    def __init__(self, sources: list['GaugeSource']) -> None:
+        self._sources = sources
+
+    def describe(self) -> list['Metric']:
+        return []  # no fixed set: the sources come and go
+
+    def collect(self) -> Iterator['Metric']:
+        from prometheus_client.core import GaugeMetricFamily
+
+        families: dict[str, tuple[list[str], list[tuple[list[str], float]]]] = {}
+        for source in list(self._sources):
+            for name, labels, value in source():
+                keys, samples = families.setdefault(name, (sorted(labels), []))
+                samples.append(([str(labels.get(key, '')) for key in keys], value))
+        for name, (keys, samples) in families.items():
+            family = GaugeMetricFamily(name, self.HELP.get(name, name), labels=keys)
+            totals: dict[tuple[str, ...], float] = {}
+            for values, value in samples:  # the same labels from several sources are summed
+                totals[tuple(values)] = totals.get(tuple(values), 0.0) + value
+            for values_tuple, value in totals.items():
+                family.add_metric(list(values_tuple), value)
+            yield family
+
+
+def enable(registry: 'CollectorRegistry | None' = None) -> Meters:
+    """
+    Turn the framework's metrics on (once per process; again: the same instruments).
+
+    Raises ``ImportError`` with what to install if prometheus-client is not there.
+    """
+    global meters
+    if meters is not None and (registry is None or meters.registry is registry):
+        return meters
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ImportError(f'The metrics need prometheus-client: {INSTALL_HINT}.') from None
+    meters = Meters(registry if registry is not None else prometheus_client.REGISTRY)
+    return meters
+
+
+def disable() -> None:
+    """Turn the framework's metrics off and take them off their registry (e.g. between tests)."""
+    global meters
+    old, meters = meters, None
+    if old is not None:
+        old.unregister()
+
+
+_NAMED = re.compile(r'^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))(?P<rest>/.*)?$')
+
+
+def resource_of_path(path: str) -> str:
+    """
+    The resource of an API path, without namespaces and names: ``configmaps``, ``kopfexamples.kopf.dev``.
+
+    The subresources follow a slash (``kopfexamples.kopf.dev/status``); the discovery and other
+    non-resource paths are ``discovery`` and ``other``.
+    """
+    path = path.split('?', 1)[0]
+    match = _NAMED.match(path)
+    if match is None:
+        return 'other'
+    parts = [part for part in (match.group('rest') or '').split('/') if part]
+    if parts[:1] == ['namespaces'] and len(parts) >= 3:
+        parts = parts[2:]  # a namespaced resource: /namespaces/NS/PLURAL[/NAME[/SUB]]
+    if not parts:
+        return 'discovery'
+    plural = parts[0]
+    group = match.group('group')
+    name = f'{plural}.{group}' if group else plural
+    return f'{name}/{parts[2]}' if len(parts) >= 3 else name

@@ -1,0 +1,222 @@
+"""
+The framework's Prometheus metrics: served by ``kopf run --metrics URL`` and scraped during a real
+operator run against the emulator; their counts, histograms and text format; their bad input.
+"""
+import pathlib
+import socket
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+import kopf
+from kopf._cogs.helpers import metering
+from kopf.testing import Cluster, KopfRunner, eventually
+from kopf.testing.plugin import KubeAPI
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+WAIT = 10.0
+OPERATOR = '''
+    import kopf
+
+    attempts = {}
+
+    @kopf.on.create('kopfexamples', backoff=0.01)
+    def create_fn(name, retry, **_):
+        if retry < 2:
+            raise kopf.TemporaryError('not yet', delay=0.01)
+        return {'attempts': retry + 1}
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of the endpoint: (name, sorted labels) -> value; checks the content type too."""
+    with urllib.request.urlopen(url, timeout=WAIT) as response:
+        assert response.headers['Content-Type'].startswith('text/plain; version=')  # Prometheus' text format
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture(autouse=True)
+def _metrics_off_afterwards() -> Iterator[None]:
+    yield
+    metering.disable()
+
+
+@pytest.fixture()
+def cluster(k8s_api: KubeAPI) -> Cluster:
+    cluster = Cluster(k8s_api.kubeconfig_path)
+    cluster.apply_crd(yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text()))
+    return cluster
+
+
+@pytest.fixture()
+def operator_path(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / 'metered_operator.py'
+    path.write_text(textwrap.dedent(OPERATOR))
+    return path
+
+
+def test_handler_calls_are_counted_by_outcome_per_attempt_and_per_change(
+        cluster: Cluster, operator_path: pathlib.Path) -> None:
+    url = f'http://127.0.0.1:{free_port()}/metrics'
+    args = ['run', '-A', '--standalone', f'--metrics={url}', str(operator_path)]
+    with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=WAIT) as runner:
+        sample = yaml.safe_load((REPO / 'examples' / 'obj.yaml').read_text())
+        cluster.create('/apis/kopf.dev/v1/namespaces/default/kopfexamples', sample)
+
+        def handled() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+            samples = scrape(url)
+            assert value(samples, 'kopf_changes_handled_total', resource='kopfexamples.kopf.dev',
+                         reason='create') == 1
+            return samples
+
+        samples = eventually(handled, within=WAIT)
+        cluster.delete('/apis/kopf.dev/v1/namespaces/default/kopfexamples/kopf-example-1')
+
+    assert runner.exit_code == 0, runner.output
+    assert f'Serving the metrics at {url}' in runner.output
+    kex = {'resource': 'kopfexamples.kopf.dev', 'handler': 'create_fn'}
+    # One handler that fails twice, then succeeds: three calls, two temporary outcomes, one change handled.
+    assert value(samples, 'kopf_handler_calls_total', **kex, outcome='temporary') == 2
+    assert value(samples, 'kopf_handler_calls_total', **kex, outcome='success') == 1
+    assert value(samples, 'kopf_handler_retries_total', **kex) == 2
+    assert value(samples, 'kopf_handler_duration_seconds_count', **kex) == 3
+    assert value(samples, 'kopf_handler_duration_seconds_bucket', **kex, le='+Inf') == 3
+    # The queue and the API client: no object names in the labels, only the resources.
+    assert value(samples, 'kopf_workqueue_adds_total', resource='kopfexamples.kopf.dev') >= 3
+    waits = value(samples, 'kopf_workqueue_queue_duration_seconds_count', resource='kopfexamples.kopf.dev')
+    assert waits >= 3
+    assert value(samples, 'kopf_objects', resource='kopfexamples.kopf.dev', state='known') == 1
+    assert value(samples, 'kopf_rest_client_requests_total', verb='PATCH',
+                 resource='kopfexamples.kopf.dev/status', code='200') >= 1
+    assert value(samples, 'kopf_rest_client_requests_total', verb='WATCH',
+                 resource='kopfexamples.kopf.dev', code='200') >= 1
+    assert not [labels for (_, labels) in samples for key, val in labels if 'kopf-example-1' in val]
+    # The port is released and the metrics are off when the operator exits.
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url, timeout=WAIT)
+    assert metering.meters is None
+
+
+def test_metrics_share_the_liveness_endpoints_port(cluster: Cluster, operator_path: pathlib.Path) -> None:
+    port = free_port()
+    args = ['run', '-A', '--standalone', f'--liveness=http://127.0.0.1:{port}/healthz',
+            f'--metrics=http://127.0.0.1:{port}/metrics', str(operator_path)]
+    with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=WAIT) as runner:
+        samples = scrape(f'http://127.0.0.1:{port}/metrics')
+        with urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=WAIT) as response:
+            assert response.status == 200
+    assert runner.exit_code == 0, runner.output
+    assert ('kopf_objects', (('resource', 'kopfexamples.kopf.dev'), ('state', 'known'))) in samples
+
+
+def test_users_metrics_join_on_the_same_registry(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / 'own_metrics.py'
+    path.write_text(textwrap.dedent('''
+        import kopf
+        import prometheus_client
+
+        @kopf.on.startup()
+        def configure(settings, memo, **_):
+            settings.metrics.registry = prometheus_client.CollectorRegistry()
+            registry = settings.metrics.registry
+            memo.widgets = prometheus_client.Counter('widgets', 'Widgets made.', registry=registry)
+
+        @kopf.on.create('kopfexamples')
+        def create_fn(memo, **_):
+            memo.widgets.inc()
+    '''))
+    url = f'http://127.0.0.1:{free_port()}/metrics'
+    args = ['run', '-A', '--standalone', f'--metrics={url}', str(path)]
+    with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=WAIT) as runner:
+        sample = yaml.safe_load((REPO / 'examples' / 'obj.yaml').read_text())
+        sample['metadata']['name'] = 'kex-widgets'
+        cluster.create('/apis/kopf.dev/v1/namespaces/default/kopfexamples', sample)
+        samples = eventually(lambda: _with_widgets(scrape(url)), within=WAIT)
+        cluster.delete('/apis/kopf.dev/v1/namespaces/default/kopfexamples/kex-widgets')
+    assert runner.exit_code == 0, runner.output
+    assert ('kopf_objects', (('resource', 'kopfexamples.kopf.dev'), ('state', 'known'))) in samples
+
+
+def _with_widgets(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[
+        tuple[str, tuple[tuple[str, str], ...]], float]:
+    assert samples.get(('widgets_total', ())) == 1
+    return samples
+
+
+@pytest.mark.parametrize('url, problem', [
+    ('127.0.0.1:9090/metrics', 'the scheme is missing'),
+    ('https://127.0.0.1:9090/metrics', 'https:// is not supported'),
+    ('http://127.0.0.1/metrics', 'the port is missing'),
+])
+def test_bad_urls_are_explained_in_one_line(url: str, problem: str) -> None:
+    result = subprocess.run([sys.executable, '-m', 'kopf', 'run', f'--metrics={url}'],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if 'metrics' in line]
+    assert problem in line and 'Expected: http://HOST:PORT/PATH' in line
+
+
+def test_a_busy_port_is_explained_in_one_line(cluster: Cluster, operator_path: pathlib.Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        url = f'http://127.0.0.1:{port}/metrics'
+        args = ['run', '-A', '--standalone', f'--metrics={url}', str(operator_path)]
+        with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=WAIT, reraise=False) as runner:
+            pass
+    assert runner.exit_code == 1
+    assert f'Cannot serve the metrics endpoint at 127.0.0.1:{port}' in runner.output
+
+
+def test_without_prometheus_client_the_option_says_what_to_install() -> None:
+    code = ('import sys; sys.modules["prometheus_client"] = None; '
+            'from kopf._cli.commands import main; main(["run", "--metrics=http://127.0.0.1:0/metrics"])')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert 'The metrics need prometheus-client, which is not installed: pip install "kopf[metrics]"' \
+           in result.stderr
+
+
+def test_without_the_option_nothing_is_imported_or_measured(tmp_path: pathlib.Path) -> None:
+    code = ('import sys, kopf; from kopf._core.reactor import running; '
+            'from kopf._cogs.helpers import metering; '
+            'print("prometheus_client" in sys.modules, metering.meters)')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == 'False None', result.stderr
+
+
+@pytest.mark.parametrize('path, expected', [
+    ('/api/v1/namespaces/ns1/configmaps/cm1', 'configmaps'),
+    ('/api/v1/namespaces/ns1/configmaps', 'configmaps'),
+    ('/api/v1/namespaces', 'namespaces'),
+    ('/api/v1/namespaces/ns1', 'namespaces'),
+    ('/apis/kopf.dev/v1/namespaces/ns1/kopfexamples/kex1/status', 'kopfexamples.kopf.dev/status'),
+    ('/apis/kopf.dev/v1/kopfexamples', 'kopfexamples.kopf.dev'),
+    ('/apis/kopf.dev/v1/clusterkopfpeerings/default', 'clusterkopfpeerings.kopf.dev'),
+    ('/apis/kopf.dev/v1', 'discovery'),
+    ('/api/v1', 'discovery'),
+    ('/version', 'other'),
+    ('/api/v1/namespaces/ns1/pods?watch=true', 'pods'),
+])
+def test_paths_are_reduced_to_resources(path: str, expected: str) -> None:
+    assert metering.resource_of_path(path) == expected
