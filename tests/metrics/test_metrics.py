@@ -50,8 +50,11 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def value(samples: Samples, metric: str, /, **labels: str) -> float:
+    return samples.get((metric, tuple(sorted(labels.items()))), 0.0)
 
 
 @pytest.fixture(autouse=True)
@@ -220,3 +223,50 @@ def test_without_the_option_nothing_is_imported_or_measured(tmp_path: pathlib.Pa
 ])
 def test_paths_are_reduced_to_resources(path: str, expected: str) -> None:
     assert metering.resource_of_path(path) == expected
+
+
+def test_lease_and_handling_gauges(cluster: Cluster, operator_path: pathlib.Path) -> None:
+    url = f'http://127.0.0.1:{free_port()}/metrics'
+    args = ['run', '-A', '--lease', 'default/metered', f'--metrics={url}', str(operator_path)]
+    with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=WAIT) as runner:
+        def leading() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+            samples = scrape(url)
+            assert value(samples, 'kopf_leader_election_master_status', name='default/metered') == 1
+            assert value(samples, 'kopf_handling_paused') == 0
+            return samples
+
+        eventually(leading, within=WAIT)
+    assert runner.exit_code == 0, runner.output
+
+
+async def test_admission_reviews_are_counted_by_webhook_and_outcome() -> None:
+    import prometheus_client
+
+    from kopf._core.engines.admission import serve_admission_request
+    from kopf._core.reactor.observation import Insights
+
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.validate('kopfexamples', id='check', registry=registry)
+    def check(spec: kopf.Spec, **_: object) -> None:
+        if spec.get('bad'):
+            raise kopf.AdmissionError('bad')
+
+    meters = metering.enable(prometheus_client.CollectorRegistry())
+    insights = Insights()
+    insights.webhook_resources.add(kopf.Resource('kopf.dev', 'v1', 'kopfexamples', namespaced=True))
+    insights.ready_resources.set()
+    for bad in [False, True, True]:
+        request = {'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview', 'request': {
+            'uid': 'u1', 'operation': 'CREATE', 'userInfo': {}, 'dryRun': False,
+            'kind': {'group': 'kopf.dev', 'version': 'v1', 'kind': 'KopfExample'},
+            'resource': {'group': 'kopf.dev', 'version': 'v1', 'resource': 'kopfexamples'},
+            'object': {'metadata': {'name': 'kex1', 'namespace': 'ns1'}, 'spec': {'bad': bad}}}}
+        await serve_admission_request(request, webhook='check', registry=registry,
+                                      settings=kopf.OperatorSettings(), insights=insights)
+    text = prometheus_client.generate_latest(meters.registry).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert value(samples, 'kopf_admission_reviews_total', webhook='check', outcome='allowed') == 1
+    assert value(samples, 'kopf_admission_reviews_total', webhook='check', outcome='denied') == 2
+    assert value(samples, 'kopf_admission_review_duration_seconds_count', webhook='check') == 3

@@ -155,7 +155,7 @@ class _GaugeCollector:
         'kopf_workqueue_depth': 'Objects waiting for their processing (for a seat or for their worker).',
         'kopf_daemons_running': 'Daemons running now, by resource.',
         'kopf_leader_election_master_status': '1 if this replica holds the Lease, 0 if it waits for it.',
-        'kopf_peering_paused': '1 if the handling is paused by peering (a higher priority, or a freeze).',
+        'kopf_handling_paused': '1 if the handling is paused (by peering, a freeze, a Lease of another).',
     }
 
     def __init__(self, sources: list['GaugeSource']) -> None:

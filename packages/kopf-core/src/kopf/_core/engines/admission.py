@@ -37,12 +37,14 @@ import dataclasses
 import json
 import logging
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any, Protocol, TypeGuard
 
 from kopf._clients import creating, errors
 from kopf._clients.vault import Vault
+from kopf._cogs.helpers import metering
 from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
@@ -173,6 +175,7 @@ async def serve_admission_request(
 
     Raises :class:`AdmissionReviewError` if the review is malformed or is not for this operator.
     """
+    started = time.monotonic() if metering.meters is not None else 0.0
     review = _parse_review(request, insights=insights, registry=registry)
     reason: WebhookType | None = None
     if webhook is not None:
@@ -226,6 +229,13 @@ async def serve_admission_request(
             response['patch'] = base64.b64encode(json.dumps(operations).encode()).decode()
     if warnings:
         response['warnings'] = [str(warning) for warning in warnings]
+    meters = metering.meters
+    if meters is not None:
+        name = meters.capped('webhook', webhook if webhook is not None else 'all')
+        outcome = ('allowed' if not failures else
+                   'denied' if all(isinstance(e, PermanentError) for _, e in failures) else 'error')
+        meters.admission_reviews.labels(name, outcome).inc()
+        meters.admission_duration.labels(name).observe(time.monotonic() - started)
     return {'apiVersion': review.api_version, 'kind': 'AdmissionReview', 'response': response}
 
 

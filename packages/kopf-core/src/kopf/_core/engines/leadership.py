@@ -24,12 +24,12 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kopf._clients import coordination, creating, errors, fetching
 from kopf._clients.vault import Vault
-from kopf._cogs.helpers import aiotasks
+from kopf._cogs.helpers import aiotasks, metering
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.gating import GateBlocker
 from kopf._core.intents.configuration import ElectionSettings, OperatorSettings
@@ -106,16 +106,23 @@ class LeaseElection:
     async def run(self) -> None:
         """Elect or follow until cancelled; release the lease if leading at the exit."""
         loop = asyncio.get_running_loop()
+        meters = metering.meters  # the lease's status as a gauge, read when scraped
+        unmeter = meters.add_gauges(self._gauges) if meters is not None else None
         try:
             while True:
                 started = loop.time()
                 await self._attempt()
                 await asyncio.sleep(max(0.0, started + self._election.retry_period - loop.time()))
         finally:
+            if unmeter is not None:
+                unmeter()
             if self.leading:
                 self._stop_leading('the operator is exiting')
                 # Even in a forced exit (a second Ctrl+C): a follower takes over at once, not at the expiry.
                 await aiotasks.finish_uninterrupted(self._release_in_time())
+
+    def _gauges(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        yield 'kopf_leader_election_master_status', {'name': str(self)}, 1.0 if self.leading else 0.0
 
     async def _attempt(self) -> None:
         """One round: acquire or renew; stop leading if the renewal deadline is over."""

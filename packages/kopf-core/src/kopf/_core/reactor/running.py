@@ -37,7 +37,7 @@ from typing import Any
 
 from kopf._clients.errors import describe_error
 from kopf._clients.vault import Vault
-from kopf._cogs.helpers import aiotasks
+from kopf._cogs.helpers import aiotasks, metering
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
 from kopf._core.engines import (
@@ -542,6 +542,8 @@ def _spawn_core_tasks(
     # The replicas' coordination: the peering (per served namespace or cluster-wide) and the Lease election
     # close the gate while the operator must not handle the objects (see the orchestrator).
     gate = gating.HandlingGate()
+    if metering.meters is not None:  # read when scraped
+        metering.meters.add_gauges(lambda: [('kopf_handling_paused', {}, 0.0 if gate.is_open else 1.0)])
     peering_resource = coordination.peering_resource(settings)
     if settings.election.lease_name:
         blocker = gate.blocker(f'lease {settings.election.lease_name!r}')
