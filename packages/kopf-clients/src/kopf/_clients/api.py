@@ -25,14 +25,17 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kopf._clients import auth, errors
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
-from kopf._cogs.helpers import jsons, metering
+from kopf._cogs.helpers import jsons, metering, tracing
 from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 _T = TypeVar('_T')
 
@@ -248,8 +251,12 @@ async def _fetch_with(
     started = time.monotonic() if meters is not None else 0.0
     try:
         path = url(context) if callable(url) else url
-        response = await context.transport.request(method, path, data=data, headers=headers, params=params,
-                                                   timeouts=timeouts)
+        if tracing.tracer is None:
+            response = await context.transport.request(method, path, data=data, headers=headers,
+                                                       params=params, timeouts=timeouts)
+        else:
+            response = await _traced_request(tracing.tracer, context, method, path, data=data,
+                                             headers=headers, params=params, timeouts=timeouts)
     finally:
         slots.give()
     if meters is not None:
@@ -263,6 +270,23 @@ async def _fetch_with(
     except ValueError:  # incl. UnicodeDecodeError
         raise errors.APINonJSONResponseError(response.body, status=response.status, method=method,
                                              url=response.url) from None
+
+
+async def _traced_request(
+        tracer: 'Tracer', context: auth.APIContext, method: str, path: str, *,
+        data: bytes | None, headers: Mapping[str, str] | None, params: Mapping[str, str] | None,
+        timeouts: Timeouts,
+) -> Any:
+    """The request in a client span of its own: the method, the resource (not the object), the status."""
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+    attributes = {'http.request.method': method, 'k8s.resource': metering.resource_of_path(path)}
+    with tracer.start_as_current_span(f'HTTP {method}', kind=SpanKind.CLIENT, attributes=attributes) as span:
+        response = await context.transport.request(method, path, data=data, headers=headers, params=params,
+                                                   timeouts=timeouts)
+        span.set_attribute('http.response.status_code', response.status)
+        if response.status >= 400:
+            span.set_status(Status(StatusCode.ERROR))
+        return response
 
 
 def _measure(meters: metering.Meters, method: str, path: str, status: int, duration: float) -> None:

@@ -35,7 +35,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from kopf._cogs.helpers import metering
+from kopf._cogs.helpers import metering, tracing
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs.patches import Patch
 from kopf._core.actions import invocation
@@ -144,17 +144,43 @@ async def execute_handlers_once(
         if handler is None or handler.id in outcomes:
             continue
         started = time.monotonic() if meters is not None else 0.0
-        outcome = outcomes[handler.id] = await execute_handler_once(
-            settings=settings,
-            handler=handler,
-            cause=cause,
-            state=states[handler.id],
-            lifecycle=lifecycle,
-            logger=logger,
-        )
+        if tracing.tracer is None:
+            outcome = outcomes[handler.id] = await execute_handler_once(
+                settings=settings,
+                handler=handler,
+                cause=cause,
+                state=states[handler.id],
+                lifecycle=lifecycle,
+                logger=logger,
+            )
+        else:
+            with tracing.tracer.start_as_current_span('kopf.handler', attributes={
+                    'kopf.handler.id': str(handler.id), 'kopf.handler.retry': states[handler.id].retries,
+            }) as span:
+                outcome = outcomes[handler.id] = await execute_handler_once(
+                    settings=settings,
+                    handler=handler,
+                    cause=cause,
+                    state=states[handler.id],
+                    lifecycle=lifecycle,
+                    logger=logger,
+                )
+                span.set_attribute('kopf.handler.outcome', _outcome_kind(outcome))
+                if outcome.exception is not None:
+                    span.record_exception(outcome.exception)
         if meters is not None:
             _measure(meters, handler, cause, states[handler.id], outcome, time.monotonic() - started)
     return outcomes
+
+
+def _outcome_kind(outcome: Outcome) -> str:
+    """The outcome as the metrics and the traces name it: success, temporary, permanent, timeout."""
+    exception = outcome.exception
+    if exception is None:
+        return 'success'
+    if isinstance(exception, HandlerTimeoutError):
+        return 'timeout'
+    return 'permanent' if outcome.final else 'temporary'
 
 
 def _measure(meters: metering.Meters, handler: BaseHandler, cause: BaseCause, state: HandlerState,
@@ -164,15 +190,7 @@ def _measure(meters: metering.Meters, handler: BaseHandler, cause: BaseCause, st
     resource_label = (f'{resource.plural}.{resource.group}' if resource.group else resource.plural
                       ) if resource is not None else ''
     handler_label = meters.capped('handler', str(handler.id))
-    exception = outcome.exception
-    if exception is None:
-        kind = 'success'
-    elif isinstance(exception, (HandlerTimeoutError, HandlerRetriesError)):
-        kind = 'timeout' if isinstance(exception, HandlerTimeoutError) else 'permanent'
-    elif not outcome.final:
-        kind = 'temporary'
-    else:
-        kind = 'permanent'
+    kind = _outcome_kind(outcome)
     meters.handler_calls.labels(resource_label, handler_label, kind).inc()
     meters.handler_duration.labels(resource_label, handler_label).observe(duration)
     if state.retries:

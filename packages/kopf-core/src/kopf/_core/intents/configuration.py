@@ -159,6 +159,23 @@ class MetricsSettings:
 
 
 @dataclasses.dataclass
+class TracingSettings:
+    """
+    The framework's OpenTelemetry traces (beyond Kopf; needs the ``tracing`` extra: opentelemetry-api).
+
+    What is recorded and where it goes is the application's SDK's business (the API's spans are no-ops
+    without one). See the README's "Traces".
+    """
+
+    enabled: bool | None = None
+    """Whether to make the spans: None (the default) means yes if the application has configured
+    an OpenTelemetry SDK's tracer provider (or given one below) by the time the operator starts."""
+
+    provider: Any = None
+    """The ``TracerProvider`` to use (None: the global one, as set by the application's SDK)."""
+
+
+@dataclasses.dataclass
 class QueueingSettings:
     worker_limit: int | None = None
     """How many objects can be processed in parallel (None: unlimited)."""
@@ -325,6 +342,7 @@ class OperatorSettings:
     persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
     election: ElectionSettings = dataclasses.field(default_factory=ElectionSettings)  # beyond Kopf: last
     metrics: MetricsSettings = dataclasses.field(default_factory=MetricsSettings)  # beyond Kopf
+    tracing: TracingSettings = dataclasses.field(default_factory=TracingSettings)  # beyond Kopf
 
     @property
     def batching(self) -> QueueingSettings:

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from kopf._clients.errors import APIUnprocessableEntityError
-from kopf._cogs.helpers import metering
+from kopf._cogs.helpers import metering, tracing
 from kopf._cogs.structs.bodies import BodyEssence, RawBody
 from kopf._core.actions import application, execution, lifecycles, progression
 from kopf._core.intents import causes
@@ -98,6 +98,8 @@ async def run_cycle(event: ObjectEvent, *, changing: bool, requires_finalizer: b
                 return False  # a newer event has arrived meanwhile: it will be processed instead of this one.
         cause, old, new = _detect_cause(event)
         handled = scope.registry.changing.prematch(cause)
+        if tracing.tracer is not None:
+            tracing.annotate('kopf.cause', str(cause.reason))
 
     # 2. Our finalizer while the object lives: there if and only if something needs it.
     # (The checks read the raw body, not its view: the same data, with no Python-level call per read.)

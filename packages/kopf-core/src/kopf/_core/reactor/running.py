@@ -37,7 +37,7 @@ from typing import Any
 
 from kopf._clients.errors import describe_error
 from kopf._clients.vault import Vault
-from kopf._cogs.helpers import aiotasks, metering
+from kopf._cogs.helpers import aiotasks, metering, tracing
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
 from kopf._core.engines import (
@@ -358,6 +358,7 @@ async def _run_operator(
     reporter = None if liveness_endpoint is None else probing.HealthReporter(
         liveness_endpoint, registry=registry, settings=settings, memo=memo, indices=indices)
     meter: metrics.MetricsServer | None = None
+    traced = False
     try:
         if reporter is not None:
             await reporter.start()
@@ -373,6 +374,7 @@ async def _run_operator(
         if settings.metrics.endpoint is not None:  # as configured by now: by the CLI or the startup handlers
             meter = metrics.MetricsServer(settings, reporter=reporter)
             await meter.start()
+        traced = _enable_tracing(settings)
 
         gc_tuning.enter_context(tuning.tuned_gc(settings.process.gc_threshold))
         core_tasks = _spawn_core_tasks(
@@ -411,6 +413,8 @@ async def _run_operator(
 
     finally:
         gc_tuning.close()
+        if traced:
+            tracing.disable()
         try:
             if core_tasks is not None:
                 await core_tasks.stop()
@@ -434,6 +438,17 @@ async def _run_operator(
             await aiotasks.finish_uninterrupted(_close_at_exit(coordinators, vault, stopping))
             if command is not None and core_tasks is None:
                 command.close()  # never started (e.g. the startup has failed): not a forgotten coroutine.
+
+
+def _enable_tracing(settings: OperatorSettings) -> bool:
+    """Turn the OpenTelemetry traces on if the settings say so (by default: if an SDK is configured)."""
+    enabled = settings.tracing.enabled
+    if enabled is None:
+        enabled = settings.tracing.provider is not None or tracing.is_configured()
+    if not enabled:
+        return False
+    tracing.enable(settings.tracing.provider)  # with enabled=True and no opentelemetry-api: what to install
+    return True
 
 
 @dataclasses.dataclass(kw_only=True)
