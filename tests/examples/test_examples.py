@@ -133,6 +133,7 @@ class Example:
     logs: ClassVar[tuple[str, ...]] = ()  # the lines expected in the output, besides the common ones
     tracebacks: ClassVar[int] = 0
     change_handlers: ClassVar[bool] = True  # whether it has change handlers (and so their debug messages)
+    env: ClassVar[dict[str, str]] = {}  # the environment variables for the operator
 
     def __repr__(self) -> str:
         return self.name
@@ -514,9 +515,25 @@ class Peering(Example):
         assert 'replica' in cluster.status().get('create_fn', {})
 
 
+class Metrics(Example):
+    name = '16-metrics'
+    env = {'EXAMPLE_METRICS_URL': 'http://127.0.0.1:0/metrics'}  # any free port (the URL is logged)
+    logs = (
+        "Serving the metrics at http://127.0.0.1:",
+        "[default/kopf-example-1] Handler 'provision' succeeded.",
+        "[default/kopf-example-1] Handler 'provision/spec' succeeded.",
+        "[default/kopf-example-1] Handler 'deprovision' succeeded.",
+    )
+
+    def check_outputs(self, outputs: list[str]) -> None:
+        [output] = outputs
+        url = output.split('Serving the metrics at ', 1)[1].split()[0]
+        assert url.endswith('/metrics')  # served while it ran (scraped in tests/metrics); released since
+
+
 EXAMPLES_RUN_BY_KOPF = [
     Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
-    Activities(), KubernetesClient(), Indexing(), DaemonsTimers(), Admission(), Peering(),
+    Activities(), KubernetesClient(), Indexing(), DaemonsTimers(), Admission(), Peering(), Metrics(),
 ]
 EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
 
@@ -559,7 +576,10 @@ def running(example: Example, outputs: list[str]) -> Iterator[KopfRunner]:
 
 
 @pytest.mark.parametrize('example', EXAMPLES_RUN_BY_KOPF, ids=repr)
-def test_example(example: Example, cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+def test_example(example: Example, cluster: Cluster, caplog: pytest.LogCaptureFixture,
+                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in example.env.items():
+        monkeypatch.setenv(key, value)
     if example.crd:
         cluster.user.apply_crd(yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
 
