@@ -70,8 +70,10 @@ def test_defaults(section, name, expected):
 def test_sections_are_as_in_kopf():
     # Kopf's sections in Kopf's order (also positionally); ours beyond Kopf only after them.
     names = [field.name for field in dataclasses.fields(OperatorSettings)]
-    assert names == ['process', 'posting', 'peering', 'watching', 'queueing', 'scanning',
-                     'admission', 'execution', 'background', 'networking', 'persistence', 'election']
+    assert names[:12] == ['process', 'posting', 'peering', 'watching', 'queueing', 'scanning',
+                          'admission', 'execution', 'background', 'networking', 'persistence',
+                          'election']
+    assert names[12:] == ['metrics', 'tracing']  # ours, beyond Kopf's
 
 
 def test_election_defaults_are_those_of_client_go():
