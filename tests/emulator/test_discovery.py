@@ -83,11 +83,16 @@ async def test_builtin_groups(api, group_version: str, plural: str, namespaced: 
 
 
 async def test_unknown_groups_and_versions_are_not_found(api) -> None:
-    for path in ['/apis/unknown.example.com', '/apis/unknown.example.com/v1', '/api/v2', '/apis/apps/v7']:
+    # Like real servers: a Status for the versions of the served groups, plain text for unknown groups.
+    for path in ['/api/v2', '/apis/apps/v7']:
         reply = await api.get(path)
         assert reply.status == 404, path
         assert reply.body['kind'] == 'Status'
         assert reply.body['reason'] == 'NotFound'
+    for path in ['/apis/unknown.example.com', '/apis/unknown.example.com/v1']:
+        reply = await api.get(path)
+        assert (reply.status, reply.headers['Content-Type'], reply.raw) == (
+            404, 'text/plain; charset=utf-8', b'404 page not found\n'), path
 
 
 async def test_crd_registers_all_served_versions(api, crd) -> None:
