@@ -190,6 +190,10 @@ class Operations:
         body['metadata']['resourceVersion'] = str(resource_version)
         stored = self.store.put(info.storage_key, body, None)
         self._after_stored(info, body)
+        if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
+            # Like the watch cache of real servers, which starts with the CRD: no watching from before it.
+            state = self.store.state(_crd_storage_key(body))
+            state.replayable_after = max(state.replayable_after, resource_version)
         return Outcome(201, body, stored.encoded_as(info.api_version), warnings)
 
     def _check_new_body(self, info: ResourceInfo, raw_body: Any) -> dict[str, Any]:
