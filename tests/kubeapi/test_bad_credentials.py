@@ -141,3 +141,35 @@ def test_forbidden_access_names_the_rbac(
 
 def _assert_in(part: str, text: str) -> None:
     assert part in text, f'{part!r} is not logged yet.'
+
+
+@pytest.mark.real_apiserver  # the emulator serves plain HTTP: no certificates to distrust
+def test_untrusted_server_certificate_is_named(
+        k8s_control_plane: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    from kopf.testing.apiserver import pki
+
+    other_ca = pki.CertificateAuthority.generate('another-ca')
+    doc = yaml.safe_load(k8s_control_plane.kubeconfig_path.read_text())
+    doc['clusters'][0]['cluster']['certificate-authority-data'] = base64.b64encode(other_ca.cert_pem).decode()
+    path = tmp_path / 'wrong-ca.kubeconfig'
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    registry = OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def few_retries(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.networking.error_backoffs = [0.01]
+
+    with KopfRunner(['run', '-A', '--standalone'], registry=registry, reraise=False) as runner:
+        pass
+    assert runner.exit_code == 1
+    assert runner.stderr.splitlines()[-1] == (
+        f'Error: Cannot reach the Kubernetes API: the TLS certificate of {k8s_control_plane.url} cannot be '
+        f'verified: self-signed certificate in certificate chain; trust the CA of the server '
+        f'(the cluster\'s "certificate-authority-data" or "certificate-authority" in the kubeconfig)'
+    )
+    assert 'Traceback' not in runner.output
+    for secret in _secrets_of(path):
+        assert secret not in runner.output + caplog.text
