@@ -149,6 +149,7 @@ async def test_crd_deletion_unregisters_the_resources(api, crd) -> None:
         (lambda body: body['spec'].update(group='nodots'), 'spec.group'),
         (lambda body: body['spec'].update(scope='Everywhere'), 'spec.scope'),
         (lambda body: body['spec'].update(versions=[]), 'spec.versions'),
+        (lambda body: body['spec']['versions'][0].pop('schema'), 'spec.versions[0].schema.openAPIV3Schema'),
     ],
 )
 async def test_invalid_crds_are_rejected(api, mutation, field: str) -> None:
@@ -160,7 +161,8 @@ async def test_invalid_crds_are_rejected(api, mutation, field: str) -> None:
             'group': 'kopf.dev',
             'scope': 'Namespaced',
             'names': {'plural': 'things', 'kind': 'Thing'},
-            'versions': [{'name': 'v1', 'served': True, 'storage': True}],
+            'versions': [{'name': 'v1', 'served': True, 'storage': True, 'schema': {'openAPIV3Schema': {
+                'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}],
         },
     }
     mutation(from_conftest)

@@ -398,6 +398,17 @@ def test_selectors_in_lists(server: Api, ns: str, query: dict[str, str], expecte
 # ------------------------------------------------------------------------------------------------
 # CRD schemas.
 
+def test_crd_without_schema_is_422(server: Api) -> None:
+    # The schemas are required in apiextensions.k8s.io/v1 (even where nothing is validated by them).
+    body = {**CRD, 'metadata': {'name': f'noschemas.{GROUP}'}, 'spec': {
+        **CRD['spec'], 'names': {'plural': 'noschemas', 'kind': 'NoSchema'},
+        'versions': [{'name': 'v1', 'served': True, 'storage': True}]}}
+    code, body = server('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', body)
+    assert failure((code, body)) == (422, 'Invalid', 422)
+    assert [(c['field'], c['reason']) for c in body['details']['causes']] == [
+        ('spec.versions[0].schema.openAPIV3Schema', 'FieldValueRequired')]
+
+
 @known('CRD schemas are not used for pruning by the emulator')
 def test_crd_pruning_of_unknown_fields(server: Api, ns: str, crd: None) -> None:
     code, body = server('POST', crs(ns), {**fidelity('f1', {'size': 1, 'mode': 'm', 'unknown': 1}), 'top': 1})

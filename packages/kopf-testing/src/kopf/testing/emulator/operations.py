@@ -261,7 +261,11 @@ class Operations:
         try:
             return resources_from_crd(body)
         except CrdError as e:
-            causes = [errors.Cause(field, message) for field, message in e.problems]
+            causes = [
+                errors.Cause(field, message, reason='FieldValueRequired')
+                if message.startswith('Required value') else errors.Cause(field, message)
+                for field, message in e.problems
+            ]
             raise errors.invalid(
                 CUSTOM_RESOURCE_DEFINITIONS.kind,
                 CUSTOM_RESOURCE_DEFINITIONS.group,
