@@ -4,6 +4,7 @@ both in the lines of the retries (their prefix is as in Kopf) and in the final e
 """
 import logging
 import socket
+import ssl
 
 import aiohttp
 import pytest
@@ -73,6 +74,16 @@ async def test_refused_connection_names_the_url(scheme: str) -> None:
 ])
 def test_other_network_errors(error: BaseException, expected: str) -> None:
     assert errors.describe_network_error(error) == expected
+
+
+def test_untrusted_certificates_name_the_ca_to_trust() -> None:
+    os_error = ssl.SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed')
+    os_error.verify_message = 'self-signed certificate in certificate chain'
+    error = CannotConnect('https://127.0.0.1:6443', os_error)
+    assert errors.describe_network_error(error) == (
+        'the TLS certificate of https://127.0.0.1:6443 cannot be verified: '
+        'self-signed certificate in certificate chain; trust the CA of the server '
+        '(the cluster\'s "certificate-authority-data" or "certificate-authority" in the kubeconfig)')
 
 
 def test_non_network_errors_are_described_by_their_text() -> None:

@@ -83,11 +83,16 @@ async def test_builtin_groups(api, group_version: str, plural: str, namespaced: 
 
 
 async def test_unknown_groups_and_versions_are_not_found(api) -> None:
-    for path in ['/apis/unknown.example.com', '/apis/unknown.example.com/v1', '/api/v2', '/apis/apps/v7']:
+    # Like real servers: a Status for the versions of the served groups, plain text for unknown groups.
+    for path in ['/api/v2', '/apis/apps/v7']:
         reply = await api.get(path)
         assert reply.status == 404, path
         assert reply.body['kind'] == 'Status'
         assert reply.body['reason'] == 'NotFound'
+    for path in ['/apis/unknown.example.com', '/apis/unknown.example.com/v1']:
+        reply = await api.get(path)
+        assert (reply.status, reply.headers['Content-Type'], reply.raw) == (
+            404, 'text/plain; charset=utf-8', b'404 page not found\n'), path
 
 
 async def test_crd_registers_all_served_versions(api, crd) -> None:
@@ -144,6 +149,7 @@ async def test_crd_deletion_unregisters_the_resources(api, crd) -> None:
         (lambda body: body['spec'].update(group='nodots'), 'spec.group'),
         (lambda body: body['spec'].update(scope='Everywhere'), 'spec.scope'),
         (lambda body: body['spec'].update(versions=[]), 'spec.versions'),
+        (lambda body: body['spec']['versions'][0].pop('schema'), 'spec.versions[0].schema.openAPIV3Schema'),
     ],
 )
 async def test_invalid_crds_are_rejected(api, mutation, field: str) -> None:
@@ -155,7 +161,8 @@ async def test_invalid_crds_are_rejected(api, mutation, field: str) -> None:
             'group': 'kopf.dev',
             'scope': 'Namespaced',
             'names': {'plural': 'things', 'kind': 'Thing'},
-            'versions': [{'name': 'v1', 'served': True, 'storage': True}],
+            'versions': [{'name': 'v1', 'served': True, 'storage': True, 'schema': {'openAPIV3Schema': {
+                'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}}}],
         },
     }
     mutation(from_conftest)

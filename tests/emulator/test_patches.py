@@ -124,14 +124,31 @@ def test_json_patch_failures(doc: Any, patch: Any) -> None:
     'patch',
     [
         {'op': 'add'},
+        ['not-an-object'],
+        [{'op': 1, 'path': '/a'}],
+        [{'op': 'add', 'path': 1, 'value': 1}],
+    ],
+)
+def test_json_patch_format_errors(patch: Any) -> None:
+    # Only what does not decode into a list of operations: 400 Bad Request, as real servers.
+    with pytest.raises(PatchFormatError):
+        apply_json_patch({'a': 1}, patch)
+
+
+@pytest.mark.parametrize(
+    'patch',
+    [
         [{'op': 'frobnicate', 'path': '/a'}],
         [{'op': 'add', 'path': '/a'}],
         [{'op': 'copy', 'path': '/a'}],
         [{'path': '/a'}],
+        [{'op': 'add', 'path': 'no-slash', 'value': 1}],
+        [{'op': 'add', 'path': '/b', 'value': 1}, {'op': 'frobnicate', 'path': '/a'}],
     ],
 )
-def test_json_patch_format_errors(patch: Any) -> None:
-    with pytest.raises(PatchFormatError):
+def test_json_patch_invalid_operations(patch: Any) -> None:
+    # Unknown or incomplete operations decode, but cannot be applied: 422 Invalid, as real servers.
+    with pytest.raises(PatchApplicationError):
         apply_json_patch({'a': 1}, patch)
 
 

@@ -254,7 +254,9 @@ def describe_network_error(error: BaseException) -> str:
         address, os_error = error.address, error.os_error
         if isinstance(os_error, ssl.SSLCertVerificationError):
             reason = os_error.verify_message or os_error
-            return f'the TLS certificate of {address} cannot be verified: {reason}'
+            return (f'the TLS certificate of {address} cannot be verified: {reason}; trust the CA '
+                    f'of the server (the cluster\'s "certificate-authority-data" or "certificate-authority" '
+                    f'in the kubeconfig)')
         if isinstance(os_error, ssl.SSLError):
             return f'the TLS handshake with {address} has failed: {os_error}'
         if isinstance(os_error, socket.gaierror):

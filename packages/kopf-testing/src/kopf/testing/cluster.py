@@ -66,6 +66,16 @@ class Cluster:
         self._headers = _auth_headers(info)
         self._ssl = _ssl_context(info) if self.url.startswith('https:') else None
 
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header of the kubeconfig's user, if any: for raw clients of the tests."""
+        return dict(self._headers)
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context (the CA, the client certificate) for ``https://`` servers; ``None`` for ``http://``."""
+        return self._ssl
+
     def request(
             self,
             method: str,

@@ -63,6 +63,7 @@ from collections.abc import Awaitable, Hashable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
+from kopf._clients.errors import APIForbiddenError
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
 from kopf._cogs.configs.networking import iter_backoffs
@@ -669,6 +670,14 @@ async def watcher(
                             logger.debug(f'The watch-stream for {name} {scope} is held back: '
                                          f'{streams.backlog} objects wait for their processing.')
                             await streams.wait_for_room()
+            except APIForbiddenError as e:
+                # Not a bug to trace: the operator's user has no permissions (yet), the fix is in the RBAC.
+                last_delay = next(delays, last_delay)
+                logger.error(f'Watcher for {name}@{namespace} has failed: {e}; grant the RBAC permissions '
+                             f"to the operator's user or service account "
+                             f'(see https://docs.kopf.dev/en/stable/deployment/); '
+                             f'restarting in {last_delay} seconds.')
+                await asyncio.sleep(last_delay)
             except Exception as e:
                 last_delay = next(delays, last_delay)
                 logger.exception(f'Watcher for {name}@{namespace} has failed: {e}; '

@@ -40,8 +40,10 @@ class ApiError(Exception):
         reason: str | None = None,
         details: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
+        plain_text: bool = False,
     ) -> None:
         super().__init__(message)
+        self.plain_text = plain_text  # sent as text/plain, not as a Status (as real servers do off the API)
         self.code = code
         self.message = message
         self.reason = reason if reason is not None else REASONS_BY_CODE.get(code, 'Unknown')
@@ -181,7 +183,9 @@ def invalid(kind: str, group: str, name: str, causes: Sequence[Cause]) -> ApiErr
         summary = str(causes[0])
     else:
         summary = '[' + ', '.join(str(cause) for cause in causes) + ']'
-    details: dict[str, Any] = {'name': name, 'kind': kind, 'causes': [cause.as_dict() for cause in causes]}
+    details: dict[str, Any] = {'kind': kind, 'causes': [cause.as_dict() for cause in causes]}
+    if name:  # e.g. not for the options of requests (DeleteOptions, CreateOptions)
+        details = {'name': name, **details}
     if group:
         details['group'] = group
     return ApiError(
@@ -191,6 +195,16 @@ def invalid(kind: str, group: str, name: str, causes: Sequence[Cause]) -> ApiErr
         else f'{kind} "{name}" is invalid: {summary}',
         details=details,
     )
+
+
+def undecodable(kind: str, version: str, explanation: str) -> ApiError:
+    """A body that does not fit the Go types of its resource (e.g. a number as a label): 400."""
+    return ApiError(400, f'{kind} in version "{version}" cannot be handled as a {kind}: {explanation}')
+
+
+def page_not_found() -> ApiError:
+    """Outside of the served API groups: a plain-text 404, not a Status, as real servers answer."""
+    return ApiError(404, '404 page not found', plain_text=True)
 
 
 def unprocessable(message: str) -> ApiError:

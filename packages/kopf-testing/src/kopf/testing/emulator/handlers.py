@@ -38,6 +38,15 @@ KUBERNETES_VERSION = {
 _NAMESPACE_SUBRESOURCES = frozenset({'status', 'finalize'})
 _OBJECT_CONTENT_TYPES = ('application/json', 'application/yaml')  # protobuf is not supported
 _JSON = 'application/json'
+_PROTOBUF = 'application/vnd.kubernetes.protobuf'
+_PROTOBUF_PREFIX = b'k8s\x00'
+_OPTIONS_KINDS = {  # the kinds of the options of write requests, in their validation errors
+    'create': 'CreateOptions',
+    'update': 'UpdateOptions',
+    'patch': 'PatchOptions',
+    'delete': 'DeleteOptions',
+    'deletecollection': 'DeleteOptions',
+}
 MAX_BODY_SIZE = 3 * 1024 * 1024  # as in real API servers
 
 
@@ -114,6 +123,8 @@ def _json_response(code: int, body: bytes, warnings: Sequence[str] = ()) -> web.
 
 
 def error_response(error: errors.ApiError) -> web.Response:
+    if error.plain_text:
+        return web.Response(status=error.code, text=error.message + '\n', content_type='text/plain')
     response = _json_response(error.code, encode(error.as_status()))
     for header, value in error.headers.items():
         response.headers[header] = value
@@ -139,6 +150,17 @@ def _integer(query: Mapping[str, str], name: str) -> int | None:
     if value < 0:
         raise errors.bad_request(f'{name} must not be negative: {text!r}')
     return value
+
+
+def _limit(query: Mapping[str, str]) -> int:
+    """The page size of a list; like real servers, a negative one means no limit (as zero does)."""
+    text = query.get('limit')
+    if not text:
+        return 0
+    try:
+        return max(0, int(text))
+    except ValueError:
+        raise errors.bad_request(f'invalid value for limit: {text!r}') from None
 
 
 @dataclasses.dataclass
@@ -238,8 +260,22 @@ class ApiHandler:
             raise errors.method_not_allowed('the server does not allow this method on the requested resource')
         document = self._document(stripped)
         if document is None:
-            raise errors.unknown_resource()
+            raise self._unknown(stripped)
         return _json_response(200, document)
+
+    def _unknown(self, path: str) -> errors.ApiError:
+        """
+        A 404 for an unknown URL, as real servers answer it.
+
+        Under ``/api`` and the groups that are served, it is a Status (NotFound); elsewhere (an unknown
+        group, e.g. of a CRD not created yet, or no API at all) it is a plain ``404 page not found``.
+        """
+        parts = path.strip('/').split('/')
+        if parts[0] in ('api', 'openapi') or (
+            parts[0] == 'apis' and (len(parts) == 1 or self.registry.group_versions().get(parts[1]))
+        ):
+            return errors.unknown_resource()
+        return errors.page_not_found()
 
     def _document(self, path: str) -> bytes | None:
         """A discovery or OpenAPI document, cached until the set of served resources changes."""
@@ -287,7 +323,7 @@ class ApiHandler:
     async def _resource(self, request: web.BaseRequest, route: Route, verb: str) -> web.StreamResponse:
         info = self.registry.lookup(route.group, route.version, route.plural)
         if info is None:
-            raise errors.unknown_resource()
+            raise self._unknown(request.path)
         if route.namespace is not None and not info.namespaced:
             raise errors.unknown_resource()
         if route.subresource is not None and (route.subresource != 'status' or not info.has_status):
@@ -298,8 +334,14 @@ class ApiHandler:
         if verb in ('get', 'list', 'watch'):
             self._check_accept(request)
         dry_run = 'dryRun' in query
-        if dry_run and query['dryRun'] != 'All':
-            raise errors.bad_request(f'Invalid value: "{query["dryRun"]}": supported values: "All"')
+        if dry_run and verb in _OPTIONS_KINDS:
+            values = query.getall('dryRun')
+            if values != ['All']:
+                quoted = ','.join(json.dumps(value) for value in values)
+                raise errors.invalid(_OPTIONS_KINDS[verb], 'meta.k8s.io', '', [errors.Cause(
+                    'dryRun', f'Unsupported value: [{quoted}]: supported values: "All"',
+                    reason='FieldValueNotSupported',
+                )])
 
         if info.namespaced and namespace is None and name is not None:
             raise errors.unknown_resource()
@@ -328,7 +370,7 @@ class ApiHandler:
                 raise errors.method_not_allowed(
                     'the server does not allow this method on the requested resource'
                 )
-            body = self._decode_object(request, await request.read())
+            body = self._decode_object(request, await request.read(), info)
             outcome = await self.operations.create(
                 info, namespace, body, dry_run=dry_run, field_manager=query.get('fieldManager')
             )
@@ -338,7 +380,7 @@ class ApiHandler:
                 raise errors.method_not_allowed(
                     'the server does not allow this method on the requested resource'
                 )
-            body = self._decode_object(request, await request.read())
+            body = self._decode_object(request, await request.read(), info)
             outcome = await self.operations.update(
                 info, namespace, name, body, subresource=route.subresource, dry_run=dry_run
             )
@@ -386,13 +428,21 @@ class ApiHandler:
             raise errors.ApiError(406, f'only the following media types are accepted: {_JSON}')
 
     @staticmethod
-    def _decode_object(request: web.BaseRequest, raw: bytes) -> Any:
+    def _decode_object(request: web.BaseRequest, raw: bytes, info: ResourceInfo) -> Any:
         content_type = _content_type(request)
         if content_type in ('', _JSON, '*/*'):
             # Like real servers: no content type means the default one, JSON.
             return decode_json_body(raw)
         if content_type in ('application/yaml', 'application/x-yaml', 'text/yaml'):
             return decode_yaml_body(raw)
+        if content_type == _PROTOBUF and not info.custom and not raw.startswith(_PROTOBUF_PREFIX):
+            # Real servers take protobuf for the built-in kinds (not for custom ones): this is not it.
+            # (Real protobuf is not decoded by the emulator: 415 below, a known difference.)
+            raise errors.bad_request(
+                f'the object provided is unrecognized (must be of type {info.kind}): provided data '
+                f'does not appear to be a protobuf message, expected prefix [107 56 115 0] '
+                f'({raw[:64].decode(errors="replace")})'
+            )
         raise errors.unsupported_media_type(_OBJECT_CONTENT_TYPES)
 
     @staticmethod
@@ -415,7 +465,7 @@ class ApiHandler:
         if policy is not None and policy not in ('Orphan', 'Background', 'Foreground'):
             raise errors.invalid(
                 'DeleteOptions',
-                '',
+                'meta.k8s.io',
                 '',
                 [
                     errors.Cause(
@@ -449,7 +499,7 @@ class ApiHandler:
         self, info: ResourceInfo, namespace: str | None, query: Mapping[str, str], accept: str
     ) -> bytes:
         label_selector, field_selector = self._selectors(info, query)
-        limit = _integer(query, 'limit') or 0
+        limit = _limit(query)
         start: tuple[str, str] | None = None
         token = query.get('continue')
         if token:

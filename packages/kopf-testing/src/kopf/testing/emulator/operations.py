@@ -190,14 +190,35 @@ class Operations:
         body['metadata']['resourceVersion'] = str(resource_version)
         stored = self.store.put(info.storage_key, body, None)
         self._after_stored(info, body)
+        if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
+            # Like the watch cache of real servers, which starts with the CRD: no watching from before it.
+            state = self.store.state(_crd_storage_key(body))
+            state.replayable_after = max(state.replayable_after, resource_version)
         return Outcome(201, body, stored.encoded_as(info.api_version), warnings)
 
     def _check_new_body(self, info: ResourceInfo, raw_body: Any) -> dict[str, Any]:
+        if raw_body is None and not info.custom:
+            raw_body = {}  # like real servers: JSON's null decodes to an empty object of a built-in kind
         body = _with_default_type(info, raw_body)
         self._check_type(info, body)
-        if body.get('metadata') is not None and not isinstance(body['metadata'], dict):
-            raise errors.bad_request('the metadata of the provided object must be an object')
+        self._check_decodable(info, body)
         return body
+
+    @staticmethod
+    def _check_decodable(info: ResourceInfo, body: dict[str, Any]) -> None:
+        """Like real servers: a body that does not decode into the Go types is 400, before validation."""
+        metadata = body.get('metadata')
+        if metadata is None:
+            return
+        if not isinstance(metadata, dict):
+            raise errors.undecodable(
+                info.kind, info.version,
+                f'json: cannot unmarshal {validation.json_type_name(metadata)} into Go struct field '
+                f'{info.kind}.metadata of type v1.ObjectMeta',
+            )
+        problem = validation.type_problem(metadata, custom=info.custom)
+        if problem is not None:
+            raise errors.undecodable(info.kind, info.version, problem)
 
     def _check_type(self, info: ResourceInfo, body: dict[str, Any]) -> None:
         if body.get('kind') != info.kind:
@@ -240,7 +261,11 @@ class Operations:
         try:
             return resources_from_crd(body)
         except CrdError as e:
-            causes = [errors.Cause(field, message) for field, message in e.problems]
+            causes = [
+                errors.Cause(field, message, reason='FieldValueRequired')
+                if message.startswith('Required value') else errors.Cause(field, message)
+                for field, message in e.problems
+            ]
             raise errors.invalid(
                 CUSTOM_RESOURCE_DEFINITIONS.kind,
                 CUSTOM_RESOURCE_DEFINITIONS.group,
@@ -298,6 +323,7 @@ class Operations:
     ) -> Outcome:
         body = _with_default_type(info, body)
         self._check_type(info, body)
+        self._check_decodable(info, body)
         metadata = body.get('metadata')
         for _ in range(_MAX_ATTEMPTS):
             current = self.get(info, namespace, name)
@@ -367,14 +393,31 @@ class Operations:
                 raise errors.bad_request(str(e)) from None
             except patches.PatchApplicationError as e:
                 raise errors.unprocessable(str(e)) from None
-            if not isinstance(patched, dict):
-                raise errors.bad_request('the patched object must be a JSON object')
+            self._check_patched(info, name, patched)
             outcome = await self._update_from(
                 info, current, patched, subresource=subresource, dry_run=dry_run
             )
             if outcome is not None:
                 return outcome
         raise errors.modified_conflict(info.plural, info.group, name)
+
+    def _check_patched(self, info: ResourceInfo, name: str, patched: Any) -> None:
+        """Like real servers: a patch that makes the object undecodable or of another type is 422."""
+        if not isinstance(patched, dict):
+            raise errors.invalid('', '', '', [errors.Cause(
+                'patch', f'Invalid value: "{encode(patched).decode()}": couldn\'t get version/kind; '
+                         f'json parse error: json: cannot unmarshal {validation.json_type_name(patched)} '
+                         f'into Go value of type struct {{ APIVersion string; Kind string }}',
+            )])
+        kind, api_version = patched.get('kind'), patched.get('apiVersion')
+        group, _, version = str(api_version).rpartition('/')
+        if kind != info.kind:
+            raise errors.invalid(str(kind), info.group, name, [
+                errors.Cause('kind', f'Invalid value: {json.dumps(kind)}: must be {info.kind}')])
+        if group != info.group or self.registry.lookup(group, version, info.plural) is None:
+            raise errors.invalid(info.kind, info.group, name, [
+                errors.Cause('apiVersion', f'Invalid value: {json.dumps(api_version)}: '
+                                           f'must be {info.api_version}')])
 
     async def _update_from(
         self,

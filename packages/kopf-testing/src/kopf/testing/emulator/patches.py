@@ -46,7 +46,7 @@ def parse_pointer(pointer: Any) -> list[str]:
     if pointer == '':
         return []
     if not pointer.startswith('/'):
-        raise PatchFormatError(f'a JSON pointer must start with "/": {pointer!r}')
+        raise PatchApplicationError(f'a JSON pointer must start with "/": {pointer!r}')
     return [token.replace('~1', '/').replace('~0', '~') for token in pointer[1:].split('/')]
 
 
@@ -129,18 +129,29 @@ def json_equal(a: Any, b: Any) -> bool:
 
 
 def apply_json_patch(doc: Any, operations: Any) -> Any:
+    """
+    Apply a JSON-patch (RFC 6902).
+
+    Like real API servers: what does not decode into a list of operations (of strings' fields) is a
+    :class:`PatchFormatError` (400); an operation that is unknown, incomplete, or cannot be applied
+    is a :class:`PatchApplicationError` (422), and nothing of the patch is applied then.
+    """
     if not isinstance(operations, list):
         raise PatchFormatError('a JSON-patch must be a list of operations')
     for operation in operations:
         if not isinstance(operation, dict):
             raise PatchFormatError(f'a JSON-patch operation must be an object, got {operation!r}')
+        for field in ('op', 'path', 'from'):
+            if operation.get(field) is not None and not isinstance(operation[field], str):
+                raise PatchFormatError(f'the "{field}" of a JSON-patch operation must be a string')
+    for operation in operations:
         op = operation.get('op')
         if 'path' not in operation:
-            raise PatchFormatError(f'the JSON-patch operation {op!r} has no "path"')
+            raise PatchApplicationError(f'the JSON-patch operation {op!r} has no "path"')
         pointer = operation['path']
         tokens = parse_pointer(pointer)
         if op in ('add', 'replace', 'test') and 'value' not in operation:
-            raise PatchFormatError(f'the JSON-patch operation {op!r} at {pointer!r} has no "value"')
+            raise PatchApplicationError(f'the JSON-patch operation {op!r} at {pointer!r} has no "value"')
         match op:
             case 'add' | 'replace':
                 value = operation['value']
@@ -157,7 +168,9 @@ def apply_json_patch(doc: Any, operations: Any) -> Any:
                     )
             case 'move' | 'copy':
                 if 'from' not in operation:
-                    raise PatchFormatError(f'the JSON-patch operation {op!r} at {pointer!r} has no "from"')
+                    raise PatchApplicationError(
+                        f'the JSON-patch operation {op!r} at {pointer!r} has no "from"'
+                    )
                 source = operation['from']
                 source_tokens = parse_pointer(source)
                 value = _resolve(doc, source_tokens, source)
@@ -171,7 +184,7 @@ def apply_json_patch(doc: Any, operations: Any) -> Any:
                     doc = _with_change(doc, source_tokens, 'remove', None, source)
                 doc = value if not tokens else _with_change(doc, tokens, 'add', value, pointer)
             case _:
-                raise PatchFormatError(f'unexpected JSON-patch operation: {op!r}')
+                raise PatchApplicationError(f'unexpected JSON-patch operation: {op!r}')
     return doc
 
 

@@ -351,6 +351,11 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[ResourceInfo]:
         for index, version in enumerate(versions):
             if not isinstance(version.get('name'), str) or not _is_dns_label(version['name']):
                 problems.append((f'spec.versions[{index}].name', 'Invalid value: must be a DNS-1035 label'))
+            schema = version.get('schema')
+            if not isinstance(schema, dict) or not isinstance(schema.get('openAPIV3Schema'), dict):
+                # Like real servers: the schemas are required in apiextensions.k8s.io/v1 (the emulator
+                # does not use them, but a CRD that a real server rejects must not work here).
+                problems.append((f'spec.versions[{index}].schema.openAPIV3Schema', 'Required value'))
     if not problems:
         expected_name = f'{plural}.{group}'
         if crd.get('metadata', {}).get('name') != expected_name:

@@ -245,3 +245,45 @@ def validate_metadata(
                             Cause(f'{field}.{required}', 'Required value', reason='FieldValueRequired')
                         )
     return causes
+
+
+_JSON_TYPES = ((bool, 'bool'), (str, 'string'), (int, 'number'), (float, 'number'), (list, 'array'),
+               (dict, 'object'))
+# The Go types of the generic metadata fields: the whole field's, and its items' (for maps and lists).
+_METADATA_TYPES: Mapping[str, tuple[type, str, type | None, str]] = {
+    'name': (str, 'string', None, ''),
+    'generateName': (str, 'string', None, ''),
+    'namespace': (str, 'string', None, ''),
+    'labels': (dict, 'map[string]string', str, 'string'),
+    'annotations': (dict, 'map[string]string', str, 'string'),
+    'finalizers': (list, '[]string', str, 'string'),
+    'ownerReferences': (list, '[]v1.OwnerReference', dict, 'v1.OwnerReference'),
+}
+
+
+def json_type_name(value: Any) -> str:
+    return next((name for cls, name in _JSON_TYPES if isinstance(value, cls)), 'value')
+
+
+def type_problem(metadata: Mapping[str, Any], *, custom: bool) -> str | None:
+    """
+    Why the metadata cannot be decoded into Kubernetes' ObjectMeta (e.g. a number as a label), if so.
+
+    Real servers decode the bodies of creations and updates into Go types first: a field of a wrong
+    JSON type fails the request with 400 and Go's wording, before any validation (422). Nulls are
+    nothing. (In patches, the same problems are found after patching: 422, see validate_metadata.)
+    """
+    prefix = 'ObjectMeta.' if custom else 'ObjectMeta.metadata.'
+    for field, (field_type, go_type, item_type, item_go_type) in _METADATA_TYPES.items():
+        value = metadata.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, field_type):
+            return (f'json: cannot unmarshal {json_type_name(value)} into Go struct field '
+                    f'{prefix}{field} of type {go_type}')
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for item in items:
+            if item is not None and item_type is not None and not isinstance(item, item_type):
+                return (f'json: cannot unmarshal {json_type_name(item)} into Go struct field '
+                        f'{prefix}{field} of type {item_go_type}')
+    return None
