@@ -5,19 +5,21 @@ The isolation fixtures are not autouse here: the areas that change process-wide 
 configuration, imported operator sources) opt in with an autouse fixture of their own.
 The helpers are fixtures, since the test modules cannot import each other (importlib mode).
 """
+import functools
 import json
 import logging
 import pathlib
 import sys
 import textwrap
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
+import kopf
 from kopf._core.intents.registries import OperatorRegistry
+from kopf.testing import eventually, eventually_async
 from kopf.testing.emulator import KubernetesEmulator
 
 WAIT_TIMEOUT = 10.0
@@ -76,16 +78,55 @@ def write_source(tmp_path: pathlib.Path) -> Callable[..., pathlib.Path]:
 
 
 @pytest.fixture()
-def wait_for() -> Callable[[Callable[[], Any]], Any]:
-    """Wait until a condition is truthy, checking it often; fail if it does not happen in time."""
-    def wait(condition: Callable[[], Any], timeout: float = WAIT_TIMEOUT) -> Any:
-        deadline = time.monotonic() + timeout
-        while not (result := condition()):
-            if time.monotonic() > deadline:
-                pytest.fail(f'The condition was not met in {timeout} seconds.')
-            time.sleep(0.01)
-        return result
-    return wait
+def wait_for() -> Callable[..., Any]:
+    """
+    ``kopf.testing.eventually`` for the sync tests, checked often: ``wait_for(check, within=...)``.
+
+    The check passes when it raises no ``AssertionError`` and returns anything but ``False``.
+    """
+    return functools.partial(eventually, within=WAIT_TIMEOUT, interval=0.01)
+
+
+@pytest.fixture(name='eventually')
+def eventually_fixture() -> Callable[..., Awaitable[Any]]:
+    """
+    ``kopf.testing.eventually_async`` for the async tests, checked often: ``await eventually(check, ...)``.
+
+    The check runs in the test's event loop (e.g. next to an operator's tasks) and passes when it raises
+    no ``AssertionError`` and returns anything but ``False``; by default, it fails after 5 seconds.
+    """
+    return functools.partial(eventually_async, within=5.0, interval=0.01)
+
+
+@pytest.fixture()
+def emulator(k8s_emulator: KubernetesEmulator) -> KubernetesEmulator:
+    return k8s_emulator
+
+
+@pytest.fixture()
+def make_registry(emulator: KubernetesEmulator) -> Callable[[], OperatorRegistry]:
+    """New registries, each with a login handler for the emulator (faster than the default logins)."""
+
+    def make_registry() -> OperatorRegistry:
+        registry = OperatorRegistry()
+
+        @kopf.on.login(registry=registry)
+        def login_to_emulator(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=emulator.url)
+
+        return registry
+
+    return make_registry
+
+
+@pytest.fixture()
+def messages(caplog: pytest.LogCaptureFixture) -> Callable[[], list[str]]:
+    """The messages logged about the objects so far (of the per-object loggers, without their prefixes)."""
+
+    def messages() -> list[str]:
+        return [record.getMessage() for record in caplog.records if record.name == 'kopf.objects']
+
+    return messages
 
 
 @pytest.fixture()

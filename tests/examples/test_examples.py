@@ -636,7 +636,7 @@ async def test_embedding(k8s_api: KubeAPI, caplog: pytest.LogCaptureFixture) -> 
             assert cluster.status().get('create_fn') == {'message': 'hello, kopf-example-1'}
             assert "The application has noticed a new KopfExample: 'kopf-example-1'." in caplog.messages
 
-        await eventually_async(created, within=WAIT_TIMEOUT)
+        await eventually_async(lambda: asyncio.to_thread(created), within=WAIT_TIMEOUT)  # blocking requests
         await asyncio.to_thread(cluster.user.delete, f'{path}/{NAME}')
         await eventually_async(lambda: _assert_in(DELETION_NOTICE, caplog.messages), within=WAIT_TIMEOUT)
         assert not app.done()  # the application runs until it is told to stop

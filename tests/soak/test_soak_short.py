@@ -3,7 +3,8 @@ The short profile of the chaos soak (``tools/soak``): about a minute of churn, A
 kills & restarts and an emulator restart, with a fixed seed; every invariant must hold.
 
 The soak runs as a subprocess (as in CI by hand: ``python -m tools.soak --profile short``), so that
-its printout of the invariants with their figures shows up in the failure's message.
+its printout of the invariants with their figures shows up in the failure's message. Marked ``soak``:
+it runs in tox's own ``soak`` env (``tox -e soak``), not in the default suite.
 """
 import pathlib
 import subprocess
@@ -15,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEED = 16
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(300)
 def test_short_soak_keeps_all_invariants(tmp_path: pathlib.Path) -> None:
     args = [sys.executable, '-m', 'tools.soak', '--profile', 'short', '--seed', str(SEED),

@@ -45,7 +45,7 @@ def test_example_operator_with_the_emulator(
 
     with KopfRunner(args, registry=registry, emulator=k8s_emulator) as runner:
         call(k8s_emulator, 'POST', OBJECTS, yaml.safe_load((EXAMPLES / 'obj.yaml').read_text()))
-        wait_for(lambda: (get_example() or {}).get('status', {}).get('create_fn'))
+        wait_for(lambda: bool((get_example() or {}).get('status', {}).get('create_fn')))
         call(k8s_emulator, 'DELETE', f'{OBJECTS}/kopf-example-1')
         wait_for(lambda: get_example() is None)
     assert runner.exit_code == 0

@@ -18,7 +18,6 @@ Usage (from the repository root)::
     .venv/bin/python tools/compat/peering_with_kopf.py [--kopf-venv /tmp/kopf-venv]
 """
 import argparse
-import json
 import os
 import pathlib
 import re
@@ -28,13 +27,12 @@ import sys
 import tempfile
 import textwrap
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 
+from kopf.testing import Cluster, eventually
 from kopf.testing.emulator import KubernetesEmulator
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -57,22 +55,9 @@ def created(name, **_):
 '''
 
 
-class Cluster:
-    def __init__(self, emulator: KubernetesEmulator) -> None:
-        self.emulator = emulator
-
-    def request(self, method: str, path: str, body: Any = None,
-                content_type: str = 'application/json') -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.emulator.url + path, data=data, method=method,
-                                         headers={'Content-Type': content_type})
-        with urllib.request.urlopen(request) as response:
-            text = response.read()
-            return json.loads(text) if text else None
-
-    def peers(self) -> dict[str, Any]:
-        body = self.emulator.get_object('kopfpeerings.kopf.dev', 'default', namespace=NAMESPACE) or {}
-        return dict(body.get('status') or {})
+def peers(cluster: Cluster) -> dict[str, Any]:
+    body = cluster.get(f'{PEERING_PATH}/default') or {}
+    return dict(body.get('status') or {})
 
 
 class Operator:
@@ -96,12 +81,8 @@ class Operator:
             self.process.wait(30)
 
 
-def wait_for(condition: Callable[[], Any], what: str, within: float = 20) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f'Timed out waiting for: {what}')
-        time.sleep(0.05)
+def wait_for(condition: Callable[[], bool], what: str, within: float = 20) -> None:
+    eventually(condition, within=within, interval=0.05, message=f'Timed out waiting for: {what}')
 
 
 def handled(*operators: Operator) -> list[tuple[str, str]]:
@@ -135,25 +116,25 @@ def main() -> int:
         source = workdir / 'operator.py'
         source.write_text(textwrap.dedent(OPERATOR))
         env = dict(os.environ, KUBECONFIG=str(emulator.kubeconfig_path))
-        cluster = Cluster(emulator)
+        cluster = Cluster(emulator.kubeconfig_path)
         for doc in yaml.safe_load_all((REPO / 'peering.yaml').read_text()):
             if doc:
-                cluster.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', doc)
+                cluster.create('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', doc)
         crd = yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text())
-        cluster.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd)
-        cluster.request('POST', PEERING_PATH, {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfPeering',
-                                               'metadata': {'name': 'default', 'namespace': NAMESPACE}})
+        cluster.create('/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd)
+        cluster.create(PEERING_PATH, {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfPeering',
+                                      'metadata': {'name': 'default', 'namespace': NAMESPACE}})
 
         def create(name: str) -> None:
-            cluster.request('POST', KEX_PATH, {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
-                                               'metadata': {'name': name}, 'spec': {}})
+            cluster.create(KEX_PATH, {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+                                      'metadata': {'name': name}, 'spec': {}})
 
         kopf_replica = Operator('kopf', theirs, 10, source, env, workdir)
         our_replica = Operator('ours', ours, 20, source, env, workdir)
         operators = [kopf_replica, our_replica]
         try:
             print('1. Kopf with priority 10, ours with priority 20 in one peering.')
-            wait_for(lambda: len(cluster.peers()) == 2, 'both replicas in the peering')
+            wait_for(lambda: len(peers(cluster)) == 2, 'both replicas in the peering')
             wait_for(lambda: 'Pausing operations in favour of' in kopf_replica.log(), 'Kopf pausing')
             create('kex1')
             wait_for(lambda: ('kex1', 'ours') in handled(*operators), 'kex1 handled by ours')
@@ -162,7 +143,7 @@ def main() -> int:
 
             print('2. Ours exits gracefully: Kopf resumes at once.')
             our_replica.stop()
-            check(len(cluster.peers()) == 1, 'ours has removed its record on exit')
+            check(len(peers(cluster)) == 1, 'ours has removed its record on exit')
             wait_for(lambda: 'Resuming operations after the pause' in kopf_replica.log(), 'Kopf resuming',
                      within=5)
             create('kex2')
@@ -200,7 +181,7 @@ def main() -> int:
         finally:
             for operator in operators:
                 operator.stop()
-        check(cluster.peers() == {}, 'both have removed their records on exit')
+        check(peers(cluster) == {}, 'both have removed their records on exit')
 
     print(f'\n{"FAILED" if failures else "PASSED"}: one Kopf 1.45.2 replica and one of ours share a peering.')
     return 1 if failures else 0

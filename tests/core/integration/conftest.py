@@ -6,11 +6,11 @@ emulator, starts one or more operators in the test's event loop, acts on the obj
 API as a user would do (raw HTTP), and waits for the outcomes with timeouts (never sleeps).
 The emulator serves from its own thread, so the time is real; the delays are kept short.
 
-The helpers are fixtures, since the test modules cannot import each other (importlib mode).
+The helpers are fixtures, since the test modules cannot import each other (importlib mode);
+the user of the emulator (``cluster``) is shared with other areas: see ``tests/_cluster.py``.
 """
 import asyncio
 import contextlib
-import json
 import logging
 import pathlib
 import subprocess
@@ -20,120 +20,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 import kopf
+from kopf.testing import eventually_async
 from kopf.testing.emulator import KubernetesEmulator
 
-GROUP = 'kopf.dev'
-PLURAL = 'kopfexamples'
-NAMESPACE = 'default'
-FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
-DIFFBASE = 'kopf.zalando.org/last-handled-configuration'
+from ..._cluster import CRD, CRDS, GROUP, KEX, NAMESPACE, EmulatorUser
 
-# As examples/crd.yaml (without the printer columns): KopfExample in kopf.dev, with the status subresource.
-CRD = {
-    'apiVersion': 'apiextensions.k8s.io/v1',
-    'kind': 'CustomResourceDefinition',
-    'metadata': {'name': f'{PLURAL}.{GROUP}'},
-    'spec': {
-        'scope': 'Namespaced',
-        'group': GROUP,
-        'names': {'kind': 'KopfExample', 'plural': PLURAL, 'singular': 'kopfexample',
-                  'shortNames': ['kopfexes', 'kopfex', 'kexes', 'kex']},
-        'versions': [{
-            'name': 'v1', 'served': True, 'storage': True,
-            'subresources': {'status': {}},
-            'schema': {'openAPIV3Schema': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True}},
-        }],
-    },
-}
-
-
-class Cluster:
-    """A user of the cluster: arranges and inspects the objects (and their k8s-events) via the emulator."""
-
-    def __init__(self, session: aiohttp.ClientSession, emulator: KubernetesEmulator) -> None:
-        self.session = session
-        self.emulator = emulator
-
-    async def request(self, method: str, path: str, body: Any = None,
-                      content_type: str = 'application/json') -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {'Content-Type': content_type} if data is not None else {}
-        async with self.session.request(method, path, data=data, headers=headers) as response:
-            text = await response.text()
-            assert response.status < 400, f'{method} {path} -> {response.status}: {text}'
-            return json.loads(text) if text else None
-
-    @staticmethod
-    def path(name: str | None = None, *, namespace: str = NAMESPACE, subresource: str | None = None) -> str:
-        path = f'/apis/{GROUP}/v1/namespaces/{namespace}/{PLURAL}'
-        return path + (f'/{name}' if name else '') + (f'/{subresource}' if subresource else '')
-
-    async def create_namespace(self, name: str) -> None:
-        await self.request('POST', '/api/v1/namespaces',
-                           {'apiVersion': 'v1', 'kind': 'Namespace', 'metadata': {'name': name}})
-
-    async def create(self, name: str = 'kex1', spec: Any = None, *, namespace: str = NAMESPACE,
-                     metadata: dict[str, Any] | None = None, status: Any = None,
-                     labels: dict[str, str] | None = None) -> dict[str, Any]:
-        metadata = {**(metadata or {}), **({'labels': labels} if labels else {})}
-        body = {'apiVersion': f'{GROUP}/v1', 'kind': 'KopfExample',
-                'metadata': {**metadata, 'name': name, 'namespace': namespace},
-                'spec': spec if spec is not None else {'field': 'value'}}
-        result: dict[str, Any] = await self.request('POST', self.path(namespace=namespace), body)
-        if status is not None:
-            result = await self.patch(name, {'status': status}, namespace=namespace, subresource='status')
-        return result
-
-    async def patch(self, name: str, patch: Any, *, namespace: str = NAMESPACE,
-                    subresource: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = await self.request(
-            'PATCH', self.path(name, namespace=namespace, subresource=subresource), patch,
-            content_type='application/merge-patch+json')
-        return result
-
-    async def delete(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> None:
-        await self.request('DELETE', self.path(name, namespace=namespace))
-
-    def get(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> dict[str, Any] | None:
-        """The object as it is now (read directly from the emulator: no request is made or counted)."""
-        return self.emulator.get_object(f'{PLURAL}.{GROUP}', name, namespace=namespace)
-
-    def finalizers(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> list[str]:
-        metadata = (self.get(name, namespace=namespace) or {}).get('metadata') or {}
-        return list(metadata.get('finalizers') or [])
-
-    def status(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> dict[str, Any]:
-        return dict((self.get(name, namespace=namespace) or {}).get('status') or {})
-
-    def annotations(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> dict[str, str]:
-        body = self.get(name, namespace=namespace) or {}
-        return dict(body.get('metadata', {}).get('annotations', {}))
-
-    def progress_annotations(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> dict[str, str]:
-        """Kopf's annotations other than the diff-base: the handlers' progress, the touch-markers."""
-        return {key: value for key, value in self.annotations(name, namespace=namespace).items()
-                if key.startswith('kopf.zalando.org/') and key != DIFFBASE}
-
-    def diffbase(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> Any:
-        encoded = self.annotations(name, namespace=namespace).get(DIFFBASE)
-        return json.loads(encoded) if encoded is not None else None
-
-    def events(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> list[tuple[str, str, str]]:
-        """The k8s-events (core/v1) of an object: (type, reason, message) in the order of posting."""
-        events = [event for event in self.emulator.list_objects('events', namespace=namespace)
-                  if event.get('involvedObject', {}).get('name') == name]
-        events.sort(key=lambda event: int(event['metadata']['resourceVersion']))
-        return [(event['type'], event['reason'], event['message']) for event in events]
-
-    def count(self, verb: str, name: str | None = None, *, subresource: str | None = None,
-              namespace: str | None = NAMESPACE) -> int:
-        """How many requests have been made to the objects (not the CRD) with this verb."""
-        return self.emulator.requests.count(verb, PLURAL, group=GROUP, namespace=namespace, name=name,
-                                            subresource=subresource)
+PLURAL = KEX.plural
 
 
 class RunningOperator:
@@ -154,32 +49,10 @@ OperatorFactory = Callable[..., contextlib.AbstractAsyncContextManager[RunningOp
 
 
 @pytest.fixture
-def emulator(k8s_emulator: KubernetesEmulator) -> KubernetesEmulator:
-    return k8s_emulator
-
-
-@pytest.fixture
-async def cluster(emulator: KubernetesEmulator) -> AsyncIterator[Cluster]:
-    async with aiohttp.ClientSession(emulator.url, timeout=aiohttp.ClientTimeout(total=10)) as session:
-        cluster = Cluster(session, emulator)
-        await cluster.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', CRD)
+async def cluster(emulator: KubernetesEmulator) -> AsyncIterator[EmulatorUser]:
+    async with EmulatorUser(emulator, spec={'field': 'value'}) as cluster:
+        await cluster.request('POST', CRDS, CRD)
         yield cluster
-
-
-@pytest.fixture
-def make_registry(emulator: KubernetesEmulator) -> Callable[[], kopf.OperatorRegistry]:
-    """New registries, each with a login handler for the emulator (faster than the default logins)."""
-
-    def make_registry() -> kopf.OperatorRegistry:
-        registry = kopf.OperatorRegistry()
-
-        @kopf.on.login(registry=registry)
-        def login_to_emulator(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(server=emulator.url)
-
-        return registry
-
-    return make_registry
 
 
 @pytest.fixture
@@ -221,7 +94,7 @@ def settings_factory() -> Callable[[], kopf.OperatorSettings]:
 
 
 @pytest.fixture
-def operator(cluster: Cluster) -> OperatorFactory:
+def operator(cluster: EmulatorUser) -> OperatorFactory:
     """
     Run an operator (``kopf.operator``) in the background while in the context; wait until it is ready.
 
@@ -260,28 +133,8 @@ def watch_count(emulator: KubernetesEmulator) -> int:
 
 async def watching(emulator: KubernetesEmulator, before: int, within: float = 5) -> None:
     """Wait until a new watch-stream of the objects is started (so that the operator sees new objects)."""
-    deadline = time.monotonic() + within
-    while watch_count(emulator) <= before:
-        if time.monotonic() > deadline:
-            raise AssertionError('The operator does not watch the objects.')
-        await asyncio.sleep(0.01)
-
-
-Eventually = Callable[..., Any]
-
-
-@pytest.fixture
-def eventually() -> Eventually:
-    """Wait until the condition is true (checking it often), or fail the test after the timeout."""
-
-    async def eventually(condition: Callable[[], Any], within: float = 5.0, message: str = '') -> None:
-        deadline = time.monotonic() + within
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f'The condition has not been met in {within}s. {message}')
-            await asyncio.sleep(0.01)
-
-    return eventually
+    await eventually_async(lambda: watch_count(emulator) > before, within=within, interval=0.01,
+                           message='The operator does not watch the objects.')
 
 
 # The requests that are not activity: the re-connections of the watches, the operators' coordination.
@@ -289,7 +142,7 @@ _NOT_ACTIVITY_RESOURCES = frozenset({'kopfpeerings', 'clusterkopfpeerings', 'lea
 
 
 @pytest.fixture
-def quiet(cluster: Cluster) -> Callable[..., Any]:
+def quiet(cluster: EmulatorUser) -> Callable[..., Any]:
     """Wait until nothing more happens to the objects: no requests for a while (the operators idle)."""
 
     def activity() -> dict[Any, int]:
@@ -354,16 +207,6 @@ def threaded_operator() -> type[ThreadedOperator]:
 @pytest.fixture(autouse=True)
 def _debug_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-
-
-@pytest.fixture
-def messages(caplog: pytest.LogCaptureFixture) -> Callable[[], list[str]]:
-    """The messages logged about the objects so far (of the per-object loggers)."""
-
-    def messages() -> list[str]:
-        return [record.getMessage() for record in caplog.records if record.name == 'kopf.objects']
-
-    return messages
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ async def test_async_daemon_gets_its_kwargs_and_holds_the_deletion_until_it_exit
         assert isinstance(seen['stopped'], kopf.AsyncDaemonStopperChecker)
         assert seen['loop'] is asyncio.get_running_loop()
         assert seen['name'] == 'kex1' and seen['namespace'] == 'default'
-        assert seen['uid'] == created['metadata']['uid']
+        assert seen['uid'] == created.body['metadata']['uid']
         assert seen['labels'] == {'app': 'x'} and dict(seen['annotations']) == {}
         assert seen['spec'] == {'field': 'value'} and seen['body']['kind'] == 'KopfExample'
         assert seen['meta']['name'] == 'kex1' and dict(seen['status']) == {}
@@ -253,7 +253,7 @@ async def test_daemon_initial_delay(
     async with operator(registry, settings):
         created = time.monotonic()
         await cluster.create('kex1')
-        await eventually(lambda: started)
+        await eventually(lambda: bool(started))
         assert started[0] - created >= 0.5
 
 

@@ -116,7 +116,7 @@ async def test_changes_while_the_very_first_creation_handler_is_running(
         await eventually(started.is_set)
         await cluster.patch('kex1', {'spec': {'field': 'new'}, 'metadata': {'finalizers': ['example.com/x']}})
         gate.set()
-        await eventually(lambda: (cluster.get() or {}).get('status', {}).get('update_fn'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status', {}).get('update_fn')))
         await quiet()
 
     assert calls == [('create', 'old'), ('update', (('change', ('spec', 'field'), 'old', 'new'),))]

@@ -211,7 +211,7 @@ async def test_a_forced_exit_still_releases_the_lease(
     args = ['-n', 'default', '--lease', 'default/my-operator', str(source)]
     process = start_kopf_process(args, env, output)
     try:
-        await eventually(lambda: holder(cluster), within=15)
+        await eventually(lambda: bool(holder(cluster)), within=15)
         cluster.emulator.add_latency(1.0, method='PUT', path='/leases')  # the renewals and the release
         process.send_signal(signal.SIGINT)
         await eventually(lambda: 'Stopped leading the lease' in output.read_text(), within=5)

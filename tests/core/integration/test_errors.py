@@ -39,7 +39,7 @@ async def test_temporary_errors_are_retried_after_their_delay_until_success(
 
     async with operator(registry, posting_all(settings)):
         await cluster.create('kex1')
-        await eventually(lambda: (cluster.get() or {}).get('status'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status')))
         await quiet()
 
     assert [retry for retry, _ in attempts] == [0, 1, 2]
@@ -80,7 +80,7 @@ async def test_temporary_errors_keep_the_progress_on_the_object_meanwhile(
         assert '"message":"not yet"' in record and '"delayed":' in record
         assert cluster.diffbase() is None  # not finished yet
         release.set()
-        await eventually(lambda: (cluster.get() or {}).get('status'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status')))
         await quiet()
 
     assert cluster.progress_annotations() == {}

@@ -75,7 +75,7 @@ async def test_server_errors_on_patching_are_retried_and_handled_once(
     async with operator(registry, settings):
         cluster.emulator.fail_requests(3, status=503, verb='patch')
         await cluster.create('kex1')
-        await eventually(lambda: (cluster.get() or {}).get('status'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status')))
         await quiet()
 
     assert calls == ['kex1']
@@ -101,7 +101,7 @@ async def test_throttling_on_patching_obeys_the_retry_after(
         await cluster.create('kex1')
         await eventually(lambda: cluster.diffbase() is not None)
         patched = time.monotonic()
-        await eventually(lambda: (cluster.get() or {}).get('status'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status')))
         await quiet()
 
     assert len(calls) == 1

@@ -27,7 +27,7 @@ async def test_creation_stores_the_result_and_the_diffbase_and_leaves_no_progres
 
     async with operator(registry, settings):
         await cluster.create('kex1', {'field': 'value', 'items': ['a', 'b']}, metadata={'labels': {'l': 'v'}})
-        await eventually(lambda: (cluster.get() or {}).get('status'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status')))
         await quiet()
 
     body = cluster.get()
@@ -66,13 +66,13 @@ async def test_update_gets_the_diff_old_and_new(
     async with operator(registry, settings):
         await cluster.create('kex1', {'field': 'value', 'items': ['item1', 'item2']},
                              metadata={'labels': {'somelabel': 'somevalue'}})
-        await eventually(lambda: (cluster.get() or {}).get('status', {}).get('create_fn'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status', {}).get('create_fn')))
         await quiet()
         assert updated == []
 
         await cluster.patch('kex1', {'metadata': {'labels': {'newlabel': 'newvalue'}},
                                      'spec': {'field': 'changed', 'items': None}})
-        await eventually(lambda: (cluster.get() or {}).get('status', {}).get('update_fn'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status', {}).get('update_fn')))
         await quiet()
 
         # A change of the status only is not essential: no handlers, no patches.
@@ -114,7 +114,7 @@ async def test_deletion_runs_the_handler_and_releases_the_object(
 
     async with operator(registry, settings):
         await cluster.create('kex1')
-        await eventually(lambda: (cluster.get() or {}).get('status', {}).get('create_fn'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status', {}).get('create_fn')))
         await quiet()
         assert cluster.get()['metadata']['finalizers'] == [FINALIZER]
         assert deleted == []
@@ -227,7 +227,7 @@ async def test_field_handlers_on_creation_and_on_changes_of_their_field_only(
 
     async with operator(registry, settings):
         await cluster.create('kex1', {'field': 'value', 'other': 1})
-        await eventually(lambda: (cluster.get() or {}).get('status'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status')))
         await quiet()
         assert calls == [(None, 'value', (('add', (), None, 'value'),))]
 

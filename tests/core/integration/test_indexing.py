@@ -88,7 +88,7 @@ async def test_failing_listings_keep_the_handlers_waiting_until_indexed(
         seen.append(len(kex_names.get(None, [])))
 
     async with operator(registry, settings):
-        await eventually(lambda: seen, within=10)
+        await eventually(lambda: bool(seen), within=10)
     assert seen[0] == 10
     assert 'Watcher for kopfexamples.v1.kopf.dev@default has failed' in caplog.text
 
@@ -210,7 +210,7 @@ async def test_the_indices_override_the_framework_kwargs(
 
     await cluster.create('kex1')
     async with operator(registry, settings):
-        await eventually(lambda: seen)
+        await eventually(lambda: bool(seen))
     assert isinstance(seen[0], kopf.Index)
     assert list(seen[0][None]) == ['kex1']
 

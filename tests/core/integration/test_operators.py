@@ -81,7 +81,7 @@ async def test_settings_changed_in_a_startup_handler_take_effect(
 
     async with operator(registry, settings):
         await cluster.create('kex1')
-        await eventually(lambda: (cluster.get() or {}).get('status'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status')))
         await quiet()
         metadata = cluster.get()['metadata']
         assert metadata['finalizers'] == ['example.com/my-finalizer']
@@ -131,8 +131,8 @@ async def test_two_operators_in_threads_with_separate_registries_settings_and_na
 
     await cluster.create('kex1', namespace='ns-a')
     await cluster.create('kex1', namespace='ns-b')
-    await eventually(lambda: (cluster.get('kex1', namespace='ns-a') or {}).get('status'))
-    await eventually(lambda: (cluster.get('kex1', namespace='ns-b') or {}).get('status'))
+    await eventually(lambda: bool((cluster.get('kex1', namespace='ns-a') or {}).get('status')))
+    await eventually(lambda: bool((cluster.get('kex1', namespace='ns-b') or {}).get('status')))
     await quiet()
     operator_a.stop()
     operator_b.stop()
@@ -160,7 +160,7 @@ async def test_kopf_run_in_a_non_main_thread_with_a_threading_stop_flag(
     operator = threaded(registry=registry, settings=settings, namespaces=['default'])
     await eventually(operator.ready_flag.is_set)
     await cluster.create('kex1')
-    await eventually(lambda: (cluster.get() or {}).get('status'))
+    await eventually(lambda: bool((cluster.get() or {}).get('status')))
     await quiet()
     operator.stop()
 

@@ -301,7 +301,7 @@ async def test_a_killed_higher_one_is_replaced_after_its_lifetime(
         return {id for id, record in peers(cluster).items() if record.get('priority') == 100}
 
     try:
-        await eventually(high_ids, within=30)  # a new process: the imports take a while
+        await eventually(lambda: bool(high_ids()), within=30)  # a new process: the imports take a while
         [high_id] = high_ids()
         await cluster.create('kex1')
         await eventually(lambda: 'HANDLED kex1' in output.read_text(), within=15)

@@ -67,7 +67,7 @@ async def test_restart_continues_the_handlers_where_the_previous_operator_stoppe
     assert second_record['success'] is False and second_record['message'] == 'not yet'
 
     async with operator(make_handlers(2), settings_factory()):
-        await eventually(lambda: (cluster.get() or {}).get('status', {}).get('create_second'))
+        await eventually(lambda: bool((cluster.get() or {}).get('status', {}).get('create_second')))
         await quiet()
 
     assert calls == [(1, 'create_first', 0), (1, 'create_second', 0), (2, 'create_second', 1)]

@@ -3,13 +3,11 @@ Shared fixtures of the reactor's tests: fast settings, the emulator's credential
 
 The tests against the emulator run in real time (the emulator serves from its own thread, and
 the virtual time of looptime would expire the network timeouts instantly), so they wait for
-conditions with timeouts instead of sleeping. The helpers are fixtures, since the test modules
-cannot import each other (pytest runs in the importlib mode).
+conditions with timeouts instead of sleeping (the ``eventually`` fixture). The helpers are fixtures,
+since the test modules cannot import each other (pytest runs in the importlib mode).
 """
-import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -91,11 +89,6 @@ class Kube:
 
 
 @pytest.fixture
-def emulator(k8s_emulator: KubernetesEmulator) -> KubernetesEmulator:
-    return k8s_emulator
-
-
-@pytest.fixture
 async def kube(emulator: KubernetesEmulator) -> AsyncIterator[Kube]:
     async with aiohttp.ClientSession(emulator.url, timeout=aiohttp.ClientTimeout(total=10)) as session:
         yield Kube(session)
@@ -139,20 +132,3 @@ def registry(emulator: KubernetesEmulator) -> OperatorRegistry:
     registry.activities.append(ActivityHandler(fn=login_to_emulator, id=HandlerId('login_to_emulator'),
                                                activity=Activity.AUTHENTICATION))
     return registry
-
-
-WaitFor = Callable[..., Awaitable[None]]
-
-
-@pytest.fixture
-def wait_for() -> WaitFor:
-    """Wait until the condition is true (checking it often), or fail the test after the timeout."""
-
-    async def wait(condition: Callable[[], Any], within: float = 5.0) -> None:
-        deadline = time.monotonic() + within
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f'The condition has not been met in {within}s.')
-            await asyncio.sleep(0.01)
-
-    return wait

@@ -18,7 +18,7 @@ from kopf._core.reactor.observation import Insights, namespace_observer, resourc
 from kopf.testing.emulator import KubernetesEmulator
 
 Kube = Any  # the conftest's raw client
-WaitFor = Callable[..., Coroutine[Any, Any, None]]
+Eventually = Callable[..., Coroutine[Any, Any, None]]
 
 
 def names(insights: Insights) -> set[str]:
@@ -76,7 +76,7 @@ async def observe_namespaces(
 
 async def test_crds_created_and_deleted_at_runtime(
         kube: Kube, kex_crd: None, insights: Insights, observe_resources: Callable[[], None],
-        wait_for: WaitFor, caplog: pytest.LogCaptureFixture,
+        eventually: Eventually, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
     observe_resources()
@@ -86,16 +86,16 @@ async def test_crds_created_and_deleted_at_runtime(
         in caplog.messages
 
     await kube.create_crd('widgets', 'Widget', 'example.com')
-    await wait_for(lambda: names(insights) == {'kopfexamples.kopf.dev', 'widgets.example.com'})
+    await eventually(lambda: names(insights) == {'kopfexamples.kopf.dev', 'widgets.example.com'})
     assert insights.changed.is_set()
 
     await kube.delete_crd('widgets.example.com')
-    await wait_for(lambda: names(insights) == {'kopfexamples.kopf.dev'})
+    await eventually(lambda: names(insights) == {'kopfexamples.kopf.dev'})
 
 
 async def test_a_name_of_several_api_groups_is_ambiguous_not_absent(
         kube: Kube, kex_crd: None, insights: Insights, observe_resources: Callable[[], None],
-        wait_for: WaitFor, caplog: pytest.LogCaptureFixture,
+        eventually: Eventually, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING)
     await kube.create_crd('widgets', 'Widget', 'example.com')
@@ -135,7 +135,7 @@ async def test_forbidden_crds_watching_scans_once(
 
 
 async def test_namespace_patterns_follow_the_namespaces_at_runtime(
-        kube: Kube, insights: Insights, observe_namespaces: Callable[..., None], wait_for: WaitFor,
+        kube: Kube, insights: Insights, observe_namespaces: Callable[..., None], eventually: Eventually,
 ) -> None:
     await kube.create_namespace('ns-a1')
     await kube.create_namespace('ns-x1')
@@ -146,10 +146,10 @@ async def test_namespace_patterns_follow_the_namespaces_at_runtime(
     await kube.create_namespace('ns-a2')
     await kube.create_namespace('ns-x2')
     await kube.create_namespace('other')
-    await wait_for(lambda: insights.namespaces == {'ns-a1', 'ns-a2', 'default'})
+    await eventually(lambda: insights.namespaces == {'ns-a1', 'ns-a2', 'default'})
 
     await kube.delete_namespace('ns-a1')
-    await wait_for(lambda: insights.namespaces == {'ns-a2', 'default'})
+    await eventually(lambda: insights.namespaces == {'ns-a2', 'default'})
 
 
 async def test_specific_namespaces_need_no_namespace_listing(

@@ -31,7 +31,7 @@ from kopf._core.reactor.tuning import tuned_gc
 from kopf.testing.emulator import KubernetesEmulator
 
 Kube = Any  # the conftest's raw client
-WaitFor = Callable[..., Coroutine[Any, Any, None]]
+Eventually = Callable[..., Coroutine[Any, Any, None]]
 
 
 def add_activity(registry: OperatorRegistry, activity: Activity, fn: Callable[..., Any]) -> None:
@@ -159,7 +159,7 @@ async def test_no_credentials_fail_the_operator(
 
 async def test_default_login_functions_use_the_kubeconfig(
         settings: OperatorSettings, emulator: KubernetesEmulator, kube: Kube, kex_crd: None,
-        caplog: pytest.LogCaptureFixture, wait_for: WaitFor,
+        caplog: pytest.LogCaptureFixture, eventually: Eventually,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     registry = OperatorRegistry()  # no login handlers: the default login functions are used
@@ -171,7 +171,7 @@ async def test_default_login_functions_use_the_kubeconfig(
                                         ready_flag=ready, stop_flag=stop))
     try:
         await asyncio.wait_for(ready.wait(), timeout=10)
-        await wait_for(lambda: seen == ['kex1'])
+        await eventually(lambda: seen == ['kex1'])
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=5)
@@ -180,7 +180,7 @@ async def test_default_login_functions_use_the_kubeconfig(
 
 
 async def test_runtime_crds_and_namespaces_are_served(
-        registry: OperatorRegistry, settings: OperatorSettings, kube: Kube, wait_for: WaitFor,
+        registry: OperatorRegistry, settings: OperatorSettings, kube: Kube, eventually: Eventually,
         caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
@@ -195,20 +195,20 @@ async def test_runtime_crds_and_namespaces_are_served(
         await kube.create_crd()
         await kube.create_namespace('ns-a')
         await kube.create_kex('kex1', namespace='default')  # not served
-        await wait_for(lambda: "Starting the watch-stream for kopfexamples.v1.kopf.dev in 'ns-a'."
-                       in caplog.messages)
+        await eventually(lambda: "Starting the watch-stream for kopfexamples.v1.kopf.dev in 'ns-a'."
+                         in caplog.messages)
         await kube.create_kex('kex1', namespace='ns-a')
-        await wait_for(lambda: ('ns-a/kex1', 'ADDED') in seen or ('ns-a/kex1', None) in seen)
+        await eventually(lambda: ('ns-a/kex1', 'ADDED') in seen or ('ns-a/kex1', None) in seen)
 
         await kube.delete_namespace('ns-a')
-        await wait_for(lambda: "Stopping the watch-stream for kopfexamples.v1.kopf.dev in 'ns-a'."
-                       in caplog.messages)
+        await eventually(lambda: "Stopping the watch-stream for kopfexamples.v1.kopf.dev in 'ns-a'."
+                         in caplog.messages)
         await kube.create_namespace('ns-b')
-        await wait_for(lambda: "Starting the watch-stream for kopfexamples.v1.kopf.dev in 'ns-b'."
-                       in caplog.messages)
+        await eventually(lambda: "Starting the watch-stream for kopfexamples.v1.kopf.dev in 'ns-b'."
+                         in caplog.messages)
         await kube.delete_crd('kopfexamples.kopf.dev')
-        await wait_for(lambda: "Stopping the watch-stream for kopfexamples.v1.kopf.dev in 'ns-b'."
-                       in caplog.messages)
+        await eventually(lambda: "Stopping the watch-stream for kopfexamples.v1.kopf.dev in 'ns-b'."
+                         in caplog.messages)
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=5)

@@ -19,7 +19,7 @@ from kopf._core.reactor.queueing import watcher
 from kopf.testing.emulator import KubernetesEmulator
 
 Kube = Any  # the conftest's raw client
-WaitFor = Callable[..., Coroutine[Any, Any, None]]
+Eventually = Callable[..., Coroutine[Any, Any, None]]
 
 KEX = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample', namespaced=True,
                verbs=frozenset({'list', 'watch'}))
@@ -93,39 +93,39 @@ async def states(settings: OperatorSettings, vault: Vault, kex_crd: None) -> Asy
 
 
 async def test_latest_state_survives_the_stream_disruptions(
-        states: LatestStates, kube: Kube, emulator: KubernetesEmulator, wait_for: WaitFor,
+        states: LatestStates, kube: Kube, emulator: KubernetesEmulator, eventually: Eventually,
 ) -> None:
     await kube.create_kex('kex1', spec={'value': 0})
-    await wait_for(lambda: states.values.get('kex1') == 0)
+    await eventually(lambda: states.values.get('kex1') == 0)
 
     # Closed by the server (as on its timeout).
     assert emulator.drop_watches(path='kopfexamples') == 1
     await kube.patch_kex('kex1', {'spec': {'value': 1}})
-    await wait_for(lambda: states.values.get('kex1') == 1)
+    await eventually(lambda: states.values.get('kex1') == 1)
 
     # Broken mid-stream, then the reconnection fails with 5xx a few times.
     emulator.fail_requests(2, status=503, verb='watch')
     emulator.drop_watches(path='kopfexamples', abort=True)
     for value in range(2, 12):
         await kube.patch_kex('kex1', {'spec': {'value': value}})
-    await wait_for(lambda: states.values.get('kex1') == 11)
+    await eventually(lambda: states.values.get('kex1') == 11)
 
     # Throttled by the server (HTTP 429 with Retry-After).
     emulator.fail_requests(1, status=429, verb='watch', retry_after=0.1)
     emulator.drop_watches(path='kopfexamples')
     await kube.patch_kex('kex1', {'spec': {'value': 12}})
-    await wait_for(lambda: states.values.get('kex1') == 12)
+    await eventually(lambda: states.values.get('kex1') == 12)
 
     assert states.overlaps == 0
     assert emulator.requests.count('watch', 'kopfexamples') >= 5
 
 
 async def test_objects_deleted_while_not_watching_are_processed_as_deleted(
-        states: LatestStates, kube: Kube, emulator: KubernetesEmulator, wait_for: WaitFor,
+        states: LatestStates, kube: Kube, emulator: KubernetesEmulator, eventually: Eventually,
 ) -> None:
     await kube.create_kex('kex1', spec={'value': 1})
     await kube.create_kex('kex2', spec={'value': 2})
-    await wait_for(lambda: states.values.get('kex1') == 1 and states.values.get('kex2') == 2)
+    await eventually(lambda: states.values.get('kex1') == 1 and states.values.get('kex2') == 2)
 
     # Not watching for a while: the watch requests fail (even after the retries).
     emulator.fail_requests(None, status=503, verb='watch')
@@ -135,18 +135,18 @@ async def test_objects_deleted_while_not_watching_are_processed_as_deleted(
     emulator.forget_history()  # the resumption is impossible now: 410 Gone, and a relisting
     emulator.clear_faults()
 
-    await wait_for(lambda: states.types.get('kex2') == 'DELETED' and states.values.get('kex1') == 10)
+    await eventually(lambda: states.types.get('kex2') == 'DELETED' and states.values.get('kex1') == 10)
     assert states.types['kex1'] is None  # it came from the relisting
 
 
 async def test_watch_stream_start_and_stop_are_logged(
         settings: OperatorSettings, vault: Vault, kex_crd: None, caplog: pytest.LogCaptureFixture,
-        emulator: KubernetesEmulator, wait_for: WaitFor,
+        emulator: KubernetesEmulator, eventually: Eventually,
 ) -> None:
     caplog.set_level(logging.DEBUG, 'kopf._core.reactor.queueing')
     task = asyncio.create_task(watcher(settings=settings, vault=vault, resource=KEX, namespace=None,
                                        processor=LatestStates()))
-    await wait_for(lambda: emulator.open_watches == 1)
+    await eventually(lambda: emulator.open_watches == 1)
     task.cancel()
     await asyncio.wait([task])
     messages = [rec.getMessage() for rec in caplog.records if rec.name == 'kopf._core.reactor.queueing']
@@ -158,7 +158,7 @@ async def test_watch_stream_start_and_stop_are_logged(
 
 async def test_failing_watcher_restarts_with_delays(
         settings: OperatorSettings, vault: Vault, kex_crd: None, kube: Kube, caplog: pytest.LogCaptureFixture,
-        emulator: KubernetesEmulator, wait_for: WaitFor,
+        emulator: KubernetesEmulator, eventually: Eventually,
 ) -> None:
     emulator.fail_requests(2, status=403, verb='list', path='kopfexamples')
     states = LatestStates()
@@ -166,7 +166,7 @@ async def test_failing_watcher_restarts_with_delays(
                                        processor=states))
     try:
         await kube.create_kex('kex1', spec={'value': 1})
-        await wait_for(lambda: states.values.get('kex1') == 1)
+        await eventually(lambda: states.values.get('kex1') == 1)
     finally:
         task.cancel()
         await asyncio.wait([task])
@@ -179,13 +179,13 @@ async def test_failing_watcher_restarts_with_delays(
 
 async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_is_lost(
         gated: GatedProcessor, kube: Kube, caplog: pytest.LogCaptureFixture,
-        emulator: KubernetesEmulator, wait_for: WaitFor,
+        emulator: KubernetesEmulator, eventually: Eventually,
 ) -> None:
     gated.start()
-    await wait_for(lambda: emulator.open_watches == 1)
+    await eventually(lambda: emulator.open_watches == 1)
     for index in range(10):
         await kube.create_kex(f'kex{index}', spec={'value': index})
-    await wait_for(lambda: any('is held back' in message for message in caplog.messages))
+    await eventually(lambda: any('is held back' in message for message in caplog.messages))
     # At least twice the pacer's seats (1); more if several events came in one chunk of the stream.
     pattern = r"The watch-stream for kopfexamples.v1.kopf.dev in 'default' is held back: " \
               r"(\d+) objects wait for their processing."
@@ -197,7 +197,7 @@ async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_i
     emulator.drop_watches(path='kopfexamples', abort=True)
     await kube.patch_kex('kex9', {'spec': {'value': 'last'}})
     gated.gate.set()
-    await wait_for(lambda: len(gated.states.values) == 10 and gated.states.values['kex9'] == 'last')
+    await eventually(lambda: len(gated.states.values) == 10 and gated.states.values['kex9'] == 'last')
     assert {name: value for name, value in gated.states.values.items() if name != 'kex9'} == \
            {f'kex{index}': index for index in range(9)}
     assert gated.states.overlaps == 0
@@ -206,13 +206,13 @@ async def test_watch_stream_is_held_back_while_the_backlog_is_full_and_nothing_i
 
 async def test_listing_is_never_held_back_so_the_watching_starts_at_once(
         gated: GatedProcessor, kube: Kube, caplog: pytest.LogCaptureFixture,
-        emulator: KubernetesEmulator, wait_for: WaitFor,
+        emulator: KubernetesEmulator, eventually: Eventually,
 ) -> None:
     # The listing is in memory anyway; the echoes of the patches made meanwhile come via the watching.
     for index in range(10):
         await kube.create_kex(f'kex{index}', spec={'value': index})
     gated.start()
-    await wait_for(lambda: emulator.open_watches == 1)  # while all but one wait for the only seat
+    await eventually(lambda: emulator.open_watches == 1)  # while all but one wait for the only seat
     assert not any('is held back' in message for message in caplog.messages)
     gated.gate.set()
-    await wait_for(lambda: gated.states.values == {f'kex{index}': index for index in range(10)})
+    await eventually(lambda: gated.states.values == {f'kex{index}': index for index in range(10)})

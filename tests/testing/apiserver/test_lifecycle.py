@@ -188,12 +188,12 @@ def test_check_alive(make_assets: Assets, fake_pids: Pids,
         control_plane.check_alive()
         os.kill(fake_pids()['kube-apiserver'], signal.SIGKILL)
 
-        def died() -> ProcessExitedError | None:
+        def died() -> ProcessExitedError:
             try:
                 control_plane.check_alive()
             except ProcessExitedError as e:
                 return e
-            return None
+            raise AssertionError('The control plane is still alive.')
 
         error = wait_for(died)
         assert str(error).startswith('kube-apiserver exited unexpectedly with signal 9; its last lines (')

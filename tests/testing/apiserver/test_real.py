@@ -111,7 +111,7 @@ def test_crd_and_object_via_the_kubernetes_client(k8s_control_plane: KubernetesC
             crd = extensions.read_custom_resource_definition(f'{plural}.{GROUP}')
             return any(c.type == 'Established' and c.status == 'True' for c in crd.status.conditions or [])
 
-        wait_for(established, timeout=WAIT)
+        wait_for(established, within=WAIT)
         objects = kubernetes.client.CustomObjectsApi(api)
         body = {'apiVersion': f'{GROUP}/v1', 'kind': plural[:-1].capitalize(),
                 'metadata': {'name': 'obj1'}, 'spec': {'size': 3}}
@@ -163,11 +163,13 @@ def test_an_operator_handles_an_object(k8s_control_plane_kubeconfig: pathlib.Pat
                 'metadata': {'name': 'obj1', 'namespace': namespace}, 'spec': {'size': 21}}
         kubectl('create', '-f', '-', input=json.dumps(body))
 
-        def handled() -> dict[str, Any] | None:
+        def handled() -> dict[str, Any]:
             obj = json.loads(kubectl('get', '-n', namespace, f'{crd}/obj1', '-o', 'json'))
-            return obj.get('status', {}).get('created')  # type: ignore[no-any-return]
+            created = obj.get('status', {}).get('created')
+            assert created is not None, 'The object is not handled yet.'
+            return created  # type: ignore[no-any-return]
 
-        assert wait_for(handled, timeout=WAIT) == {'doubled': 42}
+        assert wait_for(handled, within=WAIT) == {'doubled': 42}
     assert runner.exception is None
     assert runner.exit_code == 0
 

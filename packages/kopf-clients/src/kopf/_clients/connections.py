@@ -3,10 +3,10 @@ A lean HTTP/1.1 client for all API requests: keep-alive connections per server, 
 
 Every change of every object costs the operator a few regular requests (the finalizer, the results,
 the diff-base), so the client's own cost per request is on the hottest path of the framework.
-A general-purpose client (aiohttp) spends ~120 µs of CPU per small request in its machinery
+A general-purpose client (aiohttp) spends several times more CPU per small request in its machinery
 (request & response objects, tracing hooks, cookie jars, header multidicts, stream readers);
-this one does only what a request to the Kubernetes API needs, in ~40 µs, on asyncio's own
-transports, with the TLS done by the ssl module's C code.
+this one does only what a request to the Kubernetes API needs, on asyncio's own transports,
+with the TLS done by the ssl module's C code (the figures: benchmarks/README.md).
 
 What it supports: ``http`` and ``https`` servers (with a path prefix), keep-alive connections
 (one request at a time each, no pipelining), responses framed by ``Content-Length``, by chunks,

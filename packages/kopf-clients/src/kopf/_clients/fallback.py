@@ -4,7 +4,8 @@ aiohttp for what the lean client (:mod:`kopf._clients.connections`) does not do:
 A proxy comes either explicitly with the credentials (``proxy-url`` in a kubeconfig), or from the
 environment (``settings.networking.trust_env`` or the credentials' ``trust_env``: the ``*_PROXY``
 variables, ``.netrc``). Then all requests of those credentials go through an aiohttp session.
-This module is imported only then: aiohttp costs ~14 MB of memory and ~0.1 s of start-up.
+This module is imported only then: aiohttp costs megabytes of memory and a noticeable part of the start-up
+(the figures: benchmarks/README.md).
 
 Its results are the lean client's: :class:`~kopf._clients.connections.Response` for the regular
 requests, a stream with the same reading methods, and the same exceptions (aiohttp's own are

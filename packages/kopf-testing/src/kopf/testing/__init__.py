@@ -1,6 +1,7 @@
 """
-Tools for testing operators: ``KopfRunner``, an in-process Kubernetes API emulator, and a real
-Kubernetes control plane (etcd + kube-apiserver as subprocesses, envtest-style).
+Tools for testing operators: ``KopfRunner``, an in-process Kubernetes API emulator, a real
+Kubernetes control plane (etcd + kube-apiserver as subprocesses, envtest-style), and a test's
+user of any of them (``Cluster``, ``AsyncCluster``, ``eventually``).
 
 The names are resolved on first access, so that importing ``kopf.testing`` (as the pytest
 plugin does in every test session) stays cheap.
@@ -12,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kopf.testing.apiserver import ControlPlaneError as ControlPlaneError
     from kopf.testing.apiserver import KubernetesControlPlane as KubernetesControlPlane
+    from kopf.testing.cluster import Answer as Answer
     from kopf.testing.cluster import ApiError as ApiError
+    from kopf.testing.cluster import AsyncCluster as AsyncCluster
     from kopf.testing.cluster import Cluster as Cluster
     from kopf.testing.cluster import eventually as eventually
     from kopf.testing.cluster import eventually_async as eventually_async
@@ -23,7 +26,9 @@ if TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _LAZY_NAMES: dict[str, str] = {
+    'Answer': 'kopf.testing.cluster',
     'ApiError': 'kopf.testing.cluster',
+    'AsyncCluster': 'kopf.testing.cluster',
     'Cluster': 'kopf.testing.cluster',
     'eventually': 'kopf.testing.cluster',
     'eventually_async': 'kopf.testing.cluster',
@@ -36,7 +41,9 @@ _LAZY_NAMES: dict[str, str] = {
 }
 
 __all__ = [
+    'Answer',
     'ApiError',
+    'AsyncCluster',
     'Cluster',
     'ControlPlaneError',
     'KopfRunner',

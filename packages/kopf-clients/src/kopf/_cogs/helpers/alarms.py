@@ -98,5 +98,5 @@ class Alarms(Generic[_K]):
             except Exception as e:  # reported as the loop does for its own callbacks; the others still go
                 loop.call_exception_handler({'message': f'An alarm has failed for {key!r}', 'exception': e})
         if not due:
-            # A dict keeps its size when emptied: ~40 bytes per entry of the largest burst ever seen.
+            # A dict keeps its size when emptied: its table stays as big as the largest burst ever seen.
             self._due = collections.OrderedDict()

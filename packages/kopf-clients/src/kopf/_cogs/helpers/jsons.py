@@ -1,9 +1,10 @@
 """
 JSON for the API traffic: every watch-event, every request and every response goes through it.
 
-``orjson`` is used when installed (a dependency of kopf-clients): it parses the objects ~3x faster
-than the standard library, encodes the patches ~20x faster, and the objects it parses share their keys
-(the same dozens of field names in every object), so the objects kept in memory cost a third less.
+``orjson`` is used when installed (a dependency of kopf-clients): it parses the objects several times
+faster than the standard library, encodes the patches an order of magnitude faster, and the objects it
+parses share their keys (the same dozens of field names in every object), so the objects kept in memory
+cost less (the figures: benchmarks/README.md, the orjson paragraph of ``core_handling.py``'s section).
 What it cannot do is left to the standard library, so the results are the same either way:
 integers beyond 64 bits, non-string keys, and the types the standard library refuses to encode
 (datetimes, dataclasses: orjson would encode them, but then the same patch would fail elsewhere).

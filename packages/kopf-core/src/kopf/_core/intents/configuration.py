@@ -42,9 +42,9 @@ class ProcessSettings:
     The threshold of the garbage collector's youngest generation while the operator runs (after
     the startup), as in ``gc.set_threshold()``; the previous thresholds are restored when it exits.
 
-    CPython's default (700) makes an operator spend ~15% of its CPU time on the collections
-    during bursts of events, though they find almost nothing: the objects' bodies and the framework's
-    structures are freed as soon as they are not used, and are not kept in reference cycles.
+    CPython's default (700) makes an operator spend a noticeable share of its CPU time on the collections
+    during bursts of events (benchmarks/README.md), though they find almost nothing: the objects' bodies
+    and the framework's structures are freed as soon as they are not used, not kept in reference cycles.
     A higher threshold is never lowered (e.g. if the process has set its own). ``None``: leave the
     garbage collector as it is (e.g. when the operator is embedded into an application that tunes it).
     """

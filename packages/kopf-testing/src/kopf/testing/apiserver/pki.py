@@ -1,7 +1,7 @@
 """
 The certificates, keys and tokens of a test control plane, made with ``cryptography``; its kubeconfigs.
 
-All keys are ECDSA P-256: a few milliseconds each (RSA-2048 takes ~50-100 ms), and accepted by
+All keys are ECDSA P-256: made many times faster than RSA-2048 ones (benchmarks/README.md), and accepted by
 kube-apiserver for serving, for client certificates, and for signing service-account tokens (ES256).
 
 - the serving CA and the serving certificate (for ``127.0.0.1``, ``localhost`` and the in-cluster

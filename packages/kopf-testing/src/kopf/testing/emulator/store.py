@@ -34,8 +34,8 @@ def encode(body: Any) -> bytes:
     """
     Compact UTF-8 JSON, as real servers send it: every stored object and every response goes through it.
 
-    With orjson (installed with kopf-clients), the emulator makes 11% fewer instructions per PATCH than with
-    the standard library's encoding; it is the API server of all the tests and benchmarks.
+    With orjson (installed with kopf-clients), the emulator makes fewer instructions per PATCH than with the
+    standard library's encoding (benchmarks/README.md); it is the API server of all the tests and benchmarks.
     What orjson refuses (integers beyond 64 bits, non-string keys) is encoded by the standard library.
     """
     if _orjson is not None:
