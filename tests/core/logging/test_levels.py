@@ -3,6 +3,8 @@ The verbosity of ``configure()``: debug, verbose, quiet, the default; the noisy 
 and the repeated calls (which must replace the previous setup, not add to it).
 """
 import logging
+import sys
+import threading
 
 import pytest
 
@@ -106,4 +108,42 @@ def test_repeated_calls_replace_the_setup_and_keep_others_handlers(
     added = set(logging.getLogger().handlers) - handlers_before
     assert len(added) == 1
     assert foreign in logging.getLogger().handlers
+    assert _lines(capsys) == ['Once.']
+
+
+def test_concurrent_calls_leave_one_handler(capsys: pytest.CaptureFixture[str]) -> None:
+    # Operators started in threads at once (e.g. two replicas of KopfRunner in one test): found as
+    # every log line doubled in the next operator's output. Frequent thread switches expose the race.
+    handlers_before = set(logging.getLogger().handlers)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            barrier = threading.Barrier(8)
+            def call(barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                configure(log_format=LogFormat.PLAIN)
+            threads = [threading.Thread(target=call) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    logging.getLogger('kopf.x').warning('Once.')
+
+    added = set(logging.getLogger().handlers) - handlers_before
+    assert len(added) == 1
+    assert _lines(capsys) == ['Once.']
+
+
+def test_a_restored_older_setup_is_replaced_too(capsys: pytest.CaptureFixture[str]) -> None:
+    # A test's fixture puts back the root's handlers of before an operator's run (its older setup).
+    root = logging.getLogger()
+    configure(log_format=LogFormat.PLAIN)
+    saved = list(root.handlers)
+    configure(log_format=LogFormat.PLAIN)
+    root.handlers[:] = saved
+    configure(log_format=LogFormat.PLAIN)
+    logging.getLogger('kopf.x').warning('Once.')
     assert _lines(capsys) == ['Once.']

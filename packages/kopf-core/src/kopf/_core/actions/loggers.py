@@ -18,6 +18,7 @@ The attributes added to the records (``kopf_object_ref`` & co) are internal and 
 import enum
 import logging
 import sys
+import threading
 import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any, ClassVar, TextIO, TypedDict
@@ -357,9 +358,9 @@ class _LevelCap:
         self.previous_level = None
 
 
-# The state of the logging setup, so that configure() replaces its own previous setup instead of
-# adding to it, and leaves the handlers added by others (the application, pytest) intact.
-_installed_handler: logging.Handler | None = None
+# configure() replaces its own previous setup (its handlers are known by their class, even when
+# someone has put an older one back) and leaves the handlers of others (the application, pytest).
+_installing = threading.Lock()  # operators started in threads at once (e.g. 2 replicas in a test)
 _asyncio_mute = _NoisyLoggerMute('asyncio')
 _aiohttp_cap = _LevelCap('aiohttp', logging.INFO)  # hides the debug internals, keeps the access logs
 
@@ -381,8 +382,6 @@ def configure(
     messages and above. Calling it again replaces the previous setup (it does not add handlers).
     ``log_prefix=None`` means the format's default (see :func:`make_formatter`).
     """
-    global _installed_handler
-
     if isinstance(log_format, str):  # tolerate the names from configs/CLIs, e.g. 'json'
         log_format = LogFormat[log_format.upper()]
 
@@ -397,12 +396,12 @@ def configure(
     handler.setFormatter(make_formatter(log_format, log_prefix=log_prefix, log_refkey=log_refkey))
 
     root = logging.getLogger()
-    if _installed_handler is not None:
-        root.removeHandler(_installed_handler)
-        _installed_handler.close()
-    root.addHandler(handler)
-    root.setLevel(level)
-    _installed_handler = handler
+    with _installing:
+        for previous in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+            root.removeHandler(previous)
+            previous.close()
+        root.addHandler(handler)
+        root.setLevel(level)
 
     if debug:
         _asyncio_mute.unmute()
