@@ -63,6 +63,7 @@ from collections.abc import Awaitable, Hashable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
+from kopf._clients.connections import NetworkError
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
 from kopf._cogs.configs.networking import iter_backoffs
@@ -577,7 +578,10 @@ class ObjectStreams:
         throttle.last_delay = delay
         # The credentials that ran out are explained (once) by the authentication, the operator exits
         # for them: the same traceback of the API client in every object's log would only bury that.
-        with_traceback = not isinstance(exc, LoginError)
+        # An API unreachable for longer than the request's retries (e.g. kube-apiserver restarting) is
+        # said by the error itself, after a warning per failed attempt naming the request: the client's
+        # insides add nothing but a traceback per object being handled at the moment.
+        with_traceback = not isinstance(exc, (LoginError, NetworkError))
         if delay is None:
             object_logger.error(f'Processing has failed with an unexpected error: {exc!r}',
                                 exc_info=with_traceback)
