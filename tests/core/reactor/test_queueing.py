@@ -602,6 +602,32 @@ async def test_an_unreachable_api_is_throttled_with_one_line(
     await streams.close()
 
 
+async def test_an_interrupted_stream_holds_back_the_events_since_then_and_until_something_comes(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the API server restarting: the echoes of the patches made meanwhile come with the new stream.
+    deliveries: list[Delivery] = []
+
+    async def processor(delivery: Delivery) -> None:
+        deliveries.append(delivery)
+
+    streams = ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings)
+    streams.feed(event('kex1', 1))
+    await asyncio.sleep(1)
+    assert not streams.held_back_since(0)
+
+    streams.interrupted()  # at 1.0
+    await asyncio.sleep(1)
+    assert streams.held_back_since(0.5)  # interrupted since then
+    assert streams.held_back_since(1.5)  # interrupted before, and nothing has come since then
+
+    streams.feed(event('kex1', 2))  # at 2.0: the stream is re-established
+    await asyncio.sleep(1)
+    assert streams.held_back_since(0.5)
+    assert not streams.held_back_since(1.5)
+    assert [delivery.held_back_since for delivery in deliveries] == [streams.held_back_since] * 2
+    await streams.close()
+
+
 async def test_the_last_error_delay_repeats(settings: OperatorSettings, looptime: float) -> None:
     settings.queueing.error_delays = [1]
     recorder = Recorder(failures=100)
