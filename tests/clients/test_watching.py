@@ -98,6 +98,36 @@ async def test_reconnects_after_server_closes_with_backoff(
     assert looptime == 5
 
 
+async def test_every_end_of_a_watch_request_is_told_before_the_stream_is_reestablished(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+) -> None:
+    gone = {'kind': 'Status', 'apiVersion': 'v1', 'status': 'Failure', 'code': 410, 'reason': 'Expired'}
+    watches(kmock)[:1] << (line('ADDED', obj('c', '101')),)  # closed by the server
+    watches(kmock)[1:2] << (line('MODIFIED', obj('c', '102')), line('ERROR', gone))  # 410 Gone: relisting
+    watches(kmock)[2:] << (line('DELETED', obj('c', '201')), ...)
+    kmock[f'get {URL}'][:1] << listing('100')
+    kmock[f'get {URL}'][1:] << listing('200', 'c')
+    items: list[Any] = []
+    stream = watching.infinite_watch(settings=settings, vault=vault, resource=KEX, namespace='ns1',
+                                     on_interruption=lambda: items.append('interrupted'))
+    async with contextlib.aclosing(stream):
+        async for item in stream:
+            items.append(item)
+            if len(items) >= 8:
+                break
+
+    # Told in order with the events: the events after it come with the re-established stream.
+    assert items == [
+        Bookmark.LISTED,
+        {'type': 'ADDED', 'object': obj('c', '101')},
+        'interrupted',
+        {'type': 'MODIFIED', 'object': obj('c', '102')},
+        'interrupted',
+        listed('c', '200'), Bookmark.LISTED,
+        {'type': 'DELETED', 'object': obj('c', '201')},
+    ]
+
+
 async def test_bookmarks_advance_resource_version(
         kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
 ) -> None:

@@ -1,9 +1,11 @@
 """
-The soak's driver: the emulator, the operator's incarnations, the churn, the faults, the schedule.
+The soak's driver: the API server, the operator's incarnations, the churn, the faults, the schedule.
 
 Everything random comes from one ``random.Random(seed)``: the same seed gives the same plan of
 objects, changes and faults (the timings of the operator and of the OS still vary from run to run).
-The emulator serves in this process's event loop; the operator runs as ``python -m kopf run`` in a
+The API server (``--api``: the emulator, serving in this process's event loop, or a real control
+plane of etcd & kube-apiserver: ``tools/soak/substrates.py``) is reached by the operator and by the
+driver alike through one kubeconfig; the operator runs as ``python -m kopf run`` in a
 subprocess, one per incarnation, each logging to its own file in the work directory.
 """
 
@@ -15,7 +17,6 @@ import json
 import os
 import pathlib
 import random
-import secrets
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 import aiohttp
 import yaml
 from tools.soak import checks
+from tools.soak.substrates import API_CHOICES, Connection, EmulatorSubstrate, Substrate, make_substrate
 
 from kopf.testing.emulator import KubernetesEmulator
 
@@ -63,13 +65,16 @@ class Profile:
     tmp_namespaces: int  # short-lived namespaces opened over the run (each deleted with its objects)
     # The lifecycle events, as fractions of the duration: (when, what).
     events: tuple[tuple[float, str], ...]
+    # More restarts of the API server where its faults cannot be injected (a real kube-apiserver).
+    extra_restarts: tuple[float, ...] = ()
     known_failures: frozenset[str] = frozenset()
 
 
-def _periodic_events(duration: float) -> tuple[tuple[float, str], ...]:
+def _periodic_events(duration: float, *, restart_period: float = 420) -> tuple[tuple[float, str], ...]:
     """The long runs' events: SIGKILL every 3 min, SIGTERM every 5, SIGINT every 11, API restart every 7."""
     events: list[tuple[float, str]] = []
-    for period, what in [(180, 'sigkill'), (300, 'sigterm'), (660, 'sigint'), (420, 'emulator-restart')]:
+    periods = [(180, 'sigkill'), (300, 'sigterm'), (660, 'sigint'), (restart_period, 'api-restart')]
+    for period, what in periods:
         moment = period * 0.5
         while moment < duration * 0.7:
             events.append((moment / duration, what))
@@ -81,8 +86,9 @@ def _periodic_events(duration: float) -> tuple[tuple[float, str], ...]:
 PROFILES: dict[str, Profile] = {
     'short': Profile(
         duration=45, objects=60, settle=40, warmup=8, tmp_namespaces=3,
-        events=((0.25, 'sigkill'), (0.40, 'sigterm'), (0.47, 'sigint'), (0.55, 'emulator-restart'),
+        events=((0.25, 'sigkill'), (0.40, 'sigterm'), (0.47, 'sigint'), (0.55, 'api-restart'),
                 (0.62, 'sigkill')),
+        extra_restarts=(0.15,),
     ),
     'long': Profile(duration=1800, objects=1000, settle=180, warmup=60, tmp_namespaces=20, events=()),
 }
@@ -122,7 +128,7 @@ class World:
     conflicts_seen_by_writer: int = 0
     kills: list[tuple[float, int]] = dataclasses.field(default_factory=list)  # (when, pid)
     faults: dict[str, int] = dataclasses.field(default_factory=dict)
-    emulator_restarts: int = 0
+    api_restarts: int = 0
 
     def count_fault(self, kind: str, amount: int = 1) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + amount
@@ -163,7 +169,7 @@ class Journal:
 
 class Soak:
     def __init__(self, *, profile: Profile, duration: float, objects: int, seed: int,
-                 workdir: pathlib.Path) -> None:
+                 workdir: pathlib.Path, api: str = 'emulator') -> None:
         self.profile = profile
         self.duration = duration
         self.objects = objects
@@ -171,18 +177,30 @@ class Soak:
         self.rng = random.Random(seed)
         self.errors_rng = random.Random(seed + 1)  # used at its own pace, so the main plan stays the same
         self.workdir = workdir
-        self.token = f'soak-token-{secrets.token_hex(16)}'  # must never appear in the logs
         self.journal = Journal(workdir / 'journal.jsonl')
         self.world = World()
         self.incarnations: list[Incarnation] = []
-        self.emulator = KubernetesEmulator(namespaces=('default', 'kube-system', NAMESPACE),
-                                           kubeconfig_path=workdir / 'emulator.kubeconfig')
+        self.substrate: Substrate = make_substrate(api, workdir, namespaces=(NAMESPACE,))
+        # The short-lived namespaces need a namespace controller to delete their objects and finalize them.
+        self.tmp_namespace_count = profile.tmp_namespaces if self.substrate.deletes_namespaces else 0
         self.kubeconfig_path = workdir / 'kubeconfig'
+        self.connection: Connection | None = None
         self.session: aiohttp.ClientSession | None = None
         self.started_at = 0.0
         self.churn_over = asyncio.Event()
         self.rss_after_warmup: int | None = None
         self.rss_after_run: int | None = None
+
+    @property
+    def token(self) -> str:
+        """The operator's bearer token: it must never appear in the logs or events."""
+        return self.substrate.token
+
+    @property
+    def emulator(self) -> KubernetesEmulator:
+        """The emulator, for its fault hooks (only on the emulator)."""
+        assert isinstance(self.substrate, EmulatorSubstrate)
+        return self.substrate.emulator
 
     # ------------------------------------------------------------------------------------------
     # The API, as a user with retries: the faults hit the driver's requests too.
@@ -190,15 +208,16 @@ class Soak:
     async def request(self, method: str, path: str, body: Any = None, *,
                       content_type: str = 'application/merge-patch+json',
                       ok_statuses: tuple[int, ...] = ()) -> tuple[int, Any]:
-        assert self.session is not None
+        """A request by the kubeconfig of the operator (its server, CA and token), retried on 429 & 5xx."""
+        assert self.session is not None and self.connection is not None
         deadline = time.monotonic() + 60
         while True:
             try:
                 data = json.dumps(body).encode() if body is not None else None
                 headers = {'Content-Type': content_type if method == 'PATCH' else 'application/json',
-                           'Authorization': f'Bearer {self.token}'}
-                async with self.session.request(method, f'{self.emulator.url}{path}', data=data,
-                                                headers=headers) as response:
+                           **self.connection.headers}
+                async with self.session.request(method, f'{self.connection.url}{path}', data=data,
+                                                headers=headers, ssl=self.connection.ssl) as response:
                     payload = await response.json(content_type=None)
                     if response.status < 400 or response.status in ok_statuses:
                         return response.status, payload
@@ -208,6 +227,33 @@ class Soak:
                 if time.monotonic() > deadline:
                     raise
             await asyncio.sleep(0.2)
+
+    async def list_objects(self, path: str) -> list[dict[str, Any]]:
+        """All objects of a collection (e.g. cluster-wide), as the API lists them."""
+        _, payload = await self.request('GET', path)
+        return list(payload.get('items') or [])
+
+    async def list_final_state(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The soak's objects in all namespaces, and the namespaces."""
+        return (await self.list_objects(f'/apis/{GROUP}/{VERSION}/{PLURAL}'),
+                await self.list_objects('/api/v1/namespaces'))
+
+    async def create_crd(self) -> None:
+        """The CRD, served once established (a real server takes a moment); the soak's namespace."""
+        crd_path = f'/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}'
+        await self.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', CRD)
+        deadline = time.monotonic() + 30
+        while True:
+            _, crd = await self.request('GET', crd_path)
+            conditions = (crd.get('status') or {}).get('conditions') or []
+            if any(c['type'] == 'Established' and c['status'] == 'True' for c in conditions):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f'The CRD {PLURAL}.{GROUP} is not established in 30 s: {conditions}')
+            await asyncio.sleep(0.1)
+        await self.request('POST', '/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace',
+                                                          'metadata': {'name': NAMESPACE}},
+                           ok_statuses=(409,))  # 409: the emulator has it from the start
 
     def object_path(self, name: str, namespace: str | None = None) -> str:
         namespace = namespace or self.world.namespace_of.get(name, NAMESPACE)
@@ -227,6 +273,8 @@ class Soak:
                 '--debug' if debug else '--verbose', str(OPERATOR_PATH)]
         env = {**os.environ, 'KUBECONFIG': str(self.kubeconfig_path),
                'SOAK_JOURNAL': str(self.journal.path), 'SOAK_EXIT_TIMEOUT': str(EXIT_TIMEOUT)}
+        if self.substrate.operator_backoffs is not None:
+            env['SOAK_ERROR_BACKOFFS'] = self.substrate.operator_backoffs
         with log_path.open('wb') as log:
             popen = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -292,11 +340,14 @@ class Soak:
     # The run.
 
     async def run(self) -> int:
-        self.started_at = time.monotonic()
-        async with self.emulator, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        async with self.substrate, aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+            self.started_at = time.monotonic()  # the schedule's fractions count from here (the server is up)
             self.session = session
             self.write_kubeconfig()
-            await self.request('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', CRD)
+            print(f'API server: {self.substrate.description}', flush=True)
+            for limitation in self.substrate.limitations:
+                print(f'  on this API server: {limitation}', flush=True)
+            await self.create_crd()
             self.start_operator()
             tasks = [asyncio.create_task(coro) for coro in [self.churn(), self.write_concurrently()]]
             faults = asyncio.create_task(self.inject_faults())
@@ -305,12 +356,12 @@ class Soak:
                 await asyncio.gather(*tasks)
                 faults.cancel()
                 await asyncio.gather(faults, return_exceptions=True)
-                self.emulator.clear_faults()
+                if self.substrate.injects_faults:
+                    self.emulator.clear_faults()
                 await self.settle()
                 self.rss_after_run = checks.rss_of(self.current.popen.pid)
-                final_state = self.emulator.list_objects(f'{PLURAL}.{GROUP}')
-                final_namespaces = self.emulator.list_objects('namespaces')
-                events = self.emulator.list_objects('events')
+                final_state, final_namespaces = await self.list_final_state()
+                events = await self.list_objects('/api/v1/events')
                 await self.terminate_operator()
             finally:
                 for task in [*tasks, faults]:
@@ -324,15 +375,24 @@ class Soak:
         return checks.report(results, self.profile.known_failures, self.seed)
 
     def write_kubeconfig(self) -> None:
-        """The emulator's kubeconfig plus a token: the emulator accepts it; the logs must never show it."""
-        config = yaml.safe_load(self.emulator.kubeconfig_path.read_text())
-        for user in config['users']:
-            user['user'] = {'token': self.token}
+        """
+        The kubeconfig of the operator and of the driver: the server's, with a bearer token (that of
+        the soak on the emulator, which accepts any; the admin's static token on a real server).
+        """
+        config = self.substrate.operator_kubeconfig()
+        self.kubeconfig_path.touch(mode=0o600)
         self.kubeconfig_path.write_text(yaml.safe_dump(config))
+        self.connection = Connection(yaml.safe_load(self.kubeconfig_path.read_text()), workdir=self.workdir)
+
+    def schedule(self) -> tuple[tuple[float, str], ...]:
+        """The lifecycle events; with more restarts of the API server where no faults can be injected."""
+        if self.profile.events:
+            extra = () if self.substrate.injects_faults else self.profile.extra_restarts
+            return tuple(sorted([*self.profile.events, *((when, 'api-restart') for when in extra)]))
+        return _periodic_events(self.duration, restart_period=420 if self.substrate.injects_faults else 210)
 
     async def run_schedule(self) -> None:
-        events = self.profile.events or _periodic_events(self.duration)
-        for fraction, what in events:
+        for fraction, what in self.schedule():
             await asyncio.sleep(max(0.0, fraction * self.duration - self.elapsed))
             if what == 'sigkill':
                 await self.kill_operator()
@@ -343,10 +403,14 @@ class Soak:
             elif what == 'sigint':
                 await self.terminate_operator(signal.SIGINT)
                 self.start_operator()
-            elif what == 'emulator-restart':
-                print(f'[{self.elapsed:6.1f}s] emulator restarting (same port, state kept)', flush=True)
-                await self.emulator.restart(downtime=self.rng.uniform(0.2, 1.5))
-                self.world.emulator_restarts += 1
+            elif what == 'api-restart':
+                restarted = self.substrate.restarted
+                print(f'[{self.elapsed:6.1f}s] {restarted} restarting (same port, state kept)', flush=True)
+                began = time.monotonic()
+                await self.substrate.restart(downtime=self.rng.uniform(0.2, 1.5))
+                self.world.api_restarts += 1
+                print(f'[{self.elapsed:6.1f}s] {restarted} restarted in {time.monotonic() - began:.1f}s',
+                      flush=True)
         # The last incarnation warms up (its initial listing and the backlog), then its memory is taken.
         await asyncio.sleep(max(0.0, min(self.profile.warmup, self.duration - self.elapsed)))
         self.rss_after_warmup = checks.rss_of(self.current.popen.pid)
@@ -402,7 +466,7 @@ class Soak:
 
     def _tmp_namespace_schedule(self, index: int) -> tuple[float, float]:
         """When the short-lived namespace number ``index`` opens and when it is to be deleted (seconds)."""
-        count = self.profile.tmp_namespaces
+        count = self.tmp_namespace_count
         opens_at = self.duration * (0.03 + 0.55 * index / count)
         lifetime = max(5.0, self.duration * min(0.2, 0.55 / count * 1.5))
         return opens_at, opens_at + lifetime
@@ -422,7 +486,7 @@ class Soak:
     async def churn_namespaces(self, *, closing_all: bool = False) -> None:
         """Open the short-lived namespaces on schedule, and delete those whose time has come."""
         index = len(self.world.tmp_namespaces)
-        due = index < self.profile.tmp_namespaces and self.elapsed >= self._tmp_namespace_schedule(index)[0]
+        due = index < self.tmp_namespace_count and self.elapsed >= self._tmp_namespace_schedule(index)[0]
         if due and not closing_all:
             namespace = f'{TMP_NAMESPACE_PREFIX}{index + 1}'
             await self.request('POST', '/api/v1/namespaces', {'apiVersion': 'v1', 'kind': 'Namespace',
@@ -509,7 +573,9 @@ class Soak:
                 self.world.conflicts_seen_by_writer += 1
 
     async def inject_faults(self) -> None:
-        """Random faults, once a second, from the warm-up to 90% of the run."""
+        """Random faults, once a second, from the warm-up to 90% of the run (where they can be injected)."""
+        if not self.substrate.injects_faults:
+            return
         await asyncio.sleep(3)
         errors = asyncio.create_task(self.fail_some_requests())
         try:
@@ -559,8 +625,7 @@ class Soak:
         deadline = time.monotonic() + self.profile.settle
         while time.monotonic() < deadline:
             self.journal.refresh()
-            final_state = self.emulator.list_objects(f'{PLURAL}.{GROUP}')
-            final_namespaces = self.emulator.list_objects('namespaces')
+            final_state, final_namespaces = await self.list_final_state()
             if not checks.pending(self, final_state, final_namespaces):
                 break
             await asyncio.sleep(0.5)
@@ -574,6 +639,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--duration', type=float, default=None, help='seconds of churn (the profile sets it)')
     parser.add_argument('--objects', type=int, default=None, help='objects created (the profile sets it)')
     parser.add_argument('--seed', type=int, default=16)
+    parser.add_argument('--api', choices=API_CHOICES, default='emulator',
+                        help='the API server: the emulator in this process (with injected faults), or a '
+                             'real control plane of etcd & kube-apiserver ($KUBEBUILDER_ASSETS; see the '
+                             'README for what is left out there)')
     parser.add_argument('--workdir', type=pathlib.Path, default=None,
                         help='where the journal and the logs go (a new temporary directory by default)')
     args = parser.parse_args(argv)
@@ -589,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     if (workdir / 'journal.jsonl').exists():
         # Two runs in one directory would mix their journals, logs and kubeconfigs (and so their operators).
         parser.error(f'--workdir={workdir} has the journal of another run: give a new or an empty directory.')
-    print(f'Soak: profile={args.profile} duration={duration}s objects={objects} seed={args.seed} '
-          f'workdir={workdir}', flush=True)
-    soak = Soak(profile=profile, duration=duration, objects=objects, seed=args.seed, workdir=workdir)
+    print(f'Soak: profile={args.profile} api={args.api} duration={duration}s objects={objects} '
+          f'seed={args.seed} workdir={workdir}', flush=True)
+    soak = Soak(profile=profile, duration=duration, objects=objects, seed=args.seed, workdir=workdir,
+                api=args.api)
     return asyncio.run(soak.run())

@@ -50,7 +50,10 @@ def journal(handler: str, body: kopf.Body, outcome: str = 'ok', **extra: Any) ->
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.queueing.exit_timeout = float(os.environ.get('SOAK_EXIT_TIMEOUT', '5'))
     settings.watching.server_timeout = 30  # the watches are also re-established by the server
-    settings.networking.error_backoffs = [0.2, 0.5, 1, 1, 2]  # the faults are short: retry soon
+    # The emulator's faults are short: retry soon. A real kube-apiserver's restart takes longer (its
+    # graceful stop, its start: 5-10 s): the driver gives the backoffs that outlast it.
+    backoffs = os.environ.get('SOAK_ERROR_BACKOFFS', '0.2,0.5,1,1,2')
+    settings.networking.error_backoffs = [float(delay) for delay in backoffs.split(',')]
     settings.networking.request_timeout = 15
     settings.watching.client_timeout = 45
     settings.posting.loggers = True  # the log messages become k8s-events: the credentials check covers them

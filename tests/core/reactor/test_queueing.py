@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kopf._clients.connections import CannotConnect, Disconnected
 from kopf._clients.watching import Bookmark
 from kopf._cogs.structs.bodies import RawEvent
 from kopf._cogs.structs.references import Resource
@@ -33,9 +34,11 @@ def event(name: str, value: Any = None, *, type: str | None = 'MODIFIED', uid: s
 class Recorder:
     """A processor that takes some time, remembers what it got, and checks the concurrency."""
 
-    def __init__(self, *, duration: float = 0, failures: int = 0, finished: bool | None = None) -> None:
+    def __init__(self, *, duration: float = 0, failures: int = 0, finished: bool | None = None,
+                 error: Exception | None = None) -> None:
         self.duration = duration
         self.failures = failures
+        self.error = error if error is not None else RuntimeError('boom')  # raised for the failures
         self.finished = finished  # what the processing returns: whether the object is finished with
         self.calls: list[tuple[float, str, str | None, Any]] = []
         self.pressures: list[bool] = []
@@ -61,7 +64,7 @@ class Recorder:
             self.pressures.append(stream_pressure.is_set())
             if self.failures > 0:
                 self.failures -= 1
-                raise RuntimeError('boom')
+                raise self.error
             return self.finished
         finally:
             self.active[name] -= 1
@@ -571,6 +574,57 @@ async def test_unexpected_errors_are_throttled(
     streams.feed(event('kex1', 'f'))
     await asyncio.sleep(10)
     assert "Throttling for 1 seconds due to an unexpected error: RuntimeError('boom')" in caplog.messages[-2]
+    await streams.close()
+
+
+@pytest.mark.parametrize('error', [
+    CannotConnect('https://127.0.0.1:6443', ConnectionRefusedError(111, 'Connect call failed')),
+    Disconnected(),
+], ids=['cannot-connect', 'disconnected'])
+async def test_an_unreachable_api_is_throttled_with_one_line(
+        error: Exception, settings: OperatorSettings, looptime: float,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # E.g. kube-apiserver restarting for longer than the request's retries: the client's warnings have
+    # named the request & the failure of each attempt; the last failure needs no traceback of its insides.
+    caplog.set_level(logging.DEBUG, 'kopf.objects')
+    recorder = Recorder(failures=1, error=error)
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 'a'))  # processed at 0.0 and fails: throttled till 1.0
+    await asyncio.sleep(0.5)
+    streams.feed(event('kex1', 'b'))  # processed at 1.1 and succeeds
+    await asyncio.sleep(5)
+
+    assert [(round(time, 1), value) for time, _, _, value in recorder.calls] == [(0.0, 'a'), (1.1, 'b')]
+    [throttled] = [record for record in caplog.records if 'Throttling for' in record.getMessage()]
+    assert throttled.getMessage() == f'Throttling for 1 seconds due to an unexpected error: {error!r}'
+    assert throttled.levelno == logging.ERROR
+    assert not throttled.exc_info  # no traceback
+    await streams.close()
+
+
+async def test_an_interrupted_stream_holds_back_the_events_since_then_and_until_something_comes(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the API server restarting: the echoes of the patches made meanwhile come with the new stream.
+    deliveries: list[Delivery] = []
+
+    async def processor(delivery: Delivery) -> None:
+        deliveries.append(delivery)
+
+    streams = ObjectStreams(processor=processor, resource=KEX, namespace='ns1', settings=settings)
+    streams.feed(event('kex1', 1))
+    await asyncio.sleep(1)
+    assert not streams.held_back_since(0)
+
+    streams.interrupted()  # at 1.0
+    await asyncio.sleep(1)
+    assert streams.held_back_since(0.5)  # interrupted since then
+    assert streams.held_back_since(1.5)  # interrupted before, and nothing has come since then
+
+    streams.feed(event('kex1', 2))  # at 2.0: the stream is re-established
+    await asyncio.sleep(1)
+    assert streams.held_back_since(0.5)
+    assert not streams.held_back_since(1.5)
+    assert [delivery.held_back_since for delivery in deliveries] == [streams.held_back_since] * 2
     await streams.close()
 
 

@@ -78,6 +78,12 @@ def sleeper() -> str:
 
 
 @pytest.fixture()
+def fake_apiserver() -> str:
+    """The script of the fake kube-apiserver that gets ready (see above)."""
+    return FAKE_APISERVER
+
+
+@pytest.fixture()
 def fake_dirs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> tuple[pathlib.Path, pathlib.Path]:
     pids_dir, args_dir = tmp_path / 'pids', tmp_path / 'args'
     pids_dir.mkdir()

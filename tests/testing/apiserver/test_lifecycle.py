@@ -166,6 +166,54 @@ def test_no_double_start_but_a_restart(make_assets: Assets) -> None:
     control_plane.stop()  # again: no error
 
 
+def test_restart_apiserver_on_the_same_port_with_the_same_etcd(
+        make_assets: Assets, fake_pids: Pids, fake_args: Callable[[str], list[str]], is_alive: Alive,
+) -> None:
+    with KubernetesControlPlane(make_assets()) as control_plane:
+        before = fake_pids()
+        port, kubeconfig, args = control_plane.port, control_plane.kubeconfig, fake_args('kube-apiserver')
+        control_plane.restart_apiserver(downtime=0.1)
+        after = fake_pids()
+        assert control_plane.running
+        assert not is_alive(before['kube-apiserver'])
+        assert is_alive(after['kube-apiserver']) and after['kube-apiserver'] != before['kube-apiserver']
+        assert is_alive(after['etcd']) and after['etcd'] == before['etcd']
+        assert fake_args('kube-apiserver') == args  # the same flags: the same port, etcd, certificates
+        assert control_plane.port == port and control_plane.kubeconfig == kubeconfig
+        log = control_plane.apiserver_log_path.read_text()
+        assert log.count('fake kube-apiserver serves') == 2
+        assert '--- kube-apiserver restarted by KubernetesControlPlane.restart_apiserver() ---\n' in log
+    assert not any(is_alive(pid) for pid in after.values())
+
+
+def test_restart_apiserver_fails_if_it_does_not_start_again(
+        make_assets: Assets, fake_apiserver: str, fake_pids: Pids, is_alive: Alive, tmp_path: pathlib.Path,
+) -> None:
+    real = tmp_path / 'once' / 'kube-apiserver'  # the same name: it records its pid and args as such
+    real.parent.mkdir()
+    real.write_text(fake_apiserver)
+    real.chmod(0o755)
+    once = f'''#!/bin/sh
+if [ -e "$FAKE_PIDS_DIR/started-once" ]; then echo "cannot start again"; exit 3; fi
+touch "$FAKE_PIDS_DIR/started-once"
+exec {real} "$@"
+'''
+    with KubernetesControlPlane(make_assets(apiserver=once)) as control_plane:
+        with pytest.raises(ProcessExitedError) as err:
+            control_plane.restart_apiserver()
+        assert str(err.value) == (f'kube-apiserver exited at start with code 3; its last lines '
+                                  f'({control_plane.apiserver_log_path}):\n    cannot start again')
+        assert control_plane.running  # etcd is still there: stop() stops it
+        etcd = fake_pids()['etcd']
+        assert is_alive(etcd)
+    assert not is_alive(etcd)
+
+
+def test_restart_apiserver_before_start() -> None:
+    with pytest.raises(RuntimeError, match='not started'):
+        KubernetesControlPlane().restart_apiserver()
+
+
 def test_add_user(make_assets: Assets) -> None:
     with KubernetesControlPlane(make_assets()) as control_plane:
         path = control_plane.add_user('alice', ['team-a'])

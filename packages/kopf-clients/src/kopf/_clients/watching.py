@@ -24,12 +24,16 @@ Lines cut midway by a broken connection are dropped; unparseable lines are skipp
 With ``settings.watching.initial_streaming``, the listing is done by the watch request itself
 (``sendInitialEvents=true``) instead of a separate list request; the consumer sees no difference.
 If the server does not support it, the watcher falls back to the list-then-watch mode.
+
+Every end of a watch request (then, the stream is re-established) is told to the consumer by the
+``on_interruption`` callback, if given: the events that happen meanwhile come later than usual
+(after the reconnect: replayed from the last known version, or with a relisting), but they come.
 """
 import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 from kopf._clients import api, errors, fetching
@@ -270,13 +274,15 @@ async def infinite_watch(
         resource: Resource,
         namespace: str | None,
         logger: api.Logger | None = None,
+        on_interruption: Callable[[], None] | None = None,
 ) -> AsyncGenerator[RawEvent | Bookmark, None]:
     """
     List & watch the objects of a resource forever; see the module's description for the contract.
 
     ``namespace=None`` means cluster-wide (or a cluster-scoped resource).
     The stream ends only with an exception (e.g. when the resource is gone or permissions are
-    revoked) or when the consumer stops iterating.
+    revoked) or when the consumer stops iterating. ``on_interruption`` is called whenever a watch
+    request has ended in any way (closed, broken, silent, 410 Gone), before the stream is re-established.
     """
     actual_logger: api.Logger = logger if logger is not None else default_logger
     streaming = bool(settings.watching.initial_streaming)
@@ -371,6 +377,9 @@ async def infinite_watch(
         # A streaming listing interrupted midway is discarded: a partial listing means nothing.
         if listing is not None:
             resource_version = None
+
+        if on_interruption is not None:
+            on_interruption()
 
 
 def _name_of(resource: Resource) -> str:

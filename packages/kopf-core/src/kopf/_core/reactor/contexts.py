@@ -40,8 +40,9 @@ class Delivery:
     ``pressure`` is set when newer events of the object arrive meanwhile (the sleeps end on it).
     ``namespace`` is the watch-stream's (``None`` if cluster-wide), not the object's.
     ``received_at`` is when the event arrived (the loop's time): the timers count from then.
-    ``held_back_since(moment)`` says whether the watch-stream has been held back by the back-pressure
-    since the moment (so the echoes of the patches made since then come late by our own doing).
+    ``held_back_since(moment)`` says whether the watch-stream has been held back since the moment: by the
+    back-pressure (not read), or interrupted and re-established (e.g. while the API server restarts); so the
+    echoes of the patches made since then come late, but surely.
     """
 
     raw_event: RawEvent

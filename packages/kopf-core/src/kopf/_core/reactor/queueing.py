@@ -36,7 +36,9 @@ see :class:`Forgetter`.
 
 Back-pressure and deferral (when too many objects wait for the pacer's seats, the new workers are deferred,
 and then the watch-stream is not read for a while) are the :class:`.backlog.Backlog`'s; the facts of every
-delivery (:class:`.contexts.Delivery`) tell the processing whether the stream was held back.
+delivery (:class:`.contexts.Delivery`) tell the processing whether the stream was held back: by the
+back-pressure, or by an interruption (the watch request ended and is re-established, e.g. while the API
+server restarts): the events made meanwhile, the echoes of the processing's own patches too, come late.
 
 When a re-listing (at the start, or after the server forgot the history) has no object that
 was known before, the object is considered deleted: a synthetic ``DELETED`` event is processed
@@ -63,6 +65,7 @@ from collections.abc import Awaitable, Hashable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
+from kopf._clients.connections import NetworkError
 from kopf._clients.errors import APIForbiddenError
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
@@ -259,7 +262,9 @@ class ObjectStreams:
         self._backlog = Backlog(pacer=pacer if indexer is None else None, start=self._start_deferred,
                                 name=repr(resource),
                                 limit=pacer.seats if pacer is not None else pacing.DEFAULT_SEATS)
-        self.was_held_back_since = self._backlog.was_held_back_since  # for every delivery: no extra call
+        self.was_held_back_since = self._backlog.was_held_back_since  # by the back-pressure (not read)
+        self._interrupted_at = float('-inf')  # when the watch-stream ended last (then, it is re-established)
+        self._interrupted_now = False  # nothing has come from the stream since it ended last
         self._resource = resource
         self._namespace = namespace
         self._settings = settings
@@ -300,6 +305,7 @@ class ObjectStreams:
 
     def feed(self, item: RawEvent | Bookmark) -> None:
         """Route a watch-event to its object's worker (starting one if needed); interpret the bookmarks."""
+        self._interrupted_now = False
         if item is Bookmark.LISTED:
             self._finish_listing()
             return
@@ -383,9 +389,28 @@ class ObjectStreams:
         self._start(key, stream)
         return True
 
+    def interrupted(self) -> None:
+        """
+        The watch-stream has ended or failed, and is being re-established (see :meth:`held_back_since`).
+        """
+        self._interrupted_at = asyncio.get_running_loop().time()
+        self._interrupted_now = True
+
+    def held_back_since(self, moment: float) -> bool:
+        """
+        Whether the events made since the moment come late, but surely: the watch-stream was held back.
+
+        Either by the back-pressure (not read for a while), or by an interruption of the stream (its
+        request ended in any way) since the moment or before it and nothing has come since then: the
+        re-established stream brings the events made meanwhile (replayed from the last known version, or
+        with a relisting), only later than usual. E.g. the echoes of the processing's own patches, which
+        the processing must wait for rather than handle a state known to be older (a re-run of the handlers).
+        """
+        return self._interrupted_now or self._interrupted_at >= moment or self.was_held_back_since(moment)
+
     def _deliver(self, raw_event: RawEvent, stream: PendingEvent) -> Delivery:
         return Delivery(raw_event, self._resource, self._namespace, stream.pressure, stream.received_at,
-                        self.was_held_back_since)
+                        self.held_back_since)
 
     @property
     def backlog(self) -> int:
@@ -552,7 +577,7 @@ class ObjectStreams:
     ) -> bool | None:
         """Process the event; return whether the object is finished with (see :class:`Processor`)."""
         delivery = Delivery(raw_event, self._resource, self._namespace, stream.pressure, received_at,
-                            self.was_held_back_since)  # not self._deliver(): one call less per event
+                            self.held_back_since)  # not self._deliver(): one call less per event
         try:
             if self._limiter is None:  # the usual case: no nullcontext() & its 3 calls for every event
                 finished = await self._processor(delivery)
@@ -578,7 +603,10 @@ class ObjectStreams:
         throttle.last_delay = delay
         # The credentials that ran out are explained (once) by the authentication, the operator exits
         # for them: the same traceback of the API client in every object's log would only bury that.
-        with_traceback = not isinstance(exc, LoginError)
+        # An API unreachable for longer than the request's retries (e.g. kube-apiserver restarting) is
+        # said by the error itself, after a warning per failed attempt naming the request: the client's
+        # insides add nothing but a traceback per object being handled at the moment.
+        with_traceback = not isinstance(exc, (LoginError, NetworkError))
         if delay is None:
             object_logger.error(f'Processing has failed with an unexpected error: {exc!r}',
                                 exc_info=with_traceback)
@@ -656,7 +684,8 @@ async def watcher(
         last_delay: float = settings.watching.reconnect_backoff
         while True:
             source = watching.infinite_watch(settings=settings, vault=vault, resource=resource,
-                                             namespace=namespace, logger=logger)
+                                             namespace=namespace, logger=logger,
+                                             on_interruption=streams.interrupted)
             try:
                 async with contextlib.aclosing(source):
                     async for item in source:
@@ -672,6 +701,7 @@ async def watcher(
                             await streams.wait_for_room()
             except APIForbiddenError as e:
                 # Not a bug to trace: the operator's user has no permissions (yet), the fix is in the RBAC.
+                streams.interrupted()
                 last_delay = next(delays, last_delay)
                 logger.error(f'Watcher for {name}@{namespace} has failed: {e}; grant the RBAC permissions '
                              f"to the operator's user or service account "
@@ -679,6 +709,7 @@ async def watcher(
                              f'restarting in {last_delay} seconds.')
                 await asyncio.sleep(last_delay)
             except Exception as e:
+                streams.interrupted()
                 last_delay = next(delays, last_delay)
                 logger.exception(f'Watcher for {name}@{namespace} has failed: {e}; '
                                  f'restarting in {last_delay} seconds.')

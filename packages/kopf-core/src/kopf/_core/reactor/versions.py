@@ -6,8 +6,10 @@ via the watch-stream, otherwise the old state of the object would be handled onc
 Until then, or until ``settings.persistence.consistency_timeout`` passes since the patch, the handling
 waits; a newer event of the object (the delivery's ``pressure``) interrupts the wait, and the newer
 event is processed instead. A state known to be stale is not handled even after the timeout: when a newer
-event is there already, or when the watch-stream was held back by the back-pressure since the patch
-(the echo is late by our own doing, and will come). The event-watching handlers are never delayed by this.
+event is there already, or when the watch-stream was held back since the patch: by the back-pressure (the
+echo is late by our own doing), or by an interruption (e.g. the API server restarting for longer than the
+timeout): the echo will come with the re-established stream. Otherwise, the handlers whose outcomes the
+patch has stored would run again. The event-watching handlers are never delayed by this.
 
 The echo of a patch that needs nothing from us (only the framework's own writes, nothing due after it)
 is "settled": it is known when the patch is made, and its event is dropped by its version unprocessed.
@@ -133,7 +135,8 @@ async def wait_for_consistency(
     Wait until the consistency timeout since our latest patch; True if the object can be handled now.
 
     False means that a newer event of the object has arrived meanwhile (it will be processed instead),
-    or that our patch is late since the watch-stream was held back (its event will surely come then).
+    or that our patch is late since the watch-stream was held back or interrupted (its event will surely
+    come then).
     ``pressure`` and ``held_back_since`` are those of the event's delivery (see :class:`.contexts.Delivery`);
     ``lending`` is entered for the sleep (the object's seat is lent to others meanwhile).
     """
@@ -149,9 +152,10 @@ async def wait_for_consistency(
         if left is not None:
             return False
     if held_back_since(book.expected_since):
-        # Late by our own doing (the back-pressure): it will come, surely; the stale state is not handled.
+        # Late by our own doing (the back-pressure) or by the stream's interruption (e.g. the API server
+        # restarting): it will come, surely; the stale state is not handled.
         logger.debug(f'Our own patch (version {book.expected_version}) is late: '
-                     f'the watch-stream was held back. The object waits for it.')
+                     f'the watch-stream was held back or interrupted. The object waits for it.')
         return False
     if remaining > 0:
         logger.debug(f'Our own patch (version {book.expected_version}) has not arrived '

@@ -354,6 +354,44 @@ class KubernetesControlPlane:
         finally:
             self._forget()
 
+    def restart_apiserver(self, downtime: float = 0.0) -> None:
+        """
+        Stop kube-apiserver and start it again on the same port with the same etcd; return once ready.
+
+        As a rolling restart or an upgrade of a cluster's API server: the connections and the watch
+        streams break, the requests are refused meanwhile (for ``downtime`` seconds after the
+        exit, plus the start-up, ~2 s), and the clients reconnect to the same URL with the same
+        kubeconfig and credentials; etcd keeps running, so the objects, their resourceVersions and
+        the watch history stay. kube-apiserver gets SIGTERM (and SIGKILL after ``stop_timeout``);
+        its log goes on in the same file. The failures are as in :meth:`start`
+        (:class:`ProcessExitedError`, :class:`StartTimeoutError`, :class:`PortInUseError` if
+        another process has taken the port meanwhile); the control plane stays running (etcd)
+        until :meth:`stop`. Blocking: ``await asyncio.to_thread(control_plane.restart_apiserver)``
+        in async code.
+        """
+        resources = self._started(self._resources)
+        apiserver, etcd = resources.processes  # in the order of stopping
+        apiserver.stop(self.stop_timeout)
+        time.sleep(downtime)
+        restarted = ManagedProcess(
+            apiserver.name, apiserver.command, log_path=apiserver.log_path, cwd=self.work_dir,
+            env=_environment(),
+        )
+        resources.processes[0] = restarted
+        with restarted.log_path.open('ab') as log:  # what follows is the new process's
+            log.write(b'--- kube-apiserver restarted by KubernetesControlPlane.restart_apiserver() ---\n')
+        restarted.start()
+        try:
+            self._wait_until_ready(etcd, restarted, deadline=time.monotonic() + self.start_timeout)
+        except _PortTaken as e:
+            restarted.stop(self.stop_timeout)
+            raise PortInUseError(
+                f'kube-apiserver could not listen again on {HOST}:{self.port}: the port was taken by '
+                f'another process meanwhile; its last lines ({e.process.log_path}):{_indented(e.tail)}',
+                port=self.port,
+            ) from None
+        logger.info('kube-apiserver restarted at %s (etcd kept).', self.url)
+
     def __enter__(self) -> 'KubernetesControlPlane':
         self.start()
         return self

@@ -40,9 +40,11 @@ class ManagedProcess:
         self._env = dict(env) if env is not None else None
         self._popen: subprocess.Popen[bytes] | None = None
         self._stopped = False  # once stopped, its pid (and group id) may belong to another process
+        self._log_offset = 0  # where its own output starts in the log (after an earlier process's)
 
     def start(self) -> None:
         with open(self.log_path, 'ab') as log:
+            self._log_offset = log.tell()
             self._popen = subprocess.Popen(
                 self.command,
                 stdin=subprocess.DEVNULL,
@@ -92,7 +94,8 @@ class ManagedProcess:
             self._stopped = True
 
     def tail(self, lines: int = TAIL_LINES, *, redact: Iterable[str] = ()) -> list[str]:
-        return read_log_tail(self.log_path, lines, redact=redact)
+        """The last lines of this process's own output (not of an earlier one's in the same log file)."""
+        return read_log_tail(self.log_path, lines, redact=redact, offset=self._log_offset)
 
     def _signal(self, signum: int) -> None:
         popen = self._popen
@@ -104,13 +107,15 @@ class ManagedProcess:
             pass
 
 
-def read_log_tail(path: pathlib.Path, lines: int = TAIL_LINES, *, redact: Iterable[str] = ()) -> list[str]:
-    """The last non-empty lines of a log file (shortened if very long), the secrets replaced."""
+def read_log_tail(
+        path: pathlib.Path, lines: int = TAIL_LINES, *, redact: Iterable[str] = (), offset: int = 0,
+) -> list[str]:
+    """The last non-empty lines of a log file after an offset (shortened if very long), secrets replaced."""
     try:
         with open(path, 'rb') as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - _TAIL_BYTES))
+            f.seek(max(offset, size - _TAIL_BYTES))
             data = f.read()
     except OSError:
         return []
