@@ -22,6 +22,14 @@ interleaved, and the medians are shown. Per run, all timed by the emulator (not 
   (``/proc/PID/stat``), its peak RSS (``VmHWM``), its API requests per object by verb;
 * the ratios of each measure to Kopf's and to the floor's.
 
+``--api control-plane`` runs every measurement on a fresh real etcd + kube-apiserver instead
+(``kopf.testing.KubernetesControlPlane``; the binaries from ``$KUBEBUILDER_ASSETS``), the operators
+logged in over HTTPS by the kubeconfig, the objects created 32 at a time. There are no request hooks
+there: the operator's requests (their verbs, its first request, its LIST) come from kube-apiserver's
+audit log, and the end of each phase is when the benchmark's own watch of the objects sees the last
+one handled or gone (see ``_controlplane.py``). ``--latency``, ``--trace`` and ``--callgrind`` are
+the emulator's only.
+
 Usage (from the repository root):
 
     python benchmarks/core_handling.py --kopf-python /tmp/kopf-venv/bin/python \\
@@ -56,6 +64,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
+from _controlplane import ControlPlaneRun, Observer
 from _harness import (
     HERE,
     KOPF_NAME,
@@ -74,11 +83,13 @@ from _harness import (
 
 from kopf.testing import KubernetesEmulator
 
+EMULATOR, CONTROL_PLANE = 'emulator', 'control-plane'
 FLOOR_NAME = 'the floor'
 OPERATORS_CHOICES = ('create_delete', 'create_only')
 COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
 QUIET_SECONDS = 0.5  # no PATCH for this long: the phase may be over (then it is checked exactly)
 DEFAULT_PLOT = HERE / 'core_handling.png'
+CONTROL_PLANE_PLOT = HERE / 'core_handling-control-plane.png'
 COLORS = {KOPF_NAME: 'C0', OURS_NAME: 'C1', FLOOR_NAME: 'C2'}  # the same in every plot, whoever runs
 
 
@@ -89,10 +100,11 @@ class Implementation:
     floor: bool = False
     floor_concurrency: int = 100
 
-    def command(self, operator: str, server: str, status_subresource: bool) -> list[str]:
+    def command(self, operator: str, login: Sequence[str], status_subresource: bool) -> list[str]:
+        """The operator's command; ``login`` is the floor's: ``--server URL`` or ``--kubeconfig PATH``."""
         if not self.floor:
             return [self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{operator}.py')]
-        return [self.python, str(HERE / 'floor_client.py'), '--server', server,
+        return [self.python, str(HERE / 'floor_client.py'), *login,
                 '--concurrency', str(self.floor_concurrency),
                 *(['--delete-handler'] if operator == 'create_delete' else []),
                 *([] if status_subresource else ['--no-status-subresource'])]
@@ -196,7 +208,7 @@ def measure(implementation: Implementation, scenario: Scenario, *, timeout: floa
             emulator.add_latency(scenario.latency_ms / 1000)
         emulator.requests.reset()
         log.reset()
-        command = implementation.command(scenario.operator, emulator.url, status_subresource)
+        command = implementation.command(scenario.operator, ['--server', emulator.url], status_subresource)
         with Operator(implementation.python, scenario.operator, emulator.kubeconfig_path,
                       command=command) as operator:
             operator.wait_until(lambda: log.listed_at is not None, timeout,
@@ -226,6 +238,65 @@ def measure(implementation: Implementation, scenario: Scenario, *, timeout: floa
         trace_path.write_text('\n'.join(log.lines) + '\n')
     return Result(name=name, scenario=scenario, startup_seconds=startup_seconds,
                   listed_seconds=listed_seconds, create_seconds=created_at - listed_at,
+                  delete_seconds=delete_seconds, cpu_seconds=cpu_seconds, requests=requests,
+                  peak_rss_mb=peak_rss)
+
+
+def wait_observed(operator: Operator, observer: Observer, done: Callable[[], bool], timeout: float,
+                  what: str) -> None:
+    """Wait until the benchmark's watch shows the phase done; fail if the operator or the watch fails."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        observer.check()
+        operator.check_alive(what)
+        if time.monotonic() > deadline:
+            operator.fail(f'{what}: not done in {timeout:.0f}s')
+        time.sleep(0.05)
+
+
+def measure_on_control_plane(implementation: Implementation, scenario: Scenario, *, timeout: float,
+                             status_subresource: bool) -> Result:
+    """
+    The same measures on a fresh real control plane (see ``_controlplane.py``).
+
+    The operator's requests, its first request and its LIST of the objects come from kube-apiserver's
+    audit log (when they were received, as on the emulator); the end of each phase is when the
+    benchmark's own watch of the objects sees the last object handled (create) or gone (delete),
+    and the deletion starts when the benchmark sends its DELETE of the collection.
+    """
+    count = scenario.objects
+    name = implementation.name
+    with ControlPlaneRun() as run:
+        run.populate(count, status_subresource=status_subresource)
+        with Observer(run) as observer:
+            run.audit.skip()  # the benchmark's own requests are not logged; the start-up's are not counted
+            login = ['--kubeconfig', str(run.kubeconfig_path)]
+            command = implementation.command(scenario.operator, login, status_subresource)
+            with Operator(implementation.python, scenario.operator, run.kubeconfig_path,
+                          command=command) as operator:
+                operator.wait_until(lambda: run.audit.first_at('list', 'kopfexamples') is not None, timeout,
+                                    f'{name}: the LIST of the objects', interval=0.005)
+                cpu_started = operator.cpu_seconds()
+                listed_at = run.audit.first_at('list', 'kopfexamples')
+                assert listed_at is not None
+                wait_observed(operator, observer, lambda: len(observer.handled) >= count, timeout,
+                              f'{name}: handling the creation of {count} objects')
+                assert observer.handled_at is not None
+                created_at = observer.handled_at
+                delete_seconds: float | None = None
+                if scenario.deletes:
+                    deleting_at = time.monotonic()
+                    run.delete_all()
+                    wait_observed(operator, observer, lambda: not observer.alive, timeout,
+                                  f'{name}: handling the deletion of {count} objects')
+                    assert observer.gone_at is not None
+                    delete_seconds = observer.gone_at - deleting_at
+                cpu_seconds = operator.cpu_seconds() - cpu_started
+                peak_rss = operator.peak_rss_mb()
+                requests = run.audit.by_verb()
+                first_request_at = run.audit.first_at() or listed_at
+    return Result(name=name, scenario=scenario, startup_seconds=first_request_at - operator.started_at,
+                  listed_seconds=listed_at - operator.started_at, create_seconds=created_at - listed_at,
                   delete_seconds=delete_seconds, cpu_seconds=cpu_seconds, requests=requests,
                   peak_rss_mb=peak_rss)
 
@@ -409,7 +480,7 @@ def count_instructions(implementation: Implementation, operator: str, count: int
         asyncio.run(populate(emulator.url, count, status_subresource=status_subresource))
         output = pathlib.Path(tmpdir) / 'callgrind.out'
         wrapper = ['valgrind', '--tool=callgrind', f'--callgrind-out-file={output}']
-        command = implementation.command(operator, emulator.url, status_subresource)
+        command = implementation.command(operator, ['--server', emulator.url], status_subresource)
         with Operator(implementation.python, operator, emulator.kubeconfig_path,
                       wrapper=wrapper, command=command) as process:
             def dump(what: str) -> None:
@@ -441,8 +512,21 @@ def count_instructions(implementation: Implementation, operator: str, count: int
     return phases
 
 
-def measure_idle_rss(python: str, operator: str, count: int, timeout: float, settle: float) -> float:
+def measure_idle_rss(python: str, operator: str, count: int, timeout: float, settle: float,
+                     api: str = EMULATOR) -> float:
     """The operator's RSS once `count` objects are handled and every worker has gone idle."""
+    if api == CONTROL_PLANE:
+        with ControlPlaneRun() as run:
+            run.populate(count)
+            with Observer(run) as observer:
+                process = start_operator(python, operator, run.kubeconfig_path)
+                try:
+                    if not wait_until(lambda: len(observer.handled) >= count, timeout, interval=1.0):
+                        raise RuntimeError(f'idle: not all {count} objects were handled in {timeout}s.')
+                    time.sleep(settle)
+                    return read_proc_status(process.pid, 'VmRSS')
+                finally:
+                    stop_operator(process)
     with KubernetesEmulator(history_limit=max(10_000, count * 20)) as emulator:
         asyncio.run(populate(emulator.url, count))
         process = start_operator(python, operator, emulator.kubeconfig_path)
@@ -477,8 +561,12 @@ def main() -> None:
     parser.add_argument('--operator', type=comma_separated(str, OPERATORS_CHOICES),
                         default=list(OPERATORS_CHOICES),
                         help='create_delete and/or create_only, comma-separated (default: both)')
-    parser.add_argument('--latency', type=comma_separated(float), default=[0.0, 5.0],
-                        help='milliseconds added to every API request, comma-separated (default: 0,5)')
+    parser.add_argument('--api', choices=[EMULATOR, CONTROL_PLANE], default=EMULATOR,
+                        help='the API server: the emulator (in this process, the default), or a real etcd + '
+                             'kube-apiserver (kopf.testing.KubernetesControlPlane: $KUBEBUILDER_ASSETS)')
+    parser.add_argument('--latency', type=comma_separated(float), default=None,
+                        help='milliseconds added to every API request by the emulator, comma-separated '
+                             '(default: 0,5; the emulator only)')
     parser.add_argument('--ours-python', default=sys.executable)
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
     parser.add_argument('--install-kopf', default=None, metavar='DIR',
@@ -489,8 +577,9 @@ def main() -> None:
                         help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
     parser.add_argument('--floor-concurrency', type=int, default=100,
                         help="the floor's objects processed at once (default: 100)")
-    parser.add_argument('--plot', type=pathlib.Path, default=DEFAULT_PLOT,
-                        help=f'where to save the plot (default: {DEFAULT_PLOT.relative_to(HERE.parent)})')
+    parser.add_argument('--plot', type=pathlib.Path, default=None,
+                        help=f'where to save the plot (default: {DEFAULT_PLOT.relative_to(HERE.parent)}, '
+                             f'or {CONTROL_PLANE_PLOT.relative_to(HERE.parent)} with --api {CONTROL_PLANE})')
     parser.add_argument('--no-plot', action='store_true', help='do not make the plot')
     parser.add_argument('--trace', type=pathlib.Path, default=None, metavar='DIR',
                         help='write every request of the first run of each implementation & scenario to DIR')
@@ -511,8 +600,18 @@ def main() -> None:
         parser.error(f'--floor-concurrency must be at least 1, got {args.floor_concurrency}.')
     if any(n < 1 for n in args.objects):
         parser.error(f'--objects must be positive, got {args.objects}.')
+    if args.api == CONTROL_PLANE:
+        for option, given in [('--latency', args.latency is not None), ('--trace', args.trace is not None),
+                              ('--callgrind', args.callgrind)]:
+            if given:
+                parser.error(f'{option} exists only on the emulator, not with --api {CONTROL_PLANE}.')
+        args.latency = [0.0]
+    elif args.latency is None:
+        args.latency = [0.0, 5.0]
     if any(ms < 0 for ms in args.latency):
         parser.error(f'--latency must not be negative, got {args.latency}.')
+    if args.plot is None:
+        args.plot = CONTROL_PLANE_PLOT if args.api == CONTROL_PLANE else DEFAULT_PLOT
     kopf_python = install_kopf(pathlib.Path(args.install_kopf)) if args.install_kopf else args.kopf_python
     implementations: list[Implementation] = []
     if kopf_python:
@@ -547,8 +646,12 @@ def main() -> None:
                 print(f'[{repeat + 1}/{args.repeat}] {scenario.describe()}: {implementation.name} ...',
                       end=' ', flush=True)
                 try:
-                    result = measure(implementation, scenario, timeout=args.timeout,
-                                     status_subresource=status_subresource, trace_path=trace_path)
+                    if args.api == CONTROL_PLANE:
+                        result = measure_on_control_plane(implementation, scenario, timeout=args.timeout,
+                                                          status_subresource=status_subresource)
+                    else:
+                        result = measure(implementation, scenario, timeout=args.timeout,
+                                         status_subresource=status_subresource, trace_path=trace_path)
                 except OperatorFailed as e:
                     print('FAILED')
                     failures.append(f'{scenario.describe()}, {implementation.name}: {e}')
@@ -563,7 +666,9 @@ def main() -> None:
 
     crd_kind = 'with' if status_subresource else 'without'
     repeats = f'; medians of {args.repeat} interleaved runs' if args.repeat > 1 else ''
-    print(f'\nHandling N pre-existing objects, a CRD {crd_kind} the status subresource{repeats}:\n')
+    substrate = 'a real kube-apiserver' if args.api == CONTROL_PLANE else 'the emulator'
+    print(f'\nHandling N pre-existing objects on {substrate}, a CRD {crd_kind} the status subresource'
+          f'{repeats}:\n')
     print_table(scenarios, names, results)
     print_scaling(scenarios, names, results)
     if args.repeat > 1:
@@ -601,7 +706,8 @@ def main() -> None:
     if len(counts) >= 2:
         settle = 8.0  # longer than settings.queueing.idle_timeout (5s): the workers must exit
         operator = args.operator[0]
-        rss = {c: measure_idle_rss(args.ours_python, operator, c, args.timeout, settle) for c in counts}
+        rss = {c: measure_idle_rss(args.ours_python, operator, c, args.timeout, settle, args.api)
+               for c in counts}
         lo, hi = min(counts), max(counts)
         per_object_kb = (rss[hi] - rss[lo]) * 1024 / (hi - lo)
         listing = ', '.join(f'{c} objects: {rss[c]:.1f} MB' for c in counts)

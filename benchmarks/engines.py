@@ -43,6 +43,11 @@ a minimal hand-written aiohttp client that makes the same requests (the finalize
 PATCH per tick) with no framework, so the table shows what the substrate (Python, aiohttp, JSON,
 the emulator on this machine) allows, e.g. whether 10,000 first ticks can be done in 2 s here at all.
 
+``--api control-plane --scenario timer-60s-idle`` runs the timers' burst on a fresh real etcd +
+kube-apiserver per run instead (``kopf.testing.KubernetesControlPlane``; see ``_controlplane.py``):
+the operator's first request and LIST from kube-apiserver's audit log, the first ticks as the
+benchmark's own watch of the objects sees them. The other scenarios run on the emulator only.
+
 ``--repeat N`` interleaves the runs of all implementations and shows the medians. A run that
 fails (an operator that exits, stalls, or does not finish in ``--timeout`` s) is reported in the
 output with the tail of the operator's log; the other runs and scenarios go on.
@@ -59,6 +64,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
+from _controlplane import ControlPlaneRun, Observer
 from _harness import (
     CRD,
     HERE,
@@ -77,6 +83,7 @@ from _harness import (
 
 from kopf.testing import KubernetesEmulator
 
+EMULATOR, CONTROL_PLANE = 'emulator', 'control-plane'
 COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'  # the objects (see populate())
 HISTORY_LIMIT = 50_000  # enough for watches that reconnect; older events are not needed
 TICK = re.compile(rb'"tick":(\d+)')
@@ -153,16 +160,19 @@ def timer_env(args: argparse.Namespace, interval: float, initial_delay: float = 
     }
 
 
-def timer_operator(implementation: Implementation, args: argparse.Namespace, emulator: KubernetesEmulator,
-                   interval: float, initial_delay: float = 0) -> Operator:
+def timer_operator(implementation: Implementation, args: argparse.Namespace,
+                   server: KubernetesEmulator | ControlPlaneRun, interval: float, initial_delay: float = 0
+                   ) -> Operator:
     """The timer operator (``operators/timer.py``) of an implementation, or the floor's equivalent."""
     env = timer_env(args, interval=interval, initial_delay=initial_delay)
     command = None
     if implementation.name == FLOOR_NAME:
-        command = [implementation.python, str(HERE / 'floor_client.py'), '--server', emulator.url,
+        login = (['--kubeconfig', str(server.kubeconfig_path)] if isinstance(server, ControlPlaneRun)
+                 else ['--server', server.url])
+        command = [implementation.python, str(HERE / 'floor_client.py'), *login,
                    '--concurrency', str(args.floor_concurrency),
                    '--timer', str(interval), '--initial-delay', str(initial_delay)]
-    return Operator(implementation.python, 'timer', emulator.kubeconfig_path, env=env, command=command)
+    return Operator(implementation.python, 'timer', server.kubeconfig_path, env=env, command=command)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,9 +304,65 @@ def measure_idle_timers_once(implementation: Implementation, args: argparse.Name
     }
 
 
+def measure_idle_timers_on_control_plane(implementation: Implementation, args: argparse.Namespace,
+                                         count: int) -> Measures:
+    """
+    The same measures on a fresh real control plane (see ``_controlplane.py``).
+
+    The operator's first request and its LIST of the objects come from kube-apiserver's audit log
+    (when they were received); the first ticks (the first and the last of them) are timed when the
+    benchmark's own watch of the objects sees them stored.
+    """
+    with ControlPlaneRun() as run:
+        run.populate(count)
+        with Observer(run) as observer:
+            run.audit.skip()  # the benchmark's own requests are not logged; the start-up's are not counted
+            with timer_operator(implementation, args, run, interval=args.idle_interval,
+                                initial_delay=args.initial_delay) as operator:
+                first_tick_at: list[float] = []
+                first_tick_cpu: list[float] = []
+
+                def on_first() -> None:
+                    first_tick_at.append(time.monotonic())
+                    first_tick_cpu.append(operator.cpu_seconds())
+
+                def ticked() -> int:
+                    observer.check()
+                    return len(observer.ticks)
+
+                wait_for_count(operator, ticked, count, timeout=args.timeout,
+                               stall=args.stall + args.initial_delay,
+                               what=f'the first tick of all {count} objects', interval=0.1, on_first=on_first)
+                burst_cpu = operator.cpu_seconds() - first_tick_cpu[0]
+                seen_at = time.monotonic()
+                assert observer.ticked_at is not None and observer.first_ticked_at is not None
+                all_ticked_at = observer.ticked_at
+                first_request_at = run.audit.first_at() or all_ticked_at
+                listed_at = run.audit.first_at('list', 'kopfexamples') or first_request_at
+                if all_ticked_at - observer.first_ticked_at >= args.idle_interval - args.settle:
+                    operator.fail('the first ticks took longer than the interval: '
+                                  'the idle RSS would not be that of idle timers')
+                time.sleep(args.settle)
+                operator.check_alive('the idle settling')
+                rss = operator.rss_mb()
+                peak_rss = operator.peak_rss_mb()
+    return {
+        'startup_s': first_request_at - operator.started_at,
+        'all_ticked_s': all_ticked_at - operator.started_at,
+        'spread_s': all_ticked_at - observer.first_ticked_at,
+        'late_s': all_ticked_at - listed_at - args.initial_delay,
+        'burst_cpu_ms': burst_cpu * 1000 / count,
+        'burst_cpu_pct': burst_cpu * 100 / max(seen_at - first_tick_at[0], 1e-9),
+        'rss_mb': rss,
+        'peak_rss_mb': peak_rss,
+    }
+
+
 def measure_timer_60s_idle(implementation: Implementation, args: argparse.Namespace) -> Measures:
-    full = measure_idle_timers_once(implementation, args, args.idle_objects)
-    baseline = measure_idle_timers_once(implementation, args, args.idle_baseline)
+    measure_once = (measure_idle_timers_on_control_plane if args.api == CONTROL_PLANE
+                    else measure_idle_timers_once)
+    full = measure_once(implementation, args, args.idle_objects)
+    baseline = measure_once(implementation, args, args.idle_baseline)
     per_object_kb = (full['rss_mb'] - baseline['rss_mb']) * 1024 / (args.idle_objects - args.idle_baseline)
     return {**full, 'baseline_rss_mb': baseline['rss_mb'], 'kb_per_object': per_object_kb}
 
@@ -523,7 +589,8 @@ def run_scenario(scenario: str, runs: Sequence[Implementation], args: argparse.N
             print(f'[{scenario}] {impl.name}: {time.monotonic() - started:.0f}s', file=sys.stderr, flush=True)
     results = {name: medians(found) if found else None for name, found in measured.items()}
     repeats = f'; medians of {args.repeat} interleaved runs' if args.repeat > 1 else ''
-    print(f'\n### `{scenario}`: {describe(scenario, args)}{repeats}\n')
+    substrate = ' on a real kube-apiserver' if args.api == CONTROL_PLANE else ''
+    print(f'\n### `{scenario}`{substrate}: {describe(scenario, args)}{repeats}\n')
     print_table(scenario, [impl.name for impl in runs], results, failures)
     print(flush=True)
 
@@ -532,6 +599,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--scenario', default='all', choices=['all', *SCENARIOS])
+    parser.add_argument('--api', choices=[EMULATOR, CONTROL_PLANE], default=EMULATOR,
+                        help='the API server: the emulator (in this process, the default), or a real etcd + '
+                             'kube-apiserver (kopf.testing.KubernetesControlPlane; timer-60s-idle only)')
     add_implementation_options(parser)
     parser.add_argument('--repeat', type=int, default=1, help='runs per implementation (medians are shown)')
     parser.add_argument('--timeout', type=float, default=180.0, help='seconds to wait for any one outcome')
@@ -559,6 +629,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.idle_baseline >= args.idle_objects:
         parser.error('--idle-baseline must be less than --idle-objects.')
+    if args.api == CONTROL_PLANE and args.scenario != 'timer-60s-idle':
+        parser.error(f'--api {CONTROL_PLANE} runs only the timers\' burst: add --scenario timer-60s-idle.')
 
     # A termination (e.g. by a CI's timeout) unwinds like Ctrl-C: the operators are stopped, not orphaned.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

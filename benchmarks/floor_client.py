@@ -36,14 +36,21 @@ and at most ``--concurrency`` of them are in flight at once (a second fixed pool
 
 Usage: ``python floor_client.py --server http://127.0.0.1:PORT [--delete-handler]`` (or with ``--timer 60
 --initial-delay 5`` instead of ``--delete-handler``); it runs until interrupted (SIGINT or SIGTERM).
-Only aiohttp is needed; it never imports the framework.
+On a real API server, ``--kubeconfig PATH`` instead of ``--server``: the current context's server, its CA,
+and the user's client certificate or bearer token (a file or embedded data, as kubectl reads them).
+Only aiohttp is needed (and PyYAML with ``--kubeconfig``); it never imports the framework.
 """
 import argparse
 import asyncio
+import base64
 import heapq
 import json
+import os
+import pathlib
 import signal
+import ssl
 import sys
+import tempfile
 from typing import Any
 
 import aiohttp
@@ -224,10 +231,67 @@ class Floor:
         return version
 
 
+def login(kubeconfig: str) -> tuple[str, ssl.SSLContext | None, dict[str, str]]:
+    """
+    The server, the TLS context, and the headers from a kubeconfig's current context.
+
+    The CA and the client certificate & key come from files (relative to the kubeconfig) or are
+    embedded (``*-data``, base64); the bearer token is given or in a file. Nothing else (no exec
+    plugins, no auth providers): what a test server's kubeconfig has.
+    """
+    import yaml  # only here: the floor needs no PyYAML on the emulator (``--server``)
+
+    path = pathlib.Path(kubeconfig)
+    config = yaml.safe_load(path.read_text())
+
+    def entry(kind: str, name: str | None) -> dict[str, Any]:
+        found = [item for item in config.get(kind) or [] if item.get('name') == name]
+        if not found:
+            raise ValueError(f'No {kind[:-1]} named {name!r} in {kubeconfig}.')
+        return dict(found[0].get(kind[:-1]) or {})
+
+    current = entry('contexts', config.get('current-context'))
+    cluster = entry('clusters', current.get('cluster'))
+    user = entry('users', current.get('user')) if current.get('user') else {}
+
+    def pem(data_key: str, file_key: str, fields: dict[str, Any]) -> bytes | None:
+        if fields.get(data_key):
+            return base64.b64decode(fields[data_key])
+        if fields.get(file_key):
+            return (path.parent / str(fields[file_key])).read_bytes()
+        return None
+
+    headers: dict[str, str] = {}
+    token = user.get('token') or (
+        (path.parent / user['tokenFile']).read_text().strip() if user.get('tokenFile') else None)
+    if token:
+        headers['Authorization'] = f'Bearer {token}'
+    server: str = cluster['server']
+    if not server.startswith('https:'):
+        return server, None, headers
+    ca = pem('certificate-authority-data', 'certificate-authority', cluster)
+    tls = ssl.create_default_context(cadata=ca.decode() if ca is not None else None)
+    if cluster.get('insecure-skip-tls-verify'):
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    certificate = pem('client-certificate-data', 'client-certificate', user)
+    key = pem('client-key-data', 'client-key', user)
+    if certificate is not None and key is not None:
+        with tempfile.TemporaryDirectory() as directory:  # ssl loads a chain from files only
+            for name, content in [('tls.crt', certificate), ('tls.key', key)]:
+                descriptor = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT, 0o600)
+                with os.fdopen(descriptor, 'wb') as file:
+                    file.write(content)
+            tls.load_cert_chain(os.path.join(directory, 'tls.crt'), os.path.join(directory, 'tls.key'))
+    return server, tls, headers
+
+
 async def main(args: argparse.Namespace) -> None:
     collection = f'/apis/{args.group}/{args.version}/namespaces/{args.namespace}/{args.plural}'
-    connector = aiohttp.TCPConnector(limit=0)  # the pool of workers is the limit
-    async with aiohttp.ClientSession(base_url=args.server, connector=connector) as session:
+    server, tls, headers = login(args.kubeconfig) if args.kubeconfig else (args.server, None, {})
+    connector = aiohttp.TCPConnector(limit=0, ssl=tls or True)  # the pool of workers is the limit
+    async with aiohttp.ClientSession(base_url=args.server or server, connector=connector,
+                                     headers=headers) as session:
         floor = Floor(session, collection, delete_handler=args.delete_handler,
                       status_subresource=not args.no_status_subresource, concurrency=args.concurrency,
                       timer=args.timer, initial_delay=args.initial_delay)
@@ -244,7 +308,8 @@ async def main(args: argparse.Namespace) -> None:
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--server', required=True, help='the API server URL, e.g. http://127.0.0.1:8080')
+    parser.add_argument('--server', help='the API server URL, e.g. http://127.0.0.1:8080 (no credentials)')
+    parser.add_argument('--kubeconfig', help="a kubeconfig: its current context's server, CA and credentials")
     parser.add_argument('--group', default='kopf.dev')
     parser.add_argument('--version', default='v1')
     parser.add_argument('--plural', default='kopfexamples')
@@ -259,6 +324,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument('--initial-delay', type=float, default=0.0,
                         help="with --timer: the first tick's delay after the object is seen (0)")
     args = parser.parse_args()
+    if not args.server and not args.kubeconfig:
+        parser.error('Either --server or --kubeconfig is needed.')
     if args.concurrency < 1:
         parser.error(f'--concurrency must be at least 1, got {args.concurrency}.')
     if args.timer is not None and args.timer <= 0:

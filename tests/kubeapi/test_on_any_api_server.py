@@ -7,7 +7,9 @@ where the emulator's reading of Kubernetes is wrong, the real server shows it.
 """
 import pathlib
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -107,6 +109,47 @@ def test_the_minimal_example_end_to_end(
     assert "Handler 'create_fn' succeeded." in runner.output
     assert "Changed: change spec.duration: '1m' -> '2m'" in runner.output
     assert "Handler 'delete_fn' succeeded." in runner.output
+
+
+@pytest.mark.parametrize('token', [False, True], ids=['current-context', 'token-context'])
+def test_the_benchmarks_floor_logs_in_by_the_kubeconfig(
+        k8s_api: Any, api: kubernetes.client.ApiClient, kex_crd: None, namespace: str,
+        tmp_path: pathlib.Path, token: bool) -> None:
+    # benchmarks/floor_client.py --kubeconfig: the server, its CA, the user's client certificate or token.
+    kubeconfig = k8s_api.kubeconfig_path
+    if token:
+        config = yaml.safe_load(kubeconfig.read_text())
+        users = {u['name']: u.get('user') or {} for u in config.get('users') or []}
+        found = [c['name'] for c in config.get('contexts') or []
+                 if users.get(c['context'].get('user'), {}).get('token')]
+        if not found:
+            pytest.skip('The kubeconfig has no context with a bearer token.')
+        config['current-context'] = found[0]
+        kubeconfig = tmp_path / 'kubeconfig'
+        kubeconfig.write_text(yaml.safe_dump(config))
+    custom, where = kex(api, namespace)
+    floor = subprocess.Popen([sys.executable, str(REPO / 'benchmarks' / 'floor_client.py'),
+                              '--kubeconfig', str(kubeconfig), '--namespace', namespace],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        custom.create_namespaced_custom_object(**where, body={
+            'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'kex1'}, 'spec': {}})
+
+        def handled() -> Any:
+            if floor.poll() is not None:
+                return True  # it has exited: its output says why
+            obj = custom.get_namespaced_custom_object(**where, name='kex1')
+            return obj if obj.get('status', {}).get('create_fn') else None
+
+        obj = wait_until(handled)
+    finally:
+        if floor.poll() is None:
+            floor.send_signal(signal.SIGINT)
+        output, _ = floor.communicate(timeout=WAIT)
+    assert floor.returncode == 0, output
+    assert isinstance(obj, dict), output
+    assert obj['status']['create_fn'] == {'message': 'hello'}
+    assert 'kopf.zalando.org/last-handled-configuration' in obj['metadata']['annotations']
 
 
 @pytest.mark.skipif(KUBECTL is None, reason='kubectl is not installed')
