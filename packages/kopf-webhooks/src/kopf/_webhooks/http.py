@@ -31,6 +31,8 @@ from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from kopf._cogs.helpers import http1
+
 __all__ = ['HTTPResponse', 'Handler', 'Listener', 'Request', 'start_server', 'stop_server']
 
 logger = logging.getLogger(__name__)
@@ -108,13 +110,14 @@ class _HTTPProtocol(asyncio.Protocol):
         super().__init__()
         self._loop = asyncio.get_running_loop()
         self._handler = handler
-        self._max_body_size = max_body_size
+        self._parser = http1.RequestParser(max_body_size=max_body_size, max_head_size=MAX_HEAD_SIZE)
         self._request_timeout = request_timeout
         self._idle_timeout = idle_timeout
         self.deadline: float | None = None
-        self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
+        self._refusal: http1.MalformedMessage | None = None  # answered when the requests before it are
+        self._refused = False
         self._continued = False
         self._paused = False
 
@@ -129,65 +132,40 @@ class _HTTPProtocol(asyncio.Protocol):
             self._task.cancel()  # nobody will read the answer
 
     def data_received(self, data: bytes) -> None:
-        if self._task is None and not self._buffer:  # a new request begins: it must arrive in time
-            self.deadline = self._loop.time() + self._request_timeout
-        self._buffer += data
+        if self._refused or self._refusal is not None:
+            return  # the connection is being closed: nothing after a bad request is read
+        parser = self._parser
+        if self._task is None and not parser.started and not parser.requests:
+            self.deadline = self._loop.time() + self._request_timeout  # a new request: it must arrive in time
+        try:
+            parser.feed(data)
+        except http1.MalformedMessage as e:
+            self._refusal = e
         if self._task is None:
             self._next()
-        elif len(self._buffer) > self._max_body_size + MAX_HEAD_SIZE and self._transport is not None:
-            self._transport.pause_reading()  # pipelined far ahead: wait until the current one is answered
+        elif parser.requests and self._transport is not None and not self._paused:
+            self._transport.pause_reading()  # pipelined ahead: wait until the current one is answered
             self._paused = True
 
     def _next(self) -> None:
-        """Start serving the next complete request in the buffer, if there is one."""
+        """Serve the next complete request if there is one; else refuse a bad one, or go on reading."""
         transport = self._transport
         if transport is None:
             return
         if self._paused:
             transport.resume_reading()
             self._paused = False
-        buffer = self._buffer
-        end = buffer.find(b'\r\n\r\n')
-        if end < 0:
-            if len(buffer) > MAX_HEAD_SIZE:
-                self._refuse(431, 'The request headers are too large.')
-            return
-        lines = buffer[:end].decode('latin-1').split('\r\n')
-        try:
-            method, target, version = lines[0].split(' ')
-        except ValueError:
-            self._refuse(400, 'Malformed HTTP request line.')
-            return
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in lines[1:]:
-            name, colon, value = line.partition(':')
-            if not colon:
-                self._refuse(400, 'Malformed HTTP header line.')
-                return
-            headers.add(name.strip(), value.strip())
-        if 'chunked' in headers.get('Transfer-Encoding', '').lower():
-            self._refuse(411, 'Chunked request bodies are not supported: send the Content-Length.')
-            return
-        try:
-            length = int(headers.get('Content-Length', '0'))
-        except ValueError:
-            self._refuse(400, 'Malformed Content-Length.')
-            return
-        if length < 0 or length > self._max_body_size:
-            self._refuse(413, f'The request body is above the limit of {self._max_body_size} bytes.')
-            return
-        total = end + 4 + length
-        if len(buffer) < total:
-            if not self._continued and headers.get('Expect', '').lower() == '100-continue':
+        parser = self._parser
+        if not parser.requests:
+            if self._refusal is not None:
+                self._refuse(self._refusal.status, str(self._refusal))
+            elif parser.continuing and not self._continued:
                 transport.write(b'HTTP/1.1 100 Continue\r\n\r\n')
                 self._continued = True
             return
-        body = bytes(buffer[end + 4:total])
-        del buffer[:total]
+        method, target, fields, body, keep_alive = parser.requests.popleft()
         self._continued = False
-        connection = headers.get('Connection', '').lower()
-        keep_alive = connection != 'close' if version == 'HTTP/1.1' else connection == 'keep-alive'
-        request = Request(method, target, CIMultiDictProxy(headers), body, transport)
+        request = Request(method, target, CIMultiDictProxy(CIMultiDict(fields)), body, transport)
         self.deadline = None  # the handler's time is not limited here (the API server limits it)
         self._task = self._loop.create_task(self._serve(request, keep_alive))
 
@@ -209,8 +187,10 @@ class _HTTPProtocol(asyncio.Protocol):
         transport.write(head.encode('latin-1') + payload)
         if not keep_alive:
             self.deadline = self._loop.time() + self._idle_timeout  # if the client never reads the answer
+            self._refused = True  # nothing more is read or answered
             transport.close()
-        elif self._buffer:  # a pipelined request: its time starts now, when its turn comes
+        elif self._parser.requests or self._parser.started or self._refusal is not None:
+            # A pipelined request (or its beginning): its time starts now, when its turn comes.
             self.deadline = self._loop.time() + self._request_timeout
             self._next()
         else:
@@ -222,7 +202,7 @@ class _HTTPProtocol(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        if self._buffer:
+        if self._parser.started and not self._refused:
             logger.debug('Closing a connection: its request has not arrived in full in time.')
             self._refuse(408, 'The request has not arrived in full in time.')
         else:
@@ -231,13 +211,14 @@ class _HTTPProtocol(asyncio.Protocol):
         transport.abort()
 
     def _refuse(self, status: int, message: str) -> None:
+        self._refused = True
+        self._parser.requests.clear()
         if self._transport is not None:
             payload = f'{message}\n'.encode()
             self._transport.write(
                 f'HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: text/plain\r\n'
                 f'Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n'.encode() + payload)
             self._transport.close()
-        self._buffer.clear()
 
 
 class _SocketTransport(asyncio.Transport):
