@@ -1,5 +1,5 @@
 """
-The HTTP/1.1 parsing of the webhook server's requests (``kopf._cogs.helpers.http1`` under its HTTP layer).
+The HTTP/1.1 parsing of the webhook server's requests (``kopf._cogs.helpers.http1`` under ``http.py``).
 
 The requests are written by a raw client, cut into pieces at every position (each piece written
 and drained separately, so that the server reads them as they come); the server's handler echoes
@@ -122,23 +122,20 @@ async def assert_refused(reader: asyncio.StreamReader, status: int, reason: str)
 
 
 @pytest.mark.parametrize('request_bytes, status, reason', [
+    pytest.param(b'NONSENSE\r\n\r\n', 400, 'Malformed HTTP request line.', id='no-request-line'),
+    pytest.param(b'POST /a b HTTP/1.1\r\n\r\n', 400, 'Malformed HTTP request line.', id='space-in-target'),
+    pytest.param(b'POST / HTTP/1.1\r\nno colon here\r\n\r\n', 400, 'Malformed HTTP header line.',
+                 id='no-colon'),
+    pytest.param(b'POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n', 400, 'Malformed Content-Length.',
+                 id='bad-length'),
     pytest.param(b'POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n',
-                 400, "Transfer-Encoding can't be present with Content-Length", id='smuggling-length-first'),
-    pytest.param(b'POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\nx',
-                 400, "Content-Length can't be present with Transfer-Encoding", id='smuggling-chunked-first'),
-    pytest.param(b'POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy',
-                 400, 'Duplicate Content-Length', id='two-lengths'),
-    pytest.param(b'POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n',
-                 400, 'Content-Length overflow', id='length-overflow'),
-    pytest.param(b'POST / HTTP/1.1\r\nHost: x\nContent-Length: 0\r\n\r\n',
-                 400, 'Missing expected CR after header value', id='bare-lf'),
-    pytest.param(b'POST /a b HTTP/1.1\r\n\r\n', 400, 'Expected HTTP/', id='space-in-target'),
-    pytest.param(b'POST / HTTP/3.0\r\n\r\n', 400, 'Invalid HTTP version', id='bad-version'),
-    pytest.param(b'POST / HTTP/1.1\r\nX: \x01\r\n\r\n', 400, 'Invalid header value char', id='control-char'),
-    pytest.param(b'POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n', 411, 'Chunked',
-                 id='chunked'),
+                 411, 'Chunked request bodies are not supported', id='smuggling-length-first'),
+    pytest.param(b'POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 1\r\n\r\nx',
+                 411, 'Chunked request bodies are not supported', id='smuggling-chunked-first'),
     pytest.param(b'POST / HTTP/1.1\r\nContent-Length: 1001\r\n\r\n', 413, 'above the limit of 1000 bytes',
                  id='above-the-limit'),
+    pytest.param(b'POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n', 413, 'above the limit of 1000 bytes',
+                 id='negative-length'),
 ])
 async def test_bad_requests_are_refused_with_the_reason(
         address: tuple[str, int], request_bytes: bytes, status: int, reason: str) -> None:
@@ -157,7 +154,7 @@ async def test_bad_request_after_a_good_one_is_refused_after_its_answer(address:
         writer.write(REQUEST + b'NONSENSE\r\n\r\n' + REQUEST)
         status, _, body = await read_response(reader)
         assert (status, json.loads(body)) == (200, ECHO)
-        await assert_refused(reader, 400, 'Malformed HTTP request: Invalid method encountered.')
+        await assert_refused(reader, 400, 'Malformed HTTP request line.')
     finally:
         writer.close()
 

@@ -10,7 +10,8 @@ transports, with the TLS done by the ssl module's C code.
 
 What it supports: ``http`` and ``https`` servers (with a path prefix), keep-alive connections
 (one request at a time each, no pipelining), responses framed by ``Content-Length``, by chunks,
-or by closing the connection; the total and connect timeouts; streamed responses (watch-streams)
+or by closing the connection (parsed by llhttp in C: :mod:`kopf._cogs.helpers.http1`, the framework's
+one HTTP/1.1 parsing); the total and connect timeouts; streamed responses (watch-streams)
 on connections of their own, read as the bytes come, with back-pressure (the socket's reading
 pauses while more than :data:`_STREAM_HIGH_WATER` bytes wait for the consumer). What it leaves to
 aiohttp (:mod:`.fallback`, imported only then): the proxies, explicit or from the environment.

@@ -2,8 +2,9 @@
 A lean HTTP/1.1 server for the admission reviews: a request with a body in, one response out.
 
 The admission reviews sit in the path of every API request of the cluster, so the server's own cost
-per request matters: here, a protocol parses only what the webhooks need (the request line, the headers,
-a ``Content-Length`` body), and answers with ``Content-Length`` over keep-alive connections; the sockets
+per request matters: here, a protocol takes only what the webhooks need (the request line, the headers,
+a ``Content-Length`` body; parsed by :mod:`kopf._cogs.helpers.http1`, the framework's one HTTP/1.1 parsing),
+and answers with ``Content-Length`` over keep-alive connections; the sockets
 (plain or TLS) are served directly by the event loop's readiness callbacks, so that the encryption
 happens in the SSL module's C code. A general-purpose web framework on asyncio's TLS transport costs
 several times more per request.
@@ -66,6 +67,9 @@ REASONS = {
     500: 'Internal Server Error',
 }
 
+# The header fields of a request: looked up by any case, repeated ones kept (as aiohttp's requests have them).
+_new_fields: Callable[[], CIMultiDict[str]] = CIMultiDict
+
 # status, content type, body, extra headers (already formatted lines, each ending with CRLF).
 HTTPResponse = tuple[int, str, bytes, str]
 
@@ -110,14 +114,15 @@ class _HTTPProtocol(asyncio.Protocol):
         super().__init__()
         self._loop = asyncio.get_running_loop()
         self._handler = handler
-        self._parser = http1.RequestParser(max_body_size=max_body_size, max_head_size=MAX_HEAD_SIZE)
+        self._max_body_size = max_body_size
+        self._parser = http1.RequestParser(fields=_new_fields, max_body_size=max_body_size,
+                                           max_head_size=MAX_HEAD_SIZE)
         self._request_timeout = request_timeout
         self._idle_timeout = idle_timeout
         self.deadline: float | None = None
+        self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
-        self._refusal: http1.MalformedMessage | None = None  # answered when the requests before it are
-        self._refused = False
         self._continued = False
         self._paused = False
 
@@ -132,40 +137,36 @@ class _HTTPProtocol(asyncio.Protocol):
             self._task.cancel()  # nobody will read the answer
 
     def data_received(self, data: bytes) -> None:
-        if self._refused or self._refusal is not None:
-            return  # the connection is being closed: nothing after a bad request is read
-        parser = self._parser
-        if self._task is None and not parser.started and not parser.requests:
-            self.deadline = self._loop.time() + self._request_timeout  # a new request: it must arrive in time
-        try:
-            parser.feed(data)
-        except http1.MalformedMessage as e:
-            self._refusal = e
+        if self._task is None and not self._buffer:  # a new request begins: it must arrive in time
+            self.deadline = self._loop.time() + self._request_timeout
+        self._buffer += data
         if self._task is None:
             self._next()
-        elif parser.requests and self._transport is not None and not self._paused:
-            self._transport.pause_reading()  # pipelined ahead: wait until the current one is answered
+        elif len(self._buffer) > self._max_body_size + MAX_HEAD_SIZE and self._transport is not None:
+            self._transport.pause_reading()  # pipelined far ahead: wait until the current one is answered
             self._paused = True
 
     def _next(self) -> None:
-        """Serve the next complete request if there is one; else refuse a bad one, or go on reading."""
+        """Start serving the next complete request in the buffer, if there is one."""
         transport = self._transport
         if transport is None:
             return
         if self._paused:
             transport.resume_reading()
             self._paused = False
-        parser = self._parser
-        if not parser.requests:
-            if self._refusal is not None:
-                self._refuse(self._refusal.status, str(self._refusal))
-            elif parser.continuing and not self._continued:
+        try:
+            parsed = self._parser.take(self._buffer)
+        except http1.MalformedMessage as e:
+            self._refuse(e.status, str(e))
+            return
+        if parsed is None:
+            if self._parser.continuing and not self._continued:
                 transport.write(b'HTTP/1.1 100 Continue\r\n\r\n')
                 self._continued = True
             return
-        method, target, fields, body, keep_alive = parser.requests.popleft()
+        method, target, fields, body, keep_alive = parsed
         self._continued = False
-        request = Request(method, target, CIMultiDictProxy(CIMultiDict(fields)), body, transport)
+        request = Request(method, target, CIMultiDictProxy(fields), body, transport)
         self.deadline = None  # the handler's time is not limited here (the API server limits it)
         self._task = self._loop.create_task(self._serve(request, keep_alive))
 
@@ -187,10 +188,8 @@ class _HTTPProtocol(asyncio.Protocol):
         transport.write(head.encode('latin-1') + payload)
         if not keep_alive:
             self.deadline = self._loop.time() + self._idle_timeout  # if the client never reads the answer
-            self._refused = True  # nothing more is read or answered
             transport.close()
-        elif self._parser.requests or self._parser.started or self._refusal is not None:
-            # A pipelined request (or its beginning): its time starts now, when its turn comes.
+        elif self._buffer:  # a pipelined request: its time starts now, when its turn comes
             self.deadline = self._loop.time() + self._request_timeout
             self._next()
         else:
@@ -202,7 +201,7 @@ class _HTTPProtocol(asyncio.Protocol):
         transport = self._transport
         if transport is None:
             return
-        if self._parser.started and not self._refused:
+        if self._buffer:
             logger.debug('Closing a connection: its request has not arrived in full in time.')
             self._refuse(408, 'The request has not arrived in full in time.')
         else:
@@ -211,14 +210,13 @@ class _HTTPProtocol(asyncio.Protocol):
         transport.abort()
 
     def _refuse(self, status: int, message: str) -> None:
-        self._refused = True
-        self._parser.requests.clear()
         if self._transport is not None:
             payload = f'{message}\n'.encode()
             self._transport.write(
                 f'HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: text/plain\r\n'
                 f'Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n'.encode() + payload)
             self._transport.close()
+        self._buffer.clear()
 
 
 class _SocketTransport(asyncio.Transport):

@@ -1,24 +1,30 @@
 """
 The HTTP/1.1 parsing of the framework's own HTTP: the API client's responses, the webhook server's requests.
 
-Both sides parse incrementally, as the bytes come, with llhttp (Node.js's HTTP/1.1 parser, in C) via
-``httptools`` (the parser under uvicorn): the de-facto grammar of HTTP/1.1 as browsers and servers
-speak it, with the chunked encoding (sizes, extensions, trailers), the framing's corner cases
-(``Content-Length`` vs ``Transfer-Encoding``, duplicates, 1xx and bodiless responses, keep-alive
-by version and ``Connection``), and the request-smuggling defences, maintained against the RFCs.
-It also costs less CPU than the hand-written parsers it replaces (see ``benchmarks/README.md``):
-the framing is done in C, and only the head's fields and the body's pieces come up to Python.
+Both sides parse incrementally, as the bytes come, and only parse: the connections, the timeouts,
+the answers are their users' business (:mod:`kopf._clients.connections` and :mod:`kopf._webhooks.http`).
+The responses are fed to their parser as they come, the requests are taken out of the bytes that came;
+what is not HTTP/1.x or exceeds the limits raises :class:`MalformedMessage`; no callbacks into the users.
 
-The parsers only parse: the connections, the timeouts, the answers are their users' business
-(:mod:`kopf._clients.connections` and :mod:`kopf._webhooks.http`). They are driven by ``feed()``
-(which raises :class:`MalformedMessage` for what is not HTTP/1.x or exceeds the limits), and their
-results are read from their attributes after it: no callbacks into the users' code.
+The responses (:class:`ResponseParser`) are parsed by llhttp (Node.js's HTTP/1.1 parser, in C) via
+``httptools`` (the parser under uvicorn): the de-facto grammar of HTTP/1.1 as servers speak it, with
+the chunked encoding (sizes, extensions, trailers, a chunk streamed before its end), the framing's
+corner cases (``Content-Length`` vs ``Transfer-Encoding``, duplicates, 1xx and bodiless responses,
+keep-alive by version and ``Connection``) and the smuggling defences, maintained against the RFCs.
+It also costs less than a parser in Python: the framing is done in C, and only the head's fields and
+the body's pieces come up to Python (per request and even more per watch-event: ``benchmarks/README.md``).
+
+The requests (:class:`RequestParser`) are parsed here, in Python: the webhook server takes only what
+the admission reviews need (``Content-Length`` bodies, no chunks, no upgrades), which a few string
+operations per head do for less CPU than llhttp's callbacks per header field via httptools (measured:
++7% of the server's instructions per review with llhttp; see ``benchmarks/README.md``).
 """
-import collections
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
 import httptools
 
-__all__ = ['MalformedMessage', 'ParsedRequest', 'RequestParser', 'ResponseParser']
+__all__ = ['Fields', 'MalformedMessage', 'RequestParser', 'ResponseParser']
 
 
 class MalformedMessage(ValueError):
@@ -47,10 +53,13 @@ class ResponseParser:
     """
 
     __slots__ = ('_fed', '_fields', '_heads', '_informational', '_no_body', '_parser', '_stopped',
-                 'body', 'complete', 'extra', 'head', 'headers', 'keep_alive', 'status', 'until_close')
+                 'body', 'complete', 'extra', 'head', 'headers', 'keep_alive', 'on_body', 'status',
+                 'until_close')
 
     def __init__(self) -> None:
         super().__init__()
+        self.body: list[bytes] = []
+        self.on_body = self.body.append  # a callback of llhttp's with no frame of Python (a watch-event each)
         self._parser = httptools.HttpResponseParser(self)
         self._stopped = False
         self.expect()
@@ -67,7 +76,7 @@ class ResponseParser:
         self.head = False
         self.complete = False
         self.extra = False
-        self.body: list[bytes] = []
+        self.body.clear()
         self._fields: dict[str, str] = {}
         self._informational = False
         self._no_body = no_body
@@ -113,8 +122,9 @@ class ResponseParser:
         pieces = self.body
         if not pieces:
             return b''
-        self.body = []
-        return pieces[0] if len(pieces) == 1 else b''.join(pieces)
+        data = pieces[0] if len(pieces) == 1 else b''.join(pieces)
+        pieces.clear()
+        return data
 
     # The callbacks of llhttp (via httptools).
 
@@ -124,8 +134,8 @@ class ResponseParser:
         self._fields = {}
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        # llhttp strips the leading spaces of the value, not the trailing ones.
-        key = name.decode('latin-1').lower()
+        # The names are tokens (ASCII: llhttp refuses others); llhttp strips the values' leading spaces only.
+        key = name.decode().lower()
         text = value.decode('latin-1').rstrip(' \t')
         fields = self._fields
         fields[key] = f'{fields[key]}, {text}' if key in fields else text
@@ -153,9 +163,6 @@ class ResponseParser:
         self.until_close = (status != 204 and status != 304 and 'content-length' not in headers
                             and 'chunked' not in headers.get('transfer-encoding', '').lower())
 
-    def on_body(self, data: bytes) -> None:
-        self.body.append(data)
-
     def on_message_complete(self) -> None:
         if self._informational:
             self._informational = False
@@ -163,104 +170,78 @@ class ResponseParser:
             self.complete = True
 
 
-# A request as parsed: the method, the target (path & query), the header fields (names as sent),
-# the body, and whether the connection stays open after the answer.
-ParsedRequest = tuple[str, str, list[tuple[str, str]], bytes, bool]
+class Fields(Protocol):
+    """Where a request's header fields go, e.g. multidict's ``CIMultiDict`` (a lookup ignores the case)."""
+
+    def add(self, key: str, value: str, /) -> None: ...
+
+    def get(self, key: str, default: str, /) -> str: ...
 
 
-class RequestParser:
+FieldsT = TypeVar('FieldsT', bound=Fields)
+
+
+class RequestParser(Generic[FieldsT]):
     """
-    The requests of one server connection: pipelined ones too, kept in order until taken.
+    The requests of one server connection, taken one by one from the bytes that came (pipelined ones too).
 
-    After a :meth:`feed`, ``requests`` holds the complete requests not taken yet. ``started`` says
-    whether a request is coming in (its first byte has come, not its end); ``awaiting_body`` that its
-    head has come, not all of its body (the client may wait for a ``100 Continue`` if ``continuing``).
-    What is refused (:class:`MalformedMessage` with the status to answer): malformed requests (400),
-    chunked bodies (411), bodies above ``max_body_size`` (413), heads above ``max_head_size`` (431).
-    After a refusal, the connection must be closed: the parser does not resynchronise.
+    :meth:`take` parses the next request out of its caller's buffer when it is there in full, or leaves
+    the buffer as it is until more comes (the head is parsed again then: the requests that come in pieces
+    are few, and so the common one costs only its parsing). What is refused (:class:`MalformedMessage`
+    with the status to answer): malformed requests (400), chunked bodies (411), bodies above
+    ``max_body_size`` (413), heads above ``max_head_size`` (431). After a refusal, the connection must
+    be closed: the parser does not resynchronise.
     """
 
-    __slots__ = ('_body', '_fields', '_head_size', '_keep_alive', '_max_body_size', '_max_head_size',
-                 '_method', '_parser', '_target', 'awaiting_body', 'continuing', 'requests', 'started')
+    __slots__ = ('_fields', '_max_body_size', '_max_head_size', 'continuing')
 
-    def __init__(self, *, max_body_size: int, max_head_size: int) -> None:
+    def __init__(self, *, fields: Callable[[], FieldsT], max_body_size: int, max_head_size: int) -> None:
         super().__init__()
-        self._parser = httptools.HttpRequestParser(self)
+        self._fields = fields
         self._max_body_size = max_body_size
         self._max_head_size = max_head_size
-        self.requests: collections.deque[ParsedRequest] = collections.deque()
-        self.started = False
-        self.awaiting_body = False
         self.continuing = False
-        self._head_size = 0
-        self._target = b''
-        self._method = ''
-        self._keep_alive = True
-        self._fields: list[tuple[str, str]] = []
-        self._body: list[bytes] = []
 
-    def feed(self, data: bytes) -> None:
-        rest = data
-        while rest:
-            try:
-                self._parser.feed_data(rest)
-            except httptools.HttpParserUpgrade as e:
-                # A request asking for another protocol (its body, if any, is taken as that protocol's by
-                # llhttp): served as a plain one; what follows it is taken as HTTP/1.1 still.
-                rest = rest[e.args[0]:]
-            except httptools.HttpParserError as e:
-                if isinstance(e.__context__, MalformedMessage):
-                    raise e.__context__ from None
-                raise MalformedMessage(f'Malformed HTTP request: {e}.') from None
-            else:
-                break
-        if self.started and not self.awaiting_body:  # a head is still coming: it must not grow forever
-            self._head_size += len(data)
-            if self._head_size > self._max_head_size:
+    def take(self, buffer: bytearray) -> tuple[str, str, FieldsT, bytes, bool] | None:
+        """
+        The next request: its method, target (path & query), header fields, body, and keep-alive.
+
+        None if it has not come in full; then ``continuing`` says whether its head has come with
+        ``Expect: 100-continue`` (so its client waits for a ``100 Continue`` before sending the body).
+        """
+        end = buffer.find(b'\r\n\r\n')
+        if end < 0:
+            if len(buffer) > self._max_head_size:
                 raise MalformedMessage('The request headers are too large.', status=431)
-
-    # The callbacks of llhttp (via httptools).
-
-    def on_message_begin(self) -> None:
-        self.started = True
-        self._head_size = 0
-        self._target = b''
-        self._fields = []
-        self._body = []
-
-    def on_url(self, url: bytes) -> None:
-        self._target += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._fields.append((name.decode('latin-1'), value.decode('latin-1').rstrip(' \t')))
-
-    def on_headers_complete(self) -> None:
-        length = 0
-        self.continuing = False
-        for name, value in self._fields:
-            lowered = name.lower()
-            if lowered == 'content-length':
-                length = int(value)  # validated by llhttp already: digits only, one value
-            elif lowered == 'transfer-encoding' and 'chunked' in value.lower():
-                raise MalformedMessage('Chunked request bodies are not supported: send the Content-Length.',
-                                       status=411)
-            elif lowered == 'expect' and value.lower() == '100-continue':
-                self.continuing = True
-        if length > self._max_body_size:
+            self.continuing = False
+            return None
+        lines = buffer[:end].decode('latin-1').split('\r\n')
+        try:
+            method, target, version = lines[0].split(' ')
+        except ValueError:
+            raise MalformedMessage('Malformed HTTP request line.') from None
+        fields = self._fields()
+        for line in lines[1:]:
+            name, colon, value = line.partition(':')
+            if not colon:
+                raise MalformedMessage('Malformed HTTP header line.')
+            fields.add(name.strip(), value.strip())
+        if 'chunked' in fields.get('Transfer-Encoding', '').lower():
+            raise MalformedMessage('Chunked request bodies are not supported: send the Content-Length.',
+                                   status=411)
+        try:
+            length = int(fields.get('Content-Length', '0'))
+        except ValueError:
+            raise MalformedMessage('Malformed Content-Length.') from None
+        if length < 0 or length > self._max_body_size:
             raise MalformedMessage(f'The request body is above the limit of {self._max_body_size} bytes.',
                                    status=413)
-        self._method = self._parser.get_method().decode('ascii')
-        self._keep_alive = self._parser.should_keep_alive()
-        self.awaiting_body = True
-
-    def on_body(self, data: bytes) -> None:
-        self._body.append(data)
-
-    def on_message_complete(self) -> None:
-        pieces = self._body
-        body = b'' if not pieces else pieces[0] if len(pieces) == 1 else b''.join(pieces)
-        self.requests.append((self._method, self._target.decode('latin-1'), self._fields, body,
-                              self._keep_alive))
-        self.started = False
-        self.awaiting_body = False
-        self.continuing = False
+        total = end + 4 + length
+        if len(buffer) < total:
+            self.continuing = fields.get('Expect', '').lower() == '100-continue'
+            return None
+        body = bytes(buffer[end + 4:total])
+        del buffer[:total]
+        connection = fields.get('Connection', '').lower()
+        keep_alive = connection != 'close' if version == 'HTTP/1.1' else connection == 'keep-alive'
+        return method, target, fields, body, keep_alive
