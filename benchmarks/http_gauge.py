@@ -14,7 +14,12 @@ Three scenarios, each measured in a process under callgrind while its peer runs 
   (``read_stream()``, what ``readany()`` awaits) and split into lines as the watching does;
 * ``reviews``/``reviews-tls``: the webhook server's HTTP layer (``kopf._webhooks.http.start_server`` with a
   handler that returns a canned review) answers N AdmissionReviews (2 KiB, with the headers of
-  kube-apiserver's webhook client) posted one after another over one keep-alive connection, plain or TLS.
+  kube-apiserver's webhook client) posted one after another over one keep-alive connection, plain or TLS;
+* ``admission-tls``: the same reviews through the whole path of an operator's review: ``kopf.WebhookServer``
+  over TLS, the framework's webhook function (``make_webhook_fn``) and a validating handler.
+
+The measured processes run with ``PYTHONHASHSEED=0``: with random seeds, their start-ups differ by a few
+million instructions, which do not cancel out (±2-4% per review in the runs of the same code).
 
 Usage (valgrind must be installed; each Python must have this project installed, e.g. a venv copy)::
 
@@ -24,6 +29,7 @@ Usage (valgrind must be installed; each Python must have this project installed,
 import argparse
 import asyncio
 import json
+import os
 import pathlib
 import re
 import shutil
@@ -36,7 +42,7 @@ import time
 from typing import Any
 
 HERE = pathlib.Path(__file__).resolve()
-SCENARIOS = ['requests', 'watch-quiet', 'watch-burst', 'reviews', 'reviews-tls']
+SCENARIOS = ['requests', 'watch-quiet', 'watch-burst', 'reviews', 'reviews-tls', 'admission-tls']
 
 
 def make_object(index: int) -> dict[str, Any]:
@@ -119,7 +125,7 @@ def serve_responses(port: int) -> None:
 def post_reviews(port: int, count: int, context: ssl.SSLContext | None) -> None:
     """The load generator: ``count`` reviews one after another over one connection, then ``/quit``."""
     requests = [review_request(index, port) for index in range(count)]
-    requests.append(b'POST /quit HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n')
+    requests.append(b'POST /quit HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}')
     with socket.create_connection(('127.0.0.1', port)) as raw:
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock = context.wrap_socket(raw, server_hostname='127.0.0.1') if context is not None else raw
@@ -238,25 +244,71 @@ def drive_reviews(port_file: str, tls: bool) -> None:
     asyncio.run(main())
 
 
+def drive_admission(port_file: str) -> None:
+    import types
+
+    import kopf
+    from kopf._cogs.structs.references import Resource
+    from kopf._core.engines.admission import make_webhook_fn
+
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.validate('kopf.dev', 'v1', 'kopfexamples', registry=registry)
+    async def validate_fn(spec: kopf.Spec, **_: Any) -> None:
+        if spec.get('field') == 'bad':
+            raise kopf.AdmissionError('Bad field.')
+
+    async def main() -> None:
+        quit_ = asyncio.Event()
+        ready = asyncio.Event()
+        ready.set()
+        resource = Resource('kopf.dev', 'v1', 'kopfexamples', kind='KopfExample', namespaced=True)
+        insights = types.SimpleNamespace(webhook_resources={resource}, ready_resources=ready)
+        review_fn = make_webhook_fn(registry=registry, settings=kopf.OperatorSettings(), insights=insights)
+
+        async def webhook_fn(request: Any, *, webhook: Any = None, **kwargs: Any) -> Any:
+            if webhook == 'quit':
+                quit_.set()
+                return {}
+            return await review_fn(request, webhook=webhook, **kwargs)
+
+        folder = pathlib.Path(port_file).parent
+        server = kopf.WebhookServer(addr='127.0.0.1', port=0, host='127.0.0.1',
+                                    certfile=folder / 'cert.pem', pkeyfile=folder / 'pkey.pem')
+        async with server:
+            configs = server(webhook_fn)
+            config = await configs.__anext__()
+            pathlib.Path(port_file).write_text(config['url'].rsplit(':', 1)[1])  # noqa: ASYNC240
+            await quit_.wait()
+            await configs.aclose()
+
+    asyncio.run(main())
+
+
 #
 # The measurement.
 #
 
+# The same hashes in every run: the dicts' & sets' layouts (and their probes) do not vary by ~1% between runs.
+ENV = dict(os.environ, PYTHONHASHSEED='0')
+
+
 def count_instructions(python: str, *args: str) -> int:
     command = ['valgrind', '--tool=callgrind', '--callgrind-out-file=/dev/null', python, str(HERE), *args]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    result = subprocess.run(command, capture_output=True, text=True, check=True, env=ENV)
     match = re.search(r'Collected : (\d+)', result.stderr)
     if match is None:
         raise RuntimeError(f'No instructions counted by callgrind:\n{result.stderr[-2000:]}')
     return int(match.group(1))
 
 
-def count_reviews(python: str, count: int, tls: bool, folder: pathlib.Path) -> int:
+def count_reviews(python: str, count: int, tls: bool, folder: pathlib.Path, *, whole: bool = False) -> int:
     port_file = folder / 'port'
     port_file.unlink(missing_ok=True)
+    mode = ['--drive-admission', str(port_file)] if whole else ['--drive-reviews', str(port_file)]
     command = ['valgrind', '--tool=callgrind', '--callgrind-out-file=/dev/null', python, str(HERE),
-               '--drive-reviews', str(port_file), *(['--tls'] if tls else [])]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+               *mode, *(['--tls'] if tls else [])]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         while not port_file.exists() or not port_file.read_text():
             if server.poll() is not None:
@@ -293,6 +345,7 @@ def main() -> None:
     parser.add_argument('--drive-requests', nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument('--drive-watch', nargs=2, help=argparse.SUPPRESS)
     parser.add_argument('--drive-reviews', help=argparse.SUPPRESS)
+    parser.add_argument('--drive-admission', help=argparse.SUPPRESS)
     parser.add_argument('--tls', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -308,6 +361,9 @@ def main() -> None:
     if args.drive_reviews is not None:
         drive_reviews(args.drive_reviews, args.tls)
         return
+    if args.drive_admission is not None:
+        drive_admission(args.drive_admission)
+        return
 
     if shutil.which('valgrind') is None:
         sys.exit('valgrind is needed: e.g. `apt-get install valgrind`.')
@@ -316,7 +372,7 @@ def main() -> None:
     pythons = args.python or [sys.executable]
     with tempfile.TemporaryDirectory(prefix='kopf-http-gauge-') as tmpdir:
         folder = pathlib.Path(tmpdir)
-        if any(scenario.endswith('-tls') for scenario in scenarios):
+        if any(scenario.endswith('-tls') for scenario in scenarios):  # made here: not measured
             from kopf._webhooks.certificates import build_certificate
             cert, pkey = build_certificate(['127.0.0.1'])
             (folder / 'cert.pem').write_bytes(cert)
@@ -340,11 +396,13 @@ def main() -> None:
                             mode = scenario.split('-')[1]
                             counts.append(count_instructions(python, '--drive-watch', str(count), mode))
                         else:
-                            counts.append(count_reviews(python, count, scenario.endswith('-tls'), folder))
+                            counts.append(count_reviews(python, count, scenario.endswith('-tls'), folder,
+                                                        whole=scenario.startswith('admission')))
                     per_unit = (counts[1] - counts[0]) / (high - low)
                     unit = {'requests': 'request', 'watch-quiet': 'watch-event (an event per read)',
                             'watch-burst': 'watch-event (16 KiB reads)',
-                            'reviews': 'review', 'reviews-tls': 'review over TLS'}[scenario]
+                            'reviews': 'review', 'reviews-tls': 'review over TLS',
+                            'admission-tls': 'review through kopf.WebhookServer & a handler'}[scenario]
                     print(f'{python}: {scenario}: {per_unit:,.0f} instructions per {unit}', flush=True)
         finally:
             server.terminate()
