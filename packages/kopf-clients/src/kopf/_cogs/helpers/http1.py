@@ -12,12 +12,12 @@ the chunked encoding (sizes, extensions, trailers, a chunk streamed before its e
 corner cases (``Content-Length`` vs ``Transfer-Encoding``, duplicates, 1xx and bodiless responses,
 keep-alive by version and ``Connection``) and the smuggling defences, maintained against the RFCs.
 It also costs less than a parser in Python: the framing is done in C, and only the head's fields and
-the body's pieces come up to Python (per request and even more per watch-event: ``benchmarks/README.md``).
+the body's pieces come up to Python (per request, and more so per watch-event: ``benchmarks/README.md``).
 
 The requests (:class:`RequestParser`) are parsed here, in Python: the webhook server takes only what
 the admission reviews need (``Content-Length`` bodies, no chunks, no upgrades), which a few string
-operations per head do for less CPU than llhttp's callbacks per header field via httptools (measured:
-+7% of the server's instructions per review with llhttp; see ``benchmarks/README.md``).
+operations per head do for less CPU than llhttp's callbacks per header field via httptools (measured
+in ``benchmarks/README.md``: ``http_gauge.py``).
 """
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
