@@ -10,7 +10,8 @@ with the TLS done by the ssl module's C code (the figures: benchmarks/README.md)
 
 What it supports: ``http`` and ``https`` servers (with a path prefix), keep-alive connections
 (one request at a time each, no pipelining), responses framed by ``Content-Length``, by chunks,
-or by closing the connection; the total and connect timeouts; streamed responses (watch-streams)
+or by closing the connection (parsed by llhttp in C: :mod:`kopf._cogs.helpers.http1`, the framework's
+one HTTP/1.1 parsing); the total and connect timeouts; streamed responses (watch-streams)
 on connections of their own, read as the bytes come, with back-pressure (the socket's reading
 pauses while more than :data:`_STREAM_HIGH_WATER` bytes wait for the consumer). What it leaves to
 aiohttp (:mod:`.fallback`, imported only then): the proxies, explicit or from the environment.
@@ -31,14 +32,13 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import NamedTuple, Protocol, cast
 
+from kopf._cogs.helpers import http1
+
 __all__ = ['CannotConnect', 'ConnectionPool', 'Disconnected', 'HTTPTransport', 'MalformedResponse',
            'NetworkError', 'Response', 'StreamResponse', 'StreamedResponse', 'Timeouts']
 
 # How many bytes of a streamed body can wait for the consumer before the reading from the socket pauses.
 _STREAM_HIGH_WATER = 128 * 1024
-
-# How much of the consumed response data may stay in the buffer before it is cut off (for chunks).
-_COMPACTION_THRESHOLD = 1024 * 1024
 
 
 class Timeouts(NamedTuple):
@@ -190,12 +190,6 @@ class Response:
         self.url = url
 
 
-def _copy(buffer: bytearray, start: int, end: int) -> bytes:
-    """A part of the buffer as bytes, copied once (slicing a bytearray would copy it twice)."""
-    with memoryview(buffer) as view:
-        return bytes(view[start:end])
-
-
 # A response as parsed: the status, the headers, the body, whether the connection can be reused.
 _Outcome = tuple[int, dict[str, str], bytes, bool]
 
@@ -214,10 +208,8 @@ class _Connection(asyncio.Protocol):
         self.transport = None
         self.closed = False
         self._waiter: asyncio.Future[_Outcome] | None = None
-        self._buffer = bytearray()
-        self._no_body = False
+        self._parser = http1.ResponseParser()
         self._received = False  # any byte of the current response?
-        self._reset_parser()
         # The streamed body (e.g. a watch-stream): handed over as it comes, with back-pressure.
         self._streaming = False
         self._pieces: collections.deque[bytes] = collections.deque()
@@ -227,34 +219,26 @@ class _Connection(asyncio.Protocol):
         self._reader: asyncio.Future[None] | None = None
         self._paused = False
 
-    def _reset_parser(self) -> None:
-        self._status = 0
-        self._headers: dict[str, str] = {}
-        self._keep_alive = True
-        self._framing = ''  # '' (headers pending), 'length', 'chunked', 'close'
-        self._length = 0
-        self._position = 0  # where the parsing continues in the buffer
-        self._chunks: list[bytes] = []
-        self._chunk_left = -1  # the unread bytes of the current chunk; 0: its line end; -1: a size line
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not checked by isinstance(): other loops' transports (e.g. uvloop's) are not asyncio's classes.
         self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        parser = self._parser
         waiter = self._waiter
+        ended = parser.eof()  # a body until the close is complete now
         if waiter is not None and not waiter.done():
-            if self._framing == 'close' and not self._streaming:
-                body = _copy(self._buffer, self._position, len(self._buffer))
-                self._buffer.clear()
-                waiter.set_result((self._status, self._headers, body, False))
+            if ended and not self._streaming:
+                waiter.set_result((parser.status, parser.headers, parser.take_body(), False))
             elif not self._received:
                 waiter.set_exception(_Stale())
             else:
                 waiter.set_exception(Disconnected())
         if self._streaming and not self._stream_ended:
-            self._end_stream(None if self._framing == 'close' else Disconnected())
+            if ended:
+                self._deliver(parser.take_body())
+            self._end_stream(None if ended else Disconnected())
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost() finishes or fails the response
@@ -266,9 +250,8 @@ class _Connection(asyncio.Protocol):
         waiter = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         self._streaming = streaming
-        self._no_body = no_body
         self._received = False
-        self._reset_parser()
+        self._parser.expect(no_body=no_body)
         self.transport.write(head + body if body else head)
         return waiter
 
@@ -283,16 +266,31 @@ class _Connection(asyncio.Protocol):
             self.abort()  # nothing was asked: the connection is out of sync, never to be reused
             return
         self._received = True
-        self._buffer += data
+        parser = self._parser
         try:
-            self._parse()
-        except ValueError as e:
+            parser.feed(data)
+        except http1.MalformedMessage as e:
             error = MalformedResponse(f'Malformed HTTP response: {e}')
             if not waiter.done():
                 waiter.set_exception(error)
             elif self._streaming and not self._stream_ended:
                 self._end_stream(error)
             self.abort()
+            return
+        if self._streaming:
+            if parser.head and not waiter.done():
+                waiter.set_result((parser.status, parser.headers, b'', False))
+            if parser.body:
+                self._deliver(parser.take_body())
+            if parser.complete and not self._stream_ended:
+                self._end_stream()
+                self.abort()  # not reused: the streams are few, and their connections are their own
+        elif parser.complete:
+            reusable = parser.keep_alive and not parser.extra
+            if not reusable:
+                self.abort()
+            if not waiter.done():
+                waiter.set_result((parser.status, parser.headers, parser.take_body(), reusable))
 
     async def read_stream(self) -> bytes:
         """The streamed body's bytes that have come so far (waiting for some); empty at its end."""
@@ -332,161 +330,6 @@ class _Connection(asyncio.Protocol):
     def _wake_reader(self) -> None:
         if self._reader is not None and not self._reader.done():
             self._reader.set_result(None)
-
-    def _parse_streamed(self) -> None:
-        buffer = self._buffer
-        if self._framing == 'length':
-            count = min(len(buffer), self._length)
-            if count:
-                self._deliver(_copy(buffer, 0, count))
-                del buffer[:count]
-                self._length -= count
-            if self._length == 0:
-                self._end_stream()
-                self.abort()  # not reused: the streams are few, and their connections are their own
-        elif self._framing == 'chunked':
-            done = self._parse_chunks()
-            if self._chunks:
-                self._deliver(b''.join(self._chunks))
-                self._chunks.clear()
-            if self._position:
-                del buffer[:self._position]
-                self._position = 0
-            if done:
-                self._end_stream()
-                self.abort()
-        elif buffer:  # 'close': everything until the connection closes
-            self._deliver(bytes(buffer))
-            buffer.clear()
-
-    def _parse(self) -> None:
-        buffer = self._buffer
-        while True:
-            if not self._framing:
-                end = buffer.find(b'\r\n\r\n', self._position)
-                if end < 0:
-                    self._position = max(0, len(buffer) - 3)
-                    return
-                head = buffer[:end].decode('latin-1')
-                del buffer[:end + 4]
-                self._position = 0
-                if not self._parse_head(head):
-                    continue  # an informational response (1xx): the real one follows
-                if self._streaming and self._waiter is not None and not self._waiter.done():
-                    self._waiter.set_result((self._status, self._headers, b'', False))
-            if self._streaming:
-                self._parse_streamed()
-                return
-            if self._framing == 'length':
-                if len(buffer) < self._length:
-                    return
-                body = _copy(buffer, 0, self._length)
-                extra = len(buffer) > self._length
-                buffer.clear()
-                self._finish(body, extra=extra)
-                return
-            elif self._framing == 'chunked':
-                if not self._parse_chunks():
-                    return
-                extra = len(buffer) > self._position
-                body = b''.join(self._chunks)
-                buffer.clear()
-                self._finish(body, extra=extra)
-                return
-            else:  # 'close': everything until the connection closes (see connection_lost)
-                return
-
-    def _parse_head(self, head: str) -> bool:
-        status_line, *lines = head.split('\r\n')
-        version, _, rest = status_line.partition(' ')
-        if not version.startswith('HTTP/1.'):
-            raise ValueError(f'not an HTTP/1.x status line: {status_line[:100]!r}')
-        status = int(rest[:3])
-        headers: dict[str, str] = {}
-        for line in lines:
-            name, sep, value = line.partition(':')
-            if not sep:
-                raise ValueError(f'a header line without a colon: {line[:100]!r}')
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = f'{headers[key]}, {value}' if key in headers else value
-        if 100 <= status < 200:
-            return False
-        self._status = status
-        self._headers = headers
-        connection = headers.get('connection', '').lower()
-        if version == 'HTTP/1.1':
-            self._keep_alive = 'close' not in connection
-        else:
-            self._keep_alive = 'keep-alive' in connection
-        if self._no_body or status == 204 or status == 304:
-            self._framing, self._length = 'length', 0
-        elif 'chunked' in headers.get('transfer-encoding', '').lower():
-            self._framing = 'chunked'
-        elif 'content-length' in headers:
-            self._framing, self._length = 'length', int(headers['content-length'])
-            if self._length < 0:
-                raise ValueError(f'a negative Content-Length: {self._length}')
-        else:
-            self._framing, self._keep_alive = 'close', False
-        return True
-
-    def _parse_chunks(self) -> bool:
-        """
-        Consume the chunks in the buffer, even the incomplete last one; True when the body is read.
-
-        The data of an incomplete chunk is taken as it comes, so that a huge chunk (e.g. a server writing
-        thousands of watch-events at once) does not have to be buffered in full before it is streamed.
-        """
-        buffer = self._buffer
-        position = self._position
-        try:
-            while True:
-                if self._chunk_left == -1:
-                    end = buffer.find(b'\r\n', position)
-                    if end < 0:
-                        return False
-                    size_text = bytes(buffer[position:end]).split(b';', 1)[0].strip()
-                    size = int(size_text, 16)  # ValueError if garbage: a malformed response
-                    position = end + 2
-                    if size == 0:
-                        self._chunk_left = -2  # the trailers (usually none) and the final empty line
-                    else:
-                        self._chunk_left = size
-                if self._chunk_left == -2:
-                    end = buffer.find(b'\r\n', position)
-                    if end < 0:
-                        return False
-                    trailer_is_empty = end == position
-                    position = end + 2
-                    if trailer_is_empty:
-                        return True
-                    continue
-                if self._chunk_left > 0:  # the chunk's data, maybe only the part that has come so far
-                    available = min(len(buffer) - position, self._chunk_left)
-                    if available > 0:
-                        self._chunks.append(_copy(buffer, position, position + available))
-                        position += available
-                        self._chunk_left -= available
-                    if self._chunk_left > 0:
-                        return False
-                if len(buffer) < position + 2:  # the line end after the chunk's data
-                    return False
-                position += 2
-                self._chunk_left = -1
-        finally:
-            self._position = position
-            if position > _COMPACTION_THRESHOLD:
-                del buffer[:position]
-                self._position = 0
-
-    def _finish(self, body: bytes, *, extra: bool) -> None:
-        waiter = self._waiter
-        reusable = self._keep_alive and not extra
-        if not reusable:
-            self.abort()
-        if waiter is not None and not waiter.done():
-            waiter.set_result((self._status, self._headers, body, reusable))
 
 
 class StreamResponse:

@@ -2,8 +2,9 @@
 A lean HTTP/1.1 server for the admission reviews: a request with a body in, one response out.
 
 The admission reviews sit in the path of every API request of the cluster, so the server's own cost
-per request matters: here, a protocol parses only what the webhooks need (the request line, the headers,
-a ``Content-Length`` body), and answers with ``Content-Length`` over keep-alive connections; the sockets
+per request matters: here, a protocol takes only what the webhooks need (the request line, the headers,
+a ``Content-Length`` body; parsed by :mod:`kopf._cogs.helpers.http1`, the framework's one HTTP/1.1 parsing),
+and answers with ``Content-Length`` over keep-alive connections; the sockets
 (plain or TLS) are served directly by the event loop's readiness callbacks, so that the encryption
 happens in the SSL module's C code. A general-purpose web framework on asyncio's TLS transport costs
 several times more per request.
@@ -30,6 +31,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from kopf._cogs.helpers import http1
 
 __all__ = ['HTTPResponse', 'Handler', 'Listener', 'Request', 'start_server', 'stop_server']
 
@@ -63,6 +66,9 @@ REASONS = {
     431: 'Request Header Fields Too Large',
     500: 'Internal Server Error',
 }
+
+# The header fields of a request: looked up by any case, repeated ones kept (as aiohttp's requests have them).
+_new_fields: Callable[[], CIMultiDict[str]] = CIMultiDict
 
 # status, content type, body, extra headers (already formatted lines, each ending with CRLF).
 HTTPResponse = tuple[int, str, bytes, str]
@@ -109,6 +115,8 @@ class _HTTPProtocol(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._handler = handler
         self._max_body_size = max_body_size
+        self._parser = http1.RequestParser(fields=_new_fields, max_body_size=max_body_size,
+                                           max_head_size=MAX_HEAD_SIZE)
         self._request_timeout = request_timeout
         self._idle_timeout = idle_timeout
         self.deadline: float | None = None
@@ -146,48 +154,19 @@ class _HTTPProtocol(asyncio.Protocol):
         if self._paused:
             transport.resume_reading()
             self._paused = False
-        buffer = self._buffer
-        end = buffer.find(b'\r\n\r\n')
-        if end < 0:
-            if len(buffer) > MAX_HEAD_SIZE:
-                self._refuse(431, 'The request headers are too large.')
-            return
-        lines = buffer[:end].decode('latin-1').split('\r\n')
         try:
-            method, target, version = lines[0].split(' ')
-        except ValueError:
-            self._refuse(400, 'Malformed HTTP request line.')
+            parsed = self._parser.take(self._buffer)
+        except http1.MalformedMessage as e:
+            self._refuse(e.status, str(e))
             return
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in lines[1:]:
-            name, colon, value = line.partition(':')
-            if not colon:
-                self._refuse(400, 'Malformed HTTP header line.')
-                return
-            headers.add(name.strip(), value.strip())
-        if 'chunked' in headers.get('Transfer-Encoding', '').lower():
-            self._refuse(411, 'Chunked request bodies are not supported: send the Content-Length.')
-            return
-        try:
-            length = int(headers.get('Content-Length', '0'))
-        except ValueError:
-            self._refuse(400, 'Malformed Content-Length.')
-            return
-        if length < 0 or length > self._max_body_size:
-            self._refuse(413, f'The request body is above the limit of {self._max_body_size} bytes.')
-            return
-        total = end + 4 + length
-        if len(buffer) < total:
-            if not self._continued and headers.get('Expect', '').lower() == '100-continue':
+        if parsed is None:
+            if self._parser.continuing and not self._continued:
                 transport.write(b'HTTP/1.1 100 Continue\r\n\r\n')
                 self._continued = True
             return
-        body = bytes(buffer[end + 4:total])
-        del buffer[:total]
+        method, target, fields, body, keep_alive = parsed
         self._continued = False
-        connection = headers.get('Connection', '').lower()
-        keep_alive = connection != 'close' if version == 'HTTP/1.1' else connection == 'keep-alive'
-        request = Request(method, target, CIMultiDictProxy(headers), body, transport)
+        request = Request(method, target, CIMultiDictProxy(fields), body, transport)
         self.deadline = None  # the handler's time is not limited here (the API server limits it)
         self._task = self._loop.create_task(self._serve(request, keep_alive))
 
