@@ -187,6 +187,22 @@ def test_json_patch_of_simple_changes():
     ]
 
 
+def test_json_patch_of_a_merge_patch_replaces_the_lists_as_wholes():
+    patch = Patch({'spec': {'items': [2]}})  # the general diff would remove the item #0 instead
+    assert patch.as_json_patch(BODY) == [{'op': 'replace', 'path': '/spec/items', 'value': [2]}]
+
+
+@pytest.mark.parametrize('old, new', [(1, True), (0, False), ([1, 0], [True, False]), ('x', {'x': True})])
+def test_json_patch_tells_the_booleans_from_the_numbers(old, new):
+    ops = Patch({'spec': {'field': new}}).as_json_patch({'spec': {'field': old}})
+    assert ops == [{'op': 'replace', 'path': '/spec/field', 'value': new}]
+
+
+@pytest.mark.parametrize('old, new', [(1, 1.0), ([1, 2.0], [1.0, 2]), ({'x': 1.5}, {'x': 1.5})])
+def test_json_patch_of_the_same_numbers_is_empty(old, new):
+    assert Patch({'spec': {'field': new}}).as_json_patch({'spec': {'field': old}}) == []
+
+
 def test_json_patch_escapes_the_keys():
     patch = Patch({'metadata': {'annotations': {'kopf.zalando.org/x~y': 'v'}}})
     ops = patch.as_json_patch({'metadata': {'annotations': {}}})

@@ -133,6 +133,27 @@ async def test_mutations_are_applied_and_combined(registry, settings, operator, 
     assert stored_after_update['spec'] == {'field': 'other', 'numbers': [1, 2, 3], 'updated': True}
 
 
+async def test_mutations_to_values_equal_in_python_but_not_in_json_are_applied(
+        registry, settings, operator, cluster,
+) -> None:
+    # True == 1 and False == 0 in Python, but not in JSON: the mutations must not be taken as no changes.
+    @kopf.on.mutate('kopfexamples', registry=registry)
+    def to_booleans(spec: Any, patch: kopf.Patch, **_: Any) -> None:
+        patch.spec['enabled'] = bool(spec.get('enabled'))
+        patch.spec['flags'] = [bool(flag) for flag in spec.get('flags', [])]
+        patch.spec['count'] = int(spec.get('count', 0))
+
+    async with operator(registry, settings):
+        created = await cluster.create('kex1', {'enabled': 1, 'flags': [0, 1], 'count': False})
+        stored = cluster.get('kex1')
+
+    assert created.status == 201
+    assert stored is not None
+    assert stored['spec'] == {'enabled': True, 'flags': [False, True], 'count': 0}
+    assert [type(value) for value in [stored['spec']['enabled'], *stored['spec']['flags']]] == [bool] * 3
+    assert type(stored['spec']['count']) is int
+
+
 async def test_kwargs_of_the_admission(registry, settings, operator, cluster) -> None:
     seen: list[dict[str, Any]] = []
 

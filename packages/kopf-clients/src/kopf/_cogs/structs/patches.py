@@ -7,6 +7,8 @@ inside lists (e.g. to one of the status conditions), a patch also carries transf
 functions (``patch.fns``): callables that get a copy of the raw body and modify it in place.
 The whole thing can be turned into a JSON-patch (RFC 6902) against a specific body:
 the merge-patch and the functions are applied to a deep copy, and the result is diffed.
+A merge-patch alone (the usual one, e.g. of every mutating admission review) is converted directly
+by :func:`merge_to_json_patch`, with the same result: this is the one converter of the framework.
 """
 import copy
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -55,6 +57,81 @@ def apply_merge_patch(obj: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[
     result = copy.deepcopy(dict(obj))
     merge_into(result, patch)
     return result
+
+
+def merge_to_json_patch(merge: Mapping[str, Any], body: Mapping[str, Any]) -> JSONPatch:
+    """
+    The JSON-patch (RFC 6902) that does to the body what the merge-patch (RFC 7386) does.
+
+    It is converted directly, key by key, with no copies of the body (cheaper than applying the merge-patch
+    to a copy and diffing the result, as :meth:`Patch.as_json_patch` does with the transformation functions):
+    the removals of the existing keys, the additions of the new ones, the replacements of the changed values
+    (the lists and other non-mappings as wholes, as the merge-patches replace them). The unchanged values
+    get no operations: the values are compared as JSON (RFC 6902's equality: ``1`` and ``1.0`` are the same
+    number, but ``true`` is not ``1``). The keys are escaped as JSON pointers (RFC 6901) need it.
+    The nested ``None`` of a new mapping mean "absent" there (not in the lists: they are values as a whole).
+    The values are copies: the operations and the merge-patch share no mutable data.
+    """
+    operations: JSONPatch = []
+    _merge_to_json_patch(merge, dicts.raw_mapping(body), '', operations)
+    return operations
+
+
+def _merge_to_json_patch(merge: Mapping[str, Any], target: Mapping[str, Any], prefix: str,
+                         operations: JSONPatch) -> None:
+    # On the path of every mutating admission review: the exact-type checks go before the ABCs' ones
+    # (Python-level calls), the equal scalars of the same type are known unchanged without a call.
+    for key, value in merge.items():
+        path = f'{prefix}/{key.replace("~", "~0").replace("/", "~1")}'
+        exists = key in target
+        current = target[key] if exists else None
+        if value is None:
+            if exists:
+                operations.append({'op': 'remove', 'path': path})
+        elif type(value) is dict or (type(value) not in _SCALARS and isinstance(value, Mapping)):
+            if exists and (type(current) is dict or (type(current) not in _SCALARS and
+                                                     isinstance(current, Mapping))):
+                _merge_to_json_patch(value, current, path, operations)
+            else:  # a new mapping (no non-mapping equals it): the nested None mean "absent" there
+                new = _without_nones(value)
+                operations.append({'op': 'replace' if exists else 'add', 'path': path, 'value': new})
+        elif not exists or current != value or (  # equal in Python, but maybe not in JSON (1 & true):
+                (type(current) is not type(value) or type(value) not in _SCALARS) and
+                not same_json(current, value)):
+            new = value if type(value) in _SCALARS else copy.deepcopy(value)
+            operations.append({'op': 'replace' if exists else 'add', 'path': path, 'value': new})
+
+
+def _without_nones(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A new value from a merge-patch: the nested mappings merged into nothing (copied, the lists too)."""
+    return {key: (item if type(item) in _SCALARS else
+                  _without_nones(item) if type(item) is dict or isinstance(item, Mapping) else
+                  copy.deepcopy(item))
+            for key, item in value.items() if item is not None}
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """
+    Whether two values are the same JSON: as ``==`` in Python, but the booleans are not the numbers.
+
+    As RFC 6902 compares the values (e.g. in its ``test`` operation): the numbers by their values
+    (``1`` is ``1.0``), the objects regardless of the keys' order, the arrays item by item.
+    """
+    if a != b:  # the different values are known so at C speed
+        return False
+    kind = type(a)
+    if kind is bool or type(b) is bool:
+        return kind is type(b)
+    if kind is str or kind is int or kind is float or a is None:
+        return True
+    if isinstance(a, Mapping):  # equal to a mapping: b is a mapping with the same keys
+        return all(same_json(item, b[key]) for key, item in a.items())
+    if isinstance(a, list):  # equal to a list: b is a list of the same length
+        return all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return True
+
+
+_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 
 
 class _SubPatch(MutableMapping[str, Any]):
@@ -203,6 +280,8 @@ class Patch(dict[str, Any]):
         The merge-patch (unless ``merge=False``, e.g. when it is sent separately) and then
         the transformation functions are applied to a deep copy of the body, and the JSON-patch
         is the difference between the original and the result. The body is not modified.
+        Without the functions, the merge-patch is converted directly (see :func:`merge_to_json_patch`):
+        the result is the same, but the lists are replaced as wholes, as the merge-patch replaces them.
 
         A ``guarded`` JSON-patch starts with a test of ``metadata.resourceVersion``, so that
         it fails (HTTP 422) if the object has changed since the body was fetched, instead of
@@ -210,17 +289,23 @@ class Patch(dict[str, Any]):
         By default, it is guarded only if there are functions and the body has a version.
         """
         base: Mapping[str, Any] = body if body is not None else self._body if self._body is not None else {}
-        original = dict(base)  # only read (the nested values are raw dicts even if the body is a view).
-        target = copy.deepcopy(original)
-        if merge:
-            merge_into(target, self)
-        for fn in self.fns:
-            fn(cast(RawBody, target))  # RawBody is a plain dict at runtime.
-        ops = cast(JSONPatch, list(jsonpatch.make_patch(original, target).patch))
+        if not self.fns:  # the merge-patch alone (e.g. of every admission review): converted directly
+            ops = merge_to_json_patch(self, base) if merge else []
+            if not guarded or not ops:  # by default, not guarded: there are no functions
+                return ops
+            original: Mapping[str, Any] = dicts.raw_mapping(base)
+        else:
+            original = dict(base)  # only read (the nested values are raw dicts even if the body is a view).
+            target = copy.deepcopy(original)
+            if merge:
+                merge_into(target, self)
+            for fn in self.fns:
+                fn(cast(RawBody, target))  # RawBody is a plain dict at runtime.
+            ops = cast(JSONPatch, list(jsonpatch.make_patch(original, target).patch))
 
         resource_version = dicts.resolve(original, ('metadata', 'resourceVersion'), None)
         if guarded is None:
-            guarded = bool(self.fns) and resource_version is not None
+            guarded = resource_version is not None  # there are functions (see above)
         if guarded and ops:
             if resource_version is None:
                 raise ValueError('Cannot guard the JSON-patch: the body has no metadata.resourceVersion.')

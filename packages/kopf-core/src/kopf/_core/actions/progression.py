@@ -31,7 +31,6 @@ from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs.bodies import Body, BodyEssence
 from kopf._cogs.structs.patches import Patch
 from kopf._core.intents.handlers import BaseHandler, HandlerId
-from kopf._core.persistence import diffbase, progress
 from kopf._core.persistence.conventions import describe_json, excerpt, shorten
 from kopf._core.persistence.diffbase import DiffBaseStorage
 from kopf._core.persistence.progress import ProgressRecord, ProgressStorage
@@ -523,7 +522,7 @@ def _fetch_state(*, storage: ProgressStorage, key: str, body: Body, logger: Logg
             except ValueError:  # malformed timestamps: explained below
                 pass
         problem = _record_problem(record) or 'it cannot be read'
-    where, stored = progress.locate(storage, key=key, body=body) or ('The stored progress', None)
+    where, stored = storage.locate(key=key, body=body) or ('The stored progress', None)
     quote = f': {excerpt(stored)}' if isinstance(stored, str) and not problem.startswith('its field') else ''
     logger.warning(f'{where} must hold the progress of the handler {key!r} as a JSON object, '
                    f'but {problem}{quote}. It is ignored: the handler starts anew.')
@@ -549,7 +548,7 @@ def fetch_diffbase(*, storage: DiffBaseStorage, body: Body, logger: Logger) -> B
         if essence is None or type(essence) is dict or isinstance(essence, Mapping):
             return essence  # type: ignore[return-value]  # not cast(): it is a call, for every event
         problem = f'it holds {describe_json(essence)}'
-    where, stored = diffbase.locate(storage, body=body) or ('The stored diff-base', None)
+    where, stored = storage.locate(body=body) or ('The stored diff-base', None)
     quote = f': {excerpt(stored)}' if isinstance(stored, str) else ''
     logger.warning(f"{where} must hold the object's essence as last handled (the diff-base) "
                    f'as a JSON object, but {problem}{quote}. '

@@ -223,7 +223,7 @@ async def serve_admission_request(
     if failures:
         response['status'] = _describe_denial(failures)
     elif cause.patch:
-        operations = _as_json_patch(cause.patch, raw_body)
+        operations = cause.patch.as_json_patch(raw_body)  # the merge-patch alone is converted directly
         if operations:
             response['patchType'] = 'JSONPatch'
             response['patch'] = base64.b64encode(json.dumps(operations).encode()).decode()
@@ -257,46 +257,6 @@ async def _call_handler(
         cause_var.reset(tokens[2])
         handler_var.reset(tokens[1])
         owner_var.reset(tokens[0])
-
-
-def _as_json_patch(patch: Patch, body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """
-    The JSON-patch of the mutations against the reviewed object.
-
-    The merge-patch alone is converted directly (it is cheap, and it is on every review's path);
-    with the transformation functions, the generic (and costlier) diffing of the results is used.
-    """
-    if patch.fns:
-        return [dict(operation) for operation in patch.as_json_patch(body)]
-    operations: list[dict[str, Any]] = []
-    _merge_to_json_patch(patch, body, '', operations)
-    return operations
-
-
-def _merge_to_json_patch(
-        merge: Mapping[str, Any],
-        target: Mapping[str, Any],
-        prefix: str,
-        operations: list[dict[str, Any]],
-) -> None:
-    for key, value in merge.items():
-        path = f'{prefix}/{key.replace("~", "~0").replace("/", "~1")}'
-        exists = key in target
-        if value is None:
-            if exists:
-                operations.append({'op': 'remove', 'path': path})
-        elif isinstance(value, Mapping) and exists and isinstance(target[key], Mapping):
-            _merge_to_json_patch(value, target[key], path, operations)
-        else:
-            # The nested None values of a merge-patch mean "absent": the new values have none of them.
-            new = _without_nones(value) if isinstance(value, Mapping) else value
-            if not exists or target[key] != new:
-                operations.append({'op': 'replace' if exists else 'add', 'path': path, 'value': new})
-
-
-def _without_nones(value: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: _without_nones(item) if isinstance(item, Mapping) else item
-            for key, item in value.items() if item is not None}
 
 
 def _log_failure(handler: WebhookHandler, error: BaseException, cause: ResourceWebhookCause) -> None:

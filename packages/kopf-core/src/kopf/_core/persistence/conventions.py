@@ -264,11 +264,13 @@ def copy_json(value: Any) -> Any:
 
 
 def _copy_json_recursively(value: Any) -> Any:
+    # The scalars (most of the items) are kept with one look; all the rest goes through the same checks
+    # as the value itself (as in the iterative copy): the nested mappings other than dicts are copied too.
     if type(value) is dict:
-        return {key: _copy_json_recursively(item) if type(item) in _CONTAINERS else item
+        return {key: item if type(item) in _SCALARS else _copy_json_recursively(item)
                 for key, item in value.items()}
     if type(value) is list:
-        return [_copy_json_recursively(item) if type(item) in _CONTAINERS else item for item in value]
+        return [item if type(item) in _SCALARS else _copy_json_recursively(item) for item in value]
     if isinstance(value, Mapping):
         return {key: _copy_json_recursively(item) for key, item in value.items()}
     return value
@@ -295,7 +297,7 @@ def _copy_json_iteratively(value: Any) -> Any:
     return root
 
 
-_CONTAINERS: frozenset[type] = frozenset({dict, list})
+_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 
 
 @functools.lru_cache(maxsize=1024)

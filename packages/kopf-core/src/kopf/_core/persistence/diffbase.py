@@ -116,6 +116,15 @@ class DiffBaseStorage(conventions.StorageKeyMarkingConvention, conventions.Stora
         """Save the essence as the new diff-base (in the patch if it is stored in the object)."""
         raise NotImplementedError
 
+    def locate(self, *, body: bodies.Body) -> tuple[str, Any] | None:
+        """
+        Where the diff-base is on this object (in words), and the stored value as it is.
+
+        For the messages about the unreadable diff-bases. None if it is not on the object,
+        or if the storage keeps it elsewhere (as the custom ones do by default).
+        """
+        return None
+
 
 def is_system_annotation(key: str, marked_prefixes: Collection[str] = ()) -> bool:
     """Whether the annotation is never a part of the essence: Kopf's own (or marked as such), kubectl's."""
@@ -184,6 +193,13 @@ class AnnotationsDiffBaseStorage(conventions.StorageKeyFormingConvention, DiffBa
             annotations[full_key] = encoded
         self.store_marker(self.prefix, patch, body)
 
+    def locate(self, *, body: bodies.Body) -> tuple[str, Any] | None:
+        annotations = conventions.annotations_of(body)
+        for full_key in self.make_keys(self.key, body=body):
+            if annotations.get(full_key) is not None:
+                return f'The annotation {full_key!r}', annotations[full_key]
+        return None
+
 
 class StatusDiffBaseStorage(DiffBaseStorage):
     """
@@ -239,6 +255,12 @@ class StatusDiffBaseStorage(DiffBaseStorage):
     def store(self, *, body: bodies.Body, patch: patches.Patch, essence: bodies.BodyEssence) -> None:
         dicts.ensure(patch, self._field, conventions.encode_json(essence))
 
+    def locate(self, *, body: bodies.Body) -> tuple[str, Any] | None:
+        value = dicts.resolve(body, self.field, None)
+        if value is not None:
+            return f'The field {".".join(self.field)!r}', value
+        return None
+
 
 class MultiDiffBaseStorage(DiffBaseStorage):
     """
@@ -280,26 +302,10 @@ class MultiDiffBaseStorage(DiffBaseStorage):
         for storage in self.storages:
             storage.store(body=body, patch=patch, essence=essence)
 
-
-def locate(storage: DiffBaseStorage, *, body: bodies.Body) -> tuple[str, Any] | None:
-    """
-    Where the storage keeps the diff-base on this object (in words), and the stored value as is.
-
-    For the messages about the unreadable diff-bases; None if it is not on the object
-    (or the storage is a custom one, which keeps its records unknown where).
-    """
-    if isinstance(storage, MultiDiffBaseStorage):
-        for substorage in storage.storages:
-            found = locate(substorage, body=body)
+    def locate(self, *, body: bodies.Body) -> tuple[str, Any] | None:
+        for storage in self.storages:
+            found = storage.locate(body=body)
             if found is not None:
                 return found
-    elif isinstance(storage, AnnotationsDiffBaseStorage):
-        annotations = conventions.annotations_of(body)
-        for full_key in storage.make_keys(storage.key, body=body):
-            if annotations.get(full_key) is not None:
-                return f'The annotation {full_key!r}', annotations[full_key]
-    elif isinstance(storage, StatusDiffBaseStorage):
-        value = dicts.resolve(body, storage.field, None)
-        if value is not None:
-            return f'The field {".".join(storage.field)!r}', value
-    return None
+        return None
+

@@ -17,13 +17,25 @@ The storages:
 * :class:`MultiProgressStorage`: writes to all its storages, reads from the first that has the record.
 * :class:`SmartProgressStorage`: the default: annotations, plus reading (but not writing)
   the status storage of Kopf's older versions, so that the objects handled by them continue.
+
+Besides the general methods (:meth:`~ProgressStorage.fetch`, :meth:`~ProgressStorage.store`, etc.),
+every storage answers a few questions that let a handling cycle skip the general work when it would do
+nothing (e.g. most objects have no records at all): :meth:`~ProgressStorage.holds_no_records`,
+:meth:`~ProgressStorage.holds_no_touch`, :meth:`~ProgressStorage.holds_nothing_to_clear`.
+Their answers are derived from the general methods: by default, "maybe" (then, the general methods
+are called); a built-in storage answers for itself with one look at the object, unless a descendant
+redefines the general methods that the answer is derived from (then, it answers "maybe" again).
+The property tests (tests/core/persistence/test_fast_paths.py) pin the answers to the general methods.
 """
 import abc
 from collections.abc import Collection, Mapping
-from typing import Any, TypedDict, cast
+from typing import Any, ClassVar, TypedDict, cast
 
 from kopf._cogs.structs import bodies, dicts, patches
 from kopf._core.persistence import conventions
+
+# Called for every event, twice: a global name is found faster than a static method via the instance.
+_has_empty_stanzas = conventions.StorageStanzaCleaner.has_empty_stanzas
 
 
 class ProgressRecord(TypedDict, total=False):
@@ -81,6 +93,67 @@ class ProgressStorage(conventions.StorageStanzaCleaner, metaclass=abc.ABCMeta):
 
     def flush(self) -> None:
         """Write the accumulated records, if the storage batches them; nothing by default."""
+
+    # The fast answers: True only if the general methods would surely do nothing; False means "maybe".
+    # Only the storage itself can tell it without calling them: by default, it is "maybe", which is
+    # always correct (the general methods are then called as usual). The general methods of each answer:
+    _FAST_ANSWERS: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        'holds_no_records': ('fetch', 'purge'),
+        'holds_no_touch': ('touch', 'flush'),
+        'holds_nothing_to_clear': ('clear',),
+    }
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """
+        A class that redefines the general methods of an inherited fast answer gets the default one ("maybe").
+
+        E.g. a descendant of :class:`AnnotationsProgressStorage` that keeps its records elsewhere
+        (its own :meth:`fetch`) does not inherit the answer "no records, the annotations have none".
+        The answers that a class defines itself are kept: its author knows the class's methods.
+        Done once per class: the built-in answers cost nothing more than their own calls.
+        """
+        super().__init_subclass__(**kwargs)
+        for answer, general in ProgressStorage._FAST_ANSWERS.items():
+            if answer in cls.__dict__:
+                continue
+            owner = next(base for base in cls.__mro__ if answer in base.__dict__)
+            if any(getattr(cls, name) is not getattr(owner, name) for name in general):
+                setattr(cls, answer, ProgressStorage.__dict__[answer])
+
+    def holds_no_records(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        """
+        Whether the object surely holds no records of these handlers: nothing to fetch or to purge.
+
+        True means that :meth:`fetch` returns ``None`` for every key, and that :meth:`purge`
+        of every key changes nothing (neither the patch, nor anything elsewhere): then,
+        a handling cycle skips both. By default, False ("maybe some").
+        """
+        return False
+
+    def holds_no_touch(self, *, body: bodies.Body) -> bool:
+        """
+        Whether ``touch(value=None)`` and then :meth:`flush` surely change nothing.
+
+        They are done at every cycle's end. By default, False ("maybe something"): they are called then.
+        """
+        return False
+
+    def holds_nothing_to_clear(self, *, essence: bodies.BodyEssence) -> bool:
+        """
+        Whether :meth:`clear` surely returns an essence equal to this one: then, the essence is used as is.
+
+        By default, False ("maybe something"): the essence is cleared then.
+        """
+        return False
+
+    def locate(self, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
+        """
+        Where the handler's record is on this object (in words), and the stored value as it is.
+
+        For the messages about the unreadable records. None if the record is not on the object,
+        or if the storage keeps its records elsewhere (as the custom ones do by default).
+        """
+        return None
 
 
 class AnnotationsProgressStorage(
@@ -157,6 +230,47 @@ class AnnotationsProgressStorage(
         self.remove_empty_stanzas(result)
         return result  # type: ignore[return-value]  # not cast(): it is a call, for every event
 
+    def holds_no_records(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        # Both fetch() and purge() look for the same keys: a record is there if any key is.
+        annotations = conventions.annotations_of(dicts.raw_mapping(body))
+        if annotations:
+            for key in keys:
+                for full_key in self.make_keys(key, body=body):
+                    if full_key in annotations:
+                        return False
+        return True
+
+    def holds_no_touch(self, *, body: bodies.Body) -> bool:
+        # touch(None) removes the dummy annotation if it has a value; flush() does nothing.
+        annotations = conventions.annotations_of(dicts.raw_mapping(body))
+        if annotations:
+            for full_key in self.make_keys(self.touch_key, body=body):
+                if annotations.get(full_key) is not None:
+                    return False
+        return True
+
+    def holds_nothing_to_clear(self, *, essence: bodies.BodyEssence) -> bool:
+        # clear() removes the annotations of the prefix, then the empty stanzas (if any: checked first).
+        if _has_empty_stanzas(essence):
+            return False
+        metadata: Any = essence.get('metadata')  # a dict if present: the empty stanzas' check is passed
+        annotations: Any = metadata.get('annotations') if metadata is not None else None
+        if annotations is not None and type(annotations) is not dict and not isinstance(annotations, Mapping):
+            return True  # the clearing skips them
+        if annotations:
+            head = self.prefix + '/'
+            for name in annotations:
+                if name.startswith(head):
+                    return False
+        return True
+
+    def locate(self, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
+        annotations = conventions.annotations_of(body)
+        for full_key in self.make_keys(key, body=body):
+            if annotations.get(full_key) is not None:
+                return f'The annotation {full_key!r}', annotations[full_key]
+        return None
+
 
 class StatusProgressStorage(ProgressStorage):
     """
@@ -222,6 +336,39 @@ class StatusProgressStorage(ProgressStorage):
         self.remove_empty_stanzas(result)
         return result  # type: ignore[return-value]  # not cast(): it is a call, for every event
 
+    def holds_no_records(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        # Both fetch() and purge() look into the field only if it is a mapping (the usual dict first).
+        # The same as dicts.resolve(..., None), inlined: this is done for every cycle.
+        container: Any = dicts.raw_mapping(body)
+        for step in self._field:
+            if type(container) is not dict and (container is None or not isinstance(container, Mapping)):
+                return True
+            container = container.get(step)
+        if type(container) is not dict and (container is None or not isinstance(container, Mapping)):
+            return True
+        for key in keys:  # noqa: SIM110  # not any() of a generator: this is done for every cycle
+            if key in container:
+                return False
+        return True
+
+    def holds_no_touch(self, *, body: bodies.Body) -> bool:
+        # touch(None) removes the dummy field if it has a value; flush() does nothing.
+        return dicts.resolve(dicts.raw_mapping(body), self._touch_field, None) is None
+
+    def holds_nothing_to_clear(self, *, essence: bodies.BodyEssence) -> bool:
+        # clear() removes the field and the dicts left empty on its path, then the empty stanzas.
+        # Only the first key is checked: the essences rarely have a status at all.
+        field = self._field
+        if field and field[0] in essence:  # maybe the records, or the empty dicts on its path to remove
+            return False
+        return not _has_empty_stanzas(essence)
+
+    def locate(self, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
+        container = dicts.resolve(body, self.field, None)
+        if isinstance(container, Mapping) and container.get(key) is not None:
+            return f'The field {".".join((*self.field, key))!r}', container[key]
+        return None
+
 
 class _ReadOnlyStatusProgressStorage(StatusProgressStorage):
     """
@@ -237,6 +384,9 @@ class _ReadOnlyStatusProgressStorage(StatusProgressStorage):
 
     def touch(self, *, body: bodies.Body, patch: patches.Patch, value: str | None) -> None:
         pass
+
+    def holds_no_touch(self, *, body: bodies.Body) -> bool:
+        return True  # it never touches, and flushes nothing
 
 
 class MultiProgressStorage(ProgressStorage):
@@ -279,6 +429,34 @@ class MultiProgressStorage(ProgressStorage):
         for storage in self.storages:
             storage.flush()
 
+    # Each general method does the same in all the storages: nothing if nothing in each of them.
+    # (Not all() of a generator: these are asked for every cycle, and a generator's steps are calls.)
+
+    def holds_no_records(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        for storage in self.storages:  # noqa: SIM110
+            if not storage.holds_no_records(keys=keys, body=body):
+                return False
+        return True
+
+    def holds_no_touch(self, *, body: bodies.Body) -> bool:
+        for storage in self.storages:  # noqa: SIM110
+            if not storage.holds_no_touch(body=body):
+                return False
+        return True
+
+    def holds_nothing_to_clear(self, *, essence: bodies.BodyEssence) -> bool:
+        for storage in self.storages:  # noqa: SIM110
+            if not storage.holds_nothing_to_clear(essence=essence):
+                return False
+        return True
+
+    def locate(self, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
+        for storage in self.storages:
+            found = storage.locate(key=key, body=body)
+            if found is not None:
+                return found
+        return None
+
 
 class SmartProgressStorage(MultiProgressStorage):
     """
@@ -307,37 +485,8 @@ class SmartProgressStorage(MultiProgressStorage):
 
 
 def holds_no_records(storage: ProgressStorage, *, keys: Collection[str], body: bodies.Body) -> bool:
-    """
-    Whether the object surely has no records of these handlers in the storage (nothing to fetch or purge).
-
-    Every handling cycle reads the records of all the resource's handlers and purges them at its end,
-    though most objects have none (a cycle that ends in one step stores nothing): for the default storage,
-    ~15 lookups and removals of absent keys per cycle. One look at the object's annotations and status
-    tells the same for the built-in storages. The custom storages (incl. the subclasses of the built-in
-    ones, which may keep their records elsewhere) are never assumed empty: False means "maybe some".
-    """
-    parts = _built_in_parts(storage)
-    if parts is None:
-        return False
-    raw_body = dicts.raw_mapping(body)
-    for part in parts:
-        kind = type(part)
-        if kind is AnnotationsProgressStorage:
-            annotations_storage: AnnotationsProgressStorage = part  # type: ignore[assignment]
-            annotations = conventions.annotations_of(raw_body)
-            if annotations:
-                for key in keys:
-                    for full_key in annotations_storage.make_keys(key, body=body):
-                        if full_key in annotations:
-                            return False
-        else:  # the status storages, incl. the read-only one
-            status_storage: StatusProgressStorage = part  # type: ignore[assignment]
-            container = dicts.resolve(raw_body, status_storage._field, None)
-            if container is None:
-                continue
-            if type(container) is not dict or any(key in container for key in keys):
-                return False  # maybe some records
-    return True
+    """The same as ``storage.holds_no_records(...)``: kept for the callers of this name."""
+    return storage.holds_no_records(keys=keys, body=body)
 
 
 def untouch(storage: ProgressStorage, *, body: bodies.Body, patch: patches.Patch) -> None:
@@ -345,90 +494,11 @@ def untouch(storage: ProgressStorage, *, body: bodies.Body, patch: patches.Patch
     The end of a handling cycle: the same as ``storage.touch(value=None)``, then ``storage.flush()``.
 
     Done for every cycle, though the objects are rarely touched (only to wake up the sleeping handlers):
-    for the built-in storages (which batch nothing), one look tells that there is nothing to do.
+    if the storage tells that nothing would change (as the built-in ones do with one look), nothing is done.
     """
-    if not _holds_no_touch(storage, body):
+    if not storage.holds_no_touch(body=body):
         storage.touch(body=body, patch=patch, value=None)
         storage.flush()
-
-
-def _holds_no_touch(storage: ProgressStorage, body: bodies.Body) -> bool:
-    parts = _built_in_parts(storage)
-    if parts is None:
-        return False
-    raw_body = dicts.raw_mapping(body)
-    for part in parts:
-        kind = type(part)
-        if kind is AnnotationsProgressStorage:
-            annotations_storage: AnnotationsProgressStorage = part  # type: ignore[assignment]
-            annotations = conventions.annotations_of(raw_body)
-            if annotations:
-                for full_key in annotations_storage.make_keys(annotations_storage.touch_key, body=body):
-                    if annotations.get(full_key) is not None:
-                        return False
-        elif kind is StatusProgressStorage:  # the read-only one never touches
-            status_storage: StatusProgressStorage = part  # type: ignore[assignment]
-            if dicts.resolve(raw_body, status_storage._touch_field, None) is not None:
-                return False
-    return True
-
-
-# The built-in storages that keep their data on the objects (not the several ones, which consist of them).
-_KNOWN_LEAVES: frozenset[type[ProgressStorage]] = frozenset({
-    AnnotationsProgressStorage, StatusProgressStorage, _ReadOnlyStatusProgressStorage,
-})
-
-
-def _built_in_parts(storage: ProgressStorage) -> Collection[ProgressStorage] | None:
-    """
-    The built-in storages that the storage consists of (itself if not several); None if any is a custom one.
-
-    Only for these, the framework knows where their data are on the objects, so that it can tell
-    with one look that there are none (see :func:`holds_no_records`). The subclasses are custom ones:
-    they may keep their records elsewhere.
-    """
-    kind = type(storage)
-    if kind in _KNOWN_LEAVES:
-        return (storage,)
-    if kind is not SmartProgressStorage and kind is not MultiProgressStorage:
-        return None
-    parts: list[ProgressStorage] = storage.storages  # type: ignore[attr-defined]
-    for part in parts:
-        if type(part) not in _KNOWN_LEAVES:
-            break
-    else:
-        return parts  # the usual case (e.g. the default storage): nothing nested, nothing to make
-    flattened: list[ProgressStorage] = []
-    for part in parts:
-        leaves = _built_in_parts(part)
-        if leaves is None:
-            return None
-        flattened.extend(leaves)
-    return flattened
-
-
-def locate(storage: ProgressStorage, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
-    """
-    Where the storage keeps the handler's record on this object (in words), and the stored value as is.
-
-    For the messages about the unreadable records; None if the record is not on the object
-    (or the storage is a custom one, which keeps its records unknown where).
-    """
-    if isinstance(storage, MultiProgressStorage):
-        for substorage in storage.storages:
-            found = locate(substorage, key=key, body=body)
-            if found is not None:
-                return found
-    elif isinstance(storage, AnnotationsProgressStorage):
-        annotations = conventions.annotations_of(body)
-        for full_key in storage.make_keys(key, body=body):
-            if annotations.get(full_key) is not None:
-                return f'The annotation {full_key!r}', annotations[full_key]
-    elif isinstance(storage, StatusProgressStorage):
-        container = dicts.resolve(body, storage.field, None)
-        if isinstance(container, Mapping) and container.get(key) is not None:
-            return f'The field {".".join((*storage.field, key))!r}', container[key]
-    return None
 
 
 def _copy_for_cleaning(essence: bodies.BodyEssence) -> dict[str, Any]:
@@ -451,32 +521,8 @@ def without_records(storage: ProgressStorage, *, essence: bodies.BodyEssence) ->
 
     The essences are built for every event, and they almost never hold any records (the diff-base's
     essence is stored cleared, and the new one is built without the annotations of the storages):
-    then, the essence itself is returned, not a copy of it. For the built-in storages only, as with
-    :func:`holds_no_records`; the custom ones (incl. the subclasses of the built-in ones) always clear.
+    if the storage tells that the clearing would change nothing, the essence itself is returned.
     """
-    # The clearing would also remove the empty stanzas: then, it is done as usual too.
-    stanzas = conventions.StorageStanzaCleaner
-    if _holds_no_own_data(storage, essence) and not stanzas.has_empty_stanzas(essence):
+    if storage.holds_nothing_to_clear(essence=essence):
         return essence
     return storage.clear(essence=essence)
-
-
-def _holds_no_own_data(storage: ProgressStorage, essence: bodies.BodyEssence) -> bool:
-    parts = _built_in_parts(storage)
-    if parts is None:
-        return False
-    for part in parts:
-        if type(part) is AnnotationsProgressStorage:
-            annotations_storage: AnnotationsProgressStorage = part
-            annotations = conventions.annotations_of(essence)
-            if annotations:
-                head = annotations_storage.prefix + '/'
-                for name in annotations:
-                    if name.startswith(head):
-                        return False
-        else:  # the status storages, incl. the read-only one
-            status_storage: StatusProgressStorage = part  # type: ignore[assignment]
-            field = status_storage._field
-            if field and field[0] in essence:  # maybe the records, or the empty dicts on its path to remove
-                return False
-    return True
