@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 from kopf._clients import auth, errors
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
+from kopf._cogs.aiokits.backoffs import BackoffsSpec, iter_backoffs
+from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.helpers import jsons
 from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
 

@@ -35,8 +35,9 @@ from typing import Any
 from kopf._clients import api, errors, fetching
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
+from kopf._cogs.aiokits import alarms
 from kopf._cogs.configs.networking import ClientSettings
-from kopf._cogs.helpers import alarms, jsons
+from kopf._cogs.helpers import jsons
 from kopf._cogs.structs.bodies import RawBody, RawEvent, RawInput
 from kopf._cogs.structs.references import Resource
 

@@ -11,7 +11,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from kopf._cogs.configs.networking import BackoffsSpec, NetworkingSettings, WatchingSettings
+from kopf._cogs.aiokits.backoffs import BackoffsSpec
+from kopf._cogs.configs.networking import NetworkingSettings, WatchingSettings
 from kopf._core.persistence import diffbase, progress
 
 __all__ = [
