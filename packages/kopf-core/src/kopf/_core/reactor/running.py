@@ -327,9 +327,14 @@ def make_processor(
         registry=registry, settings=settings, vault=vault, memobase=memo, lifecycle=lifecycle,
         memories=memories if memories is not None else ResourceMemories(),
         indices=indexers.indices if indexers is not None else None,
-        pacer=pacer if pacer is not None else pacing.Pacer(),
+        pacer=pacer if pacer is not None else make_pacer(settings),
         spawner=spawner,
     )
+
+
+def make_pacer(settings: OperatorSettings) -> pacing.Pacer:
+    """The seats of the processing of all the operator's objects, as the settings say (see the pacing)."""
+    return pacing.Pacer(settings.queueing.processing_seats, lending_delay=settings.execution.lending_delay)
 
 
 def make_forgetter(
@@ -565,7 +570,7 @@ def _spawn_core_tasks(
     # The daemons & timers are stopped by their core task (one of the "others"): after the watchers,
     # before the poster & the credentials, so that they can still patch the objects and post the events.
     spawner = spawning.SpawningEngine(registry=registry, settings=settings, vault=vault, indices=indices)
-    pacer = pacing.Pacer()
+    pacer = make_pacer(settings)
     processor = make_processor(lifecycle=lifecycle, indexers=indexers, memories=memories, pacer=pacer,
                                registry=registry, settings=settings, vault=vault, memo=memo, spawner=spawner)
     forgetter = make_forgetter(memories=memories, registry=registry, settings=settings, spawner=spawner)
