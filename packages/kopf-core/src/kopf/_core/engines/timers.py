@@ -48,15 +48,15 @@ from typing import Any
 
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits import capacity
-from kopf._cogs.structs.patches import Patch, PatchFn
+from kopf._cogs.structs.patches import Patch
 from kopf._core.actions import loggers
 from kopf._core.actions.progression import HandlerState, handler_kwargs
-from kopf._core.engines.daemons import ObjectSpawns, execute_and_apply, initial_delay_of
+from kopf._core.engines.spawns import ObjectSpawns, Timer, execute_and_apply, initial_delay_of
 from kopf._core.intents.causes import ResourceSpawningCause
 from kopf._core.intents.configuration import BackgroundSettings, OperatorSettings
 from kopf._core.intents.handlers import TimerHandler
 
-__all__ = ['MAX_CALLS_IN_HANDS', 'Timer', 'Timers']
+__all__ = ['MAX_CALLS_IN_HANDS', 'Timer', 'Timers']  # Timer: the record is in .spawns, kept here too
 
 # How many timer calls can be in the framework's own hands at once by default (see the module's description):
 # the operators take ``settings.background.timer_seats``.
@@ -67,27 +67,6 @@ _CLOCK_SLACK = 0.001
 
 # The heap is cleaned of the outdated entries when they are this many more than the valid ones.
 _COMPACTION_THRESHOLD = 1000
-
-
-class Timer:
-    """One timer of one object: its schedule and its retrying state (no task while it waits)."""
-
-    __slots__ = ('due', 'finished', 'fns', 'handler', 'idle_mark', 'spawns', 'state', 'stopped', 'task')
-
-    def __init__(self, *, handler: TimerHandler, spawns: ObjectSpawns) -> None:
-        super().__init__()
-        self.handler = handler
-        self.spawns = spawns
-        self.due: float | None = None  # the deadline of its only valid heap entry; None if not scheduled
-        self.task: asyncio.Task[None] | None = None  # only while the function runs
-        self.state: HandlerState | None = None  # the retrying state since the last success, if any
-        self.fns: list[PatchFn] | None = None  # the transformation functions to retry on the next call
-        self.idle_mark: float | None = None  # the object's change that an idle-only timer has served
-        self.stopped = False  # by the framework: the object is deleted, does not match, etc.
-        self.finished = False  # failed for good, or a once-only timer has run: never again for this object
-
-    def __repr__(self) -> str:
-        return f'<{type(self).__name__} {self.handler.id!r} due={self.due} running={self.task is not None}>'
 
 
 class Timers:
