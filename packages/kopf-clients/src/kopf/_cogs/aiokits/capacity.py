@@ -265,13 +265,37 @@ class Lending:
         self._lent = False
         self._timer: asyncio.TimerHandle | None = None
 
+    # The context's methods repeat start() & stop() inline: a call more for every handler's call is visible.
+
     async def __aenter__(self) -> None:
-        self.start()
+        hold = self._hold
+        if not hold._taken:  # e.g. nested lending: the outer one has lent it already.
+            return
+        delay = self._delay
+        if delay > 0:
+            capacity = hold._capacity
+            if capacity._closed:
+                return
+            self._lent = True
+            loop = asyncio.get_running_loop()
+            if not capacity._lendings.add(self, loop.time() + delay):
+                self._timer = loop.call_later(delay, hold.leave)  # another delay: out of the order
+        else:
+            self._lent = True
+            hold.leave()
 
     async def __aexit__(self, *_: object) -> None:
+        if not self._lent:
+            return
+        self._lent = False
+        hold = self._hold
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        elif self._delay > 0:
+            hold._capacity._lendings.discard(self)
         # Taken back if lent out; usually it is still taken (the quick functions do not lend it out).
-        if self.stop():
-            hold = self._hold
+        if not hold._taken:
             await hold._capacity.acquire(urgent=True)
             hold._taken = True
 
