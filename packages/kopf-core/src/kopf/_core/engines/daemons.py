@@ -21,7 +21,8 @@ Stopping a daemon is a sequence, not a single action:
 When the operator exits, the daemons that are not stopped gracefully within :data:`EXIT_GRACE`
 (those with no cancellation timeout) are cancelled or abandoned too, so that nothing is left behind.
 
-The records here are small slotted objects: a daemon costs its task, its stop-flag, and little else.
+The records (in :mod:`.spawns`, below the daemons and the timers) are small slotted objects: a daemon
+costs its task, its stop-flag, and little else.
 """
 import asyncio
 import dataclasses
