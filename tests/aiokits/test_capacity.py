@@ -76,19 +76,17 @@ async def test_trying_takes_only_a_free_unit_that_nobody_waits_for() -> None:
     assert capacity.try_acquire()
 
 
-async def test_queued_grants_get_the_released_units_in_a_batch_at_the_next_turn() -> None:
-    capacity = Capacity(2)
+async def test_queued_items_get_the_released_units_in_a_batch_at_the_next_turn() -> None:
     granted: list[str] = []
 
-    def grant(name: str, accept: bool = True) -> bool:
+    def grant(name: str) -> bool:
         granted.append(name)
-        return accept
+        return name != 'stale'  # e.g. not needed anymore: the unit goes on
 
-    assert capacity.try_acquire() and capacity.try_acquire()
-    capacity.queue(lambda: grant('a'))
-    capacity.queue(lambda: grant('stale', accept=False))  # e.g. not needed anymore: the unit goes on
-    capacity.queue(lambda: grant('b'))
-    capacity.queue(lambda: grant('c'))
+    capacity: Capacity[str] = Capacity(2, on_granted=grant)
+    assert capacity.take_or_queue('first') and capacity.take_or_queue('second')  # taken at once
+    for name in ['a', 'stale', 'b', 'c']:
+        assert not capacity.take_or_queue(name)
     assert capacity.waiting == 4
     assert not capacity.try_acquire()  # the queued ones go first
 
@@ -101,16 +99,24 @@ async def test_queued_grants_get_the_released_units_in_a_batch_at_the_next_turn(
     assert capacity.waiting == 1
 
 
-async def test_reclaimed_units_go_before_the_queued_grants() -> None:
-    capacity = Capacity(1)
+async def test_queueing_needs_a_callback_for_the_granted_items() -> None:
+    capacity: Capacity[str] = Capacity(1)
+    assert capacity.take_or_queue('first')  # taken at once: no callback needed
+    with pytest.raises(TypeError, match=r'cannot queue: it was made with no on_granted callback'):
+        capacity.take_or_queue('second')
+
+
+async def test_units_taken_back_at_once_go_before_the_queued_items() -> None:
+    granted: list[str] = []
+    capacity: Capacity[str] = Capacity(1, lending_delay=0,
+                                       on_granted=lambda item: granted.append(item) is None)
     assert capacity.try_acquire()
     hold = Hold(capacity, taken=True)  # with the unit acquired
-    granted: list[str] = []
-    capacity.queue(lambda: granted.append('queued') is None)
-    lending = hold.lending()
-    lending.start()  # lent out at once: the unit is released...
-    assert lending.stop()  # ...and taken back in the same turn of the loop, before the grant's turn
-    hold.reclaim()
+    assert not capacity.take_or_queue('queued')
+    hold.lend_later()  # lent out at once (no delay): the unit is released...
+    assert not hold.taken
+    hold.take_back()  # ...and taken back in the same turn of the loop, before the grant's turn
+    assert hold.taken
     await asyncio.sleep(0)
     assert granted == []
     hold.leave()
@@ -179,13 +185,10 @@ async def test_lending_after_a_delay_keeps_the_unit_for_the_quick_ones(
 async def test_delayed_lendings_of_many_holders_share_one_timer_of_the_loop(looptime: float) -> None:
     capacity = Capacity(1000, lending_delay=0.5)
     holds = [capacity.hold() for _ in range(1000)]
-    lendings = []
     timers_before = scheduled_timers()
     for index, hold in enumerate(holds):
         await hold.__aenter__()
-        lending = hold.lending(OWN_LENDING_DELAY)
-        lending.start()
-        lendings.append(lending)
+        hold.lend_later()
         if index % 100 == 99:
             await asyncio.sleep(0.01)  # each is lent at its own time, 0.5 s after its start
     assert scheduled_timers() == timers_before + 1
@@ -194,7 +197,10 @@ async def test_delayed_lendings_of_many_holders_share_one_timer_of_the_loop(loop
     assert 0 < capacity.free < 1000  # the earliest ones are lent out, the latest ones not yet
     await asyncio.sleep(0.1)
     assert capacity.free == 1000
-    assert all(lending.stop() for lending in lendings)  # all lent out: to be taken back
+    assert not any(hold.taken for hold in holds)  # all lent out
+    for hold in holds:
+        hold.take_back()
+    assert capacity.free == 0
 
 
 async def test_lendings_with_different_delays_are_each_in_time(looptime: float) -> None:
@@ -216,18 +222,18 @@ async def test_lendings_with_different_delays_are_each_in_time(looptime: float) 
     assert events == [(0.5, 'first'), (2.0, 'second')]
 
 
-async def test_reclaiming_goes_beyond_the_limit_and_never_waits(looptime: float) -> None:
+async def test_taking_back_at_once_goes_beyond_the_limit_and_never_waits(looptime: float) -> None:
     capacity = Capacity(1, lending_delay=1)
     assert capacity.try_acquire()
     hold = Hold(capacity, taken=True)
-    lending = hold.lending(OWN_LENDING_DELAY)
-    lending.start()
-    await asyncio.sleep(1)
-    assert not hold.taken  # lent out
+    hold.lend_later()
+    await asyncio.sleep(0.9)
+    assert hold.taken  # not yet
+    await asyncio.sleep(0.1)
+    assert not hold.taken  # lent out after the capacity's delay
     other = capacity.hold()
     await other.__aenter__()  # the lent unit is taken by another holder
-    assert lending.stop()
-    hold.reclaim()
+    hold.take_back()
     assert hold.taken
     assert capacity.free == -1  # one beyond the limit, until it is left
     hold.leave()
@@ -235,24 +241,38 @@ async def test_reclaiming_goes_beyond_the_limit_and_never_waits(looptime: float)
     assert capacity.free == 1
 
 
-async def test_a_lending_of_a_unit_not_taken_does_nothing(looptime: float) -> None:
-    capacity = Capacity(1)
-    hold = capacity.hold()  # not taken
-    lending = hold.lending(0.5)
-    lending.start()
+async def test_a_quick_holder_takes_nothing_back(looptime: float) -> None:
+    capacity = Capacity(1, lending_delay=1)
+    hold = capacity.hold()
+    await hold.__aenter__()
+    hold.lend_later()
+    await asyncio.sleep(0.5)
+    hold.take_back()  # not lent out yet: nothing to take back
     await asyncio.sleep(1)
-    assert not lending.stop()
+    assert hold.taken  # the lending is cancelled
+    assert capacity.free == 0
+    hold.leave()
     assert capacity.free == 1
 
 
-async def test_closing_forgets_the_grants_and_the_lendings(looptime: float) -> None:
-    capacity = Capacity(1, lending_delay=0.5)
+async def test_a_lending_of_a_unit_not_taken_does_nothing(looptime: float) -> None:
+    capacity = Capacity(1)
+    hold = capacity.hold()  # not taken
+    async with hold.lending(0.5):
+        await asyncio.sleep(1)
+    hold.lend_later()
+    await asyncio.sleep(1)
+    assert capacity.free == 1
+
+
+async def test_closing_forgets_the_queued_items_and_the_lendings(looptime: float) -> None:
+    granted: list[str] = []
+    capacity: Capacity[str] = Capacity(1, lending_delay=0.5,
+                                       on_granted=lambda item: granted.append(item) is None)
     assert capacity.try_acquire()
     hold = Hold(capacity, taken=True)
-    lending = hold.lending(OWN_LENDING_DELAY)
-    lending.start()
-    granted: list[str] = []
-    capacity.queue(lambda: granted.append('queued') is None)
+    hold.lend_later()
+    assert not capacity.take_or_queue('queued')
     capacity.close()
     await asyncio.sleep(1)
     assert hold.taken  # not lent out

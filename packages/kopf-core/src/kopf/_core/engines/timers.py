@@ -84,8 +84,9 @@ class Timers:
         self._wakeup_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
         # The calls in the framework's own hands; the due timers beyond them wait in line there (no tasks).
-        self._hands = capacity.Capacity(settings.background.timer_seats,
-                                        lending_delay=settings.execution.lending_delay)
+        self._hands: capacity.Capacity[Timer] = capacity.Capacity(
+            settings.background.timer_seats, lending_delay=settings.execution.lending_delay,
+            on_granted=self._start_in_turn)
         self._closed = False
 
     @property
@@ -193,15 +194,13 @@ class Timers:
             if idle is not None and quiet_since + idle > now:
                 self._schedule(timer, quiet_since + idle)  # the object has changed meanwhile
                 continue
-            if self._hands.try_acquire():
+            if self._hands.take_or_queue(timer):  # else, started by _start_in_turn() when there is room
                 self._start(timer)
-            else:
-                self._hands.queue(functools.partial(self._start_in_turn, timer))
         self._arm()
 
     def _start(self, timer: Timer) -> None:
         """Start a call of the timer, with its place in the hands taken already."""
-        hold = capacity.Hold(self._hands, taken=True)
+        hold = capacity.Hold(self._hands, True)  # taken
         task = asyncio.create_task(self._run(timer, hold))  # not named: naming costs more than the call
         task.add_done_callback(functools.partial(self._finished, timer, hold))
         timer.task = task
@@ -217,7 +216,7 @@ class Timers:
     def _finished(self, timer: Timer, hold: capacity.Hold, task: asyncio.Task[None]) -> None:
         # Normally, the call cleans up after itself; but a task cancelled before it starts runs no code.
         self._tasks.discard(task)
-        hold.leave()
+        hold.leave()  # a lending still due (e.g. cancelled in the function) finds the hands left: no-op
         if timer.task is task:
             timer.task = None
             if timer.stopped and timer.spawns.timers.get(timer.handler.id) is timer:
@@ -262,17 +261,15 @@ class Timers:
         final = failed = False
         delay: float | None = None
         ended: list[float] = []  # when the function is over (its patch and result are applied after that)
-        # While the function runs for long, the call leaves the hands to others (see the module's docs).
-        lending = hold.lending(capacity.OWN_LENDING_DELAY)
         try:
             def called() -> None:
                 ended.append(loop.time())
-                if lending.stop():  # back to the framework's own steps after a long function: no waiting
-                    hold.reclaim()
+                hold.take_back()  # back to the framework's own steps after a long function: no waiting
 
+            # While the function runs for long, the call leaves the hands to others (see the module's docs).
             outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
                                               cause=cause, state=state, logger=logger,
-                                              calling=lending.start, called=called)
+                                              calling=hold.lend_later, called=called)
             final, failed, delay = outcome.final, outcome.exception is not None, outcome.delay
             if not final:
                 state = state.with_outcome(outcome)  # only the retries need the state (it is reset otherwise)
@@ -281,7 +278,6 @@ class Timers:
             backoff = handler.backoff
             delay = backoff if backoff is not None else self.settings.execution.default_backoff
         finally:
-            lending.stop()  # e.g. cancelled in the function: no lending anymore, the hands are left when done
             timer.task = None
             timer.fns = list(patch.fns) if patch.fns else None
             if timer.stopped and spawns.timers.get(handler.id) is timer:

@@ -66,7 +66,7 @@ held_back_since: contextvars.ContextVar[Callable[[float], bool]] = contextvars.C
 Seat = capacity.Hold
 
 
-class Pacer(capacity.Capacity):
+class Pacer(capacity.Capacity[object]):  # nothing is queued: the processing's objects await their seats
     """
     The seats of the processing: a capacity whose returning holders (urgent) go before the new ones.
 
