@@ -3,6 +3,7 @@ The framework's Prometheus metrics: served by ``kopf run --metrics URL`` and scr
 operator run against the emulator; their counts, histograms and text format; their bad input.
 """
 import pathlib
+import re
 import socket
 import subprocess
 import sys
@@ -11,8 +12,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 import kopf
@@ -223,6 +227,48 @@ def test_without_the_option_nothing_is_imported_or_measured(tmp_path: pathlib.Pa
 ])
 def test_paths_are_reduced_to_resources(path: str, expected: str) -> None:
     assert metering.resource_of_path(path) == expected
+
+
+_NAMED = re.compile(r'^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))(?P<rest>/.*)?$')
+
+
+def _resource_by_regex(path: str) -> str:
+    # The general reading of a path (by the URL's grammar), of which resource_of_path() is a cheaper twin.
+    match = _NAMED.match(path.split('?', 1)[0])
+    if match is None:
+        return 'other'
+    parts = [part for part in (match.group('rest') or '').split('/') if part]
+    if parts[:1] == ['namespaces'] and len(parts) >= 3:
+        parts = parts[2:]
+    if not parts:
+        return 'discovery'
+    name = f'{parts[0]}.{match.group("group")}' if match.group('group') else parts[0]
+    return f'{name}/{parts[2]}' if len(parts) >= 3 else name
+
+
+_SEGMENTS = st.sampled_from(['', 'api', 'apis', 'v1', 'kopf.dev', 'namespaces', 'ns1', 'kex1', 'status',
+                             'configmaps', '?watch=true', 'a?b'])
+
+
+@hypothesis.given(st.lists(_SEGMENTS, max_size=8), st.sampled_from(['/', '', '//']))
+def test_path_reduction_is_the_general_one(segments: list[str], lead: str) -> None:
+    path = lead + '/'.join(segments)
+    assert metering.resource_of_path(path) == _resource_by_regex(path)
+
+
+def test_children_are_remembered_and_counted() -> None:
+    registry = CollectorRegistry()
+    meters = metering.Meters(registry)
+    try:
+        first = meters.child(meters.requests, 'GET', 'pods', '200')
+        assert meters.child(meters.requests, 'GET', 'pods', '200') is first
+        assert meters.child(meters.requests, 'GET', 'pods', '404') is not first
+        for _ in range(3):
+            meters.child(meters.requests, 'GET', 'pods', '200').inc()
+        assert registry.get_sample_value('kopf_rest_client_requests_total',
+                                         {'verb': 'GET', 'resource': 'pods', 'code': '200'}) == 3
+    finally:
+        meters.unregister()
 
 
 def test_lease_and_handling_gauges(cluster: Cluster, operator_path: pathlib.Path) -> None:

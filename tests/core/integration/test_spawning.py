@@ -90,7 +90,7 @@ async def test_idle_timers_of_many_objects_cost_no_tasks_and_little_memory(
     for body in bodies:
         feed(engine, memories, body, gone=True)
     assert engine.timers.scheduled == 0
-    assert all(memory.daemons is None for memory in memories)
+    assert all(memory.spawns is None for memory in memories)
 
 
 async def test_many_due_timers_run_as_tasks_only_while_called(

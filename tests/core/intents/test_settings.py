@@ -212,3 +212,59 @@ def test_max_workers_can_be_reset_to_the_default():
     execution = ExecutionSettings(max_workers=2)
     execution.max_workers = None
     assert execution.max_workers is None
+
+
+def test_seats_and_lending_delay_defaults():
+    # Beyond Kopf: the bounds of the framework's own work (see ARCHITECTURE.md, "How work is bounded").
+    settings = OperatorSettings()
+    assert settings.queueing.processing_seats == 100
+    assert settings.background.timer_seats == 400
+    assert settings.execution.lending_delay == 0.05
+
+
+@pytest.mark.parametrize('section, name, value', [
+    ('queueing', 'processing_seats', 1),
+    ('queueing', 'processing_seats', 10_000),
+    ('background', 'timer_seats', 1),
+    ('execution', 'lending_delay', 0),
+    ('execution', 'lending_delay', 2),
+    ('execution', 'lending_delay', 0.5),
+])
+def test_seats_and_lending_delay_accept_good_values(section, name, value):
+    settings = OperatorSettings()
+    setattr(getattr(settings, section), name, value)
+    assert getattr(getattr(settings, section), name) == value
+
+
+SEATS_MESSAGE = 'settings.{}.{} must be a positive integer, got {}.'
+DELAY_MESSAGE = 'settings.{}.{} must be a number of seconds, 0 or more, got {}.'
+
+
+@pytest.mark.parametrize('section, name, value, message', [
+    ('queueing', 'processing_seats', 0, SEATS_MESSAGE),
+    ('queueing', 'processing_seats', -5, SEATS_MESSAGE),
+    ('queueing', 'processing_seats', 2.5, SEATS_MESSAGE),
+    ('queueing', 'processing_seats', None, SEATS_MESSAGE),
+    ('queueing', 'processing_seats', True, SEATS_MESSAGE),
+    ('background', 'timer_seats', 0, SEATS_MESSAGE),
+    ('background', 'timer_seats', '400', SEATS_MESSAGE),
+    ('execution', 'lending_delay', -0.1, DELAY_MESSAGE),
+    ('execution', 'lending_delay', float('nan'), DELAY_MESSAGE),
+    ('execution', 'lending_delay', None, DELAY_MESSAGE),
+])
+def test_seats_and_lending_delay_refuse_bad_values_at_once(section, name, value, message):
+    settings = OperatorSettings()
+    before = getattr(getattr(settings, section), name)
+    with pytest.raises(ValueError) as err:
+        setattr(getattr(settings, section), name, value)
+    assert str(err.value) == message.format(section, name, repr(value))
+    assert getattr(getattr(settings, section), name) == before
+
+
+def test_seats_and_lending_delay_are_checked_on_creation_too():
+    with pytest.raises(ValueError, match=r'^settings.queueing.processing_seats must be a positive integer'):
+        QueueingSettings(processing_seats=0)
+    with pytest.raises(ValueError, match=r'^settings.execution.lending_delay must be a number of seconds'):
+        ExecutionSettings(lending_delay=-1)
+    assert ExecutionSettings(lending_delay=1) != ExecutionSettings(lending_delay=2)
+    assert ExecutionSettings(lending_delay=1) == ExecutionSettings(lending_delay=1)

@@ -16,6 +16,7 @@ import pytest
 import kopf
 from kopf._clients import logins
 from kopf._clients.vault import Vault
+from kopf._cogs.aiokits.aioflags import wait_flag
 from kopf._cogs.structs.credentials import ConnectionInfo, LoginError
 from kopf._cogs.structs.references import Selector
 from kopf._core.actions.errors import PermanentError
@@ -24,7 +25,6 @@ from kopf._core.engines.peering import PeeringError
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Activity, ActivityHandler, ErrorsMode, HandlerId, WatchingHandler
 from kopf._core.intents.registries import OperatorRegistry
-from kopf._core.reactor.flags import wait_flag
 from kopf._core.reactor.observation import Insights
 from kopf._core.reactor.running import operator, run, run_tasks, spawn_tasks
 from kopf._core.reactor.tuning import tuned_gc

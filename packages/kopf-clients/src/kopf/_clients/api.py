@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kopf._clients import auth, errors
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, iter_backoffs
+from kopf._cogs.aiokits.backoffs import BackoffsSpec, iter_backoffs
+from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.helpers import jsons, metering, tracing
 from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
 
@@ -108,9 +109,10 @@ async def _retrying(
                 delay = max(own_delay, server_delay)
             logger.warning(f'Request attempt #{attempt} was throttled by the server: {what}. '
                            f'Retrying in {delay} seconds.')
-            if metering.meters is not None:
+            meters = metering.meters
+            if meters is not None:
                 verb, _, path = what.partition(' ')
-                metering.meters.throttled.labels(verb, metering.resource_of_path(path)).inc()
+                meters.child(meters.throttled, verb, metering.resource_of_path(path)).inc()
             await asyncio.sleep(delay)
         except _RETRIABLE_ERRORS as e:
             if isinstance(e, errors.APIServerError):
@@ -291,8 +293,8 @@ async def _traced_request(
 
 def _measure(meters: metering.Meters, method: str, path: str, status: int, duration: float) -> None:
     resource = metering.resource_of_path(path)
-    meters.requests.labels(method, resource, str(status)).inc()
-    meters.request_duration.labels(method, resource).observe(duration)
+    meters.child(meters.requests, method, resource, str(status)).inc()
+    meters.child(meters.request_duration, method, resource).observe(duration)
 
 
 _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}

@@ -28,8 +28,9 @@ DEFAULT_USER_AGENT = 'kopf'
 # pooled connections they use: a burst of patches (e.g. a thousand objects at startup) then reuses
 # a few keep-alive connections instead of opening a thousand new ones (costly on both sides).
 # The API server processes them at its own pace anyway. The watch-streams are not limited.
-# As many as the processing's seats (kopf._core.reactor.pacing), so that a seated object does not also
-# wait for a slot (a future and a wake-up more per request); also aiohttp's default limit of connections.
+# As many as the processing's seats by default (``settings.queueing.processing_seats``), so that a seated
+# object does not also wait for a slot (a future and a wake-up more per request); also aiohttp's default
+# limit of connections.
 MAX_CONCURRENT_REQUESTS = 100
 
 

@@ -5,7 +5,8 @@ from typing import Any, cast
 
 from kopf._clients import api
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings
+from kopf._cogs.aiokits.backoffs import BackoffsSpec
+from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.structs.bodies import RawBody
 from kopf._cogs.structs.references import Resource
 

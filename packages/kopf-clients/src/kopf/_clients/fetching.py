@@ -11,7 +11,8 @@ from typing import Any, cast
 
 from kopf._clients import api, errors
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec, ClientSettings, get_selectors
+from kopf._cogs.aiokits.backoffs import BackoffsSpec
+from kopf._cogs.configs.networking import ClientSettings, get_selectors
 from kopf._cogs.structs.bodies import RawBody
 from kopf._cogs.structs.references import EVERYTHING, Resource
 

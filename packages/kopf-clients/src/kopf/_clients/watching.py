@@ -39,8 +39,9 @@ from typing import Any
 from kopf._clients import api, errors, fetching
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
+from kopf._cogs.aiokits import alarms
 from kopf._cogs.configs.networking import ClientSettings
-from kopf._cogs.helpers import alarms, jsons, metering
+from kopf._cogs.helpers import jsons, metering
 from kopf._cogs.structs.bodies import RawBody, RawEvent, RawInput
 from kopf._cogs.structs.references import Resource
 
@@ -292,8 +293,9 @@ async def infinite_watch(
     restart_reason = ''
     while True:
         if not first_request:
-            if metering.meters is not None:
-                metering.meters.watch_restarts.labels(_name_of(resource), restart_reason or 'reconnect').inc()
+            meters = metering.meters
+            if meters is not None:
+                meters.child(meters.watch_restarts, _name_of(resource), restart_reason or 'reconnect').inc()
             await asyncio.sleep(settings.watching.reconnect_backoff)
         first_request = False
         restart_reason = ''

@@ -5,20 +5,20 @@ They live here, at the bottom of the stack, so that the client can be used witho
 ``kopf.OperatorSettings`` in kopf-core composes them with its own sections.
 """
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-# A back-off specification: a single number, or a re-iterable collection of numbers (maybe infinite).
-BackoffsSpec = float | Iterable[float]
+from kopf._cogs.aiokits.backoffs import BackoffsSpec
 
-
-def iter_backoffs(backoffs: BackoffsSpec | None) -> Iterator[float]:
-    """Start a new sequence of delays from a number, a collection, or any re-iterable (maybe infinite)."""
-    if backoffs is None:
-        return iter(())
-    if isinstance(backoffs, (int, float)):
-        return iter((float(backoffs),))
-    return iter(backoffs)
+__all__ = [
+    'BackoffsSpec',
+    'ClientSettings',
+    'NetworkingSettings',
+    'SelectorMapping',
+    'StandaloneClientSettings',
+    'WatchingSettings',
+    'get_selectors',
+]
 
 
 class SelectorMapping(dict[Any, Any]):

@@ -13,10 +13,9 @@ come from the code (handler ids, webhook names) are capped per metric (:data:`MA
 the values beyond it are counted as ``other``, so a sub-handler id made of data cannot grow the series
 without bound.
 """
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -47,6 +46,7 @@ class Meters:
         self._capped: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._gauge_sources: list[GaugeSource] = []
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
 
         # Handlers.
         self.handler_calls = Counter(
@@ -117,6 +117,21 @@ class Meters:
         for collector in [*vars(self).values()]:
             if hasattr(collector, 'collect') and collector is not self.registry:
                 self.registry.unregister(collector)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """
+        The metric's child of these label values: ``metric.labels(*labels)``, remembered.
+
+        prometheus-client's ``labels()`` checks and converts the values and takes a lock every time;
+        the framework measures a dozen times per event with the same few label values (all bounded:
+        resources, verbs, codes, capped ids), so their children are looked up once.
+        """
+        key = (metric, labels)
+        try:
+            return self._children[key]
+        except KeyError:
+            child = self._children[key] = metric.labels(*labels)
+            return child
 
     def capped(self, metric: str, value: str) -> str:
         """The label value, or ``other`` if the metric has seen too many distinct values already."""
@@ -207,9 +222,6 @@ def disable() -> None:
         old.unregister()
 
 
-_NAMED = re.compile(r'^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))(?P<rest>/.*)?$')
-
-
 def resource_of_path(path: str) -> str:
     """
     The resource of an API path, without namespaces and names: ``configmaps``, ``kopfexamples.kopf.dev``.
@@ -217,16 +229,18 @@ def resource_of_path(path: str) -> str:
     The subresources follow a slash (``kopfexamples.kopf.dev/status``); the discovery and other
     non-resource paths are ``discovery`` and ``other``.
     """
-    path = path.split('?', 1)[0]
-    match = _NAMED.match(path)
-    if match is None:
+    parts = path.split('?', 1)[0].split('/')  # ['', 'api', 'v1', ...] or ['', 'apis', GROUP, VERSION, ...]
+    if len(parts) >= 3 and parts[0] == '' and parts[1] == 'api' and parts[2] == 'v1':
+        group, rest = '', parts[3:]
+    elif len(parts) >= 4 and parts[0] == '' and parts[1] == 'apis' and parts[2] and parts[3]:
+        group, rest = parts[2], parts[4:]
+    else:
         return 'other'
-    parts = [part for part in (match.group('rest') or '').split('/') if part]
-    if parts[:1] == ['namespaces'] and len(parts) >= 3:
-        parts = parts[2:]  # a namespaced resource: /namespaces/NS/PLURAL[/NAME[/SUB]]
-    if not parts:
+    if '' in rest:
+        rest = [part for part in rest if part]  # double or trailing slashes
+    if len(rest) >= 3 and rest[0] == 'namespaces':
+        rest = rest[2:]  # a namespaced resource: /namespaces/NS/PLURAL[/NAME[/SUB]]
+    if not rest:
         return 'discovery'
-    plural = parts[0]
-    group = match.group('group')
-    name = f'{plural}.{group}' if group else plural
-    return f'{name}/{parts[2]}' if len(parts) >= 3 else name
+    name = f'{rest[0]}.{group}' if group else rest[0]
+    return f'{name}/{rest[2]}' if len(rest) >= 3 else name

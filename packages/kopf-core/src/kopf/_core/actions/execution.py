@@ -191,10 +191,10 @@ def _measure(meters: metering.Meters, handler: BaseHandler, cause: BaseCause, st
                       ) if resource is not None else ''
     handler_label = meters.capped('handler', str(handler.id))
     kind = _outcome_kind(outcome)
-    meters.handler_calls.labels(resource_label, handler_label, kind).inc()
-    meters.handler_duration.labels(resource_label, handler_label).observe(duration)
+    meters.child(meters.handler_calls, resource_label, handler_label, kind).inc()
+    meters.child(meters.handler_duration, resource_label, handler_label).observe(duration)
     if state.retries:
-        meters.handler_retries.labels(resource_label, handler_label).inc()
+        meters.child(meters.handler_retries, resource_label, handler_label).inc()
 
 
 def _state_of(state: State, handler: BaseHandler) -> HandlerState:

@@ -234,8 +234,8 @@ async def serve_admission_request(
         name = meters.capped('webhook', webhook if webhook is not None else 'all')
         outcome = ('allowed' if not failures else
                    'denied' if all(isinstance(e, PermanentError) for _, e in failures) else 'error')
-        meters.admission_reviews.labels(name, outcome).inc()
-        meters.admission_duration.labels(name).observe(time.monotonic() - started)
+        meters.child(meters.admission_reviews, name, outcome).inc()
+        meters.child(meters.admission_duration, name).observe(time.monotonic() - started)
     return {'apiVersion': review.api_version, 'kind': 'AdmissionReview', 'response': response}
 
 

@@ -29,7 +29,8 @@ from typing import Any
 
 from kopf._clients import coordination, creating, errors, fetching
 from kopf._clients.vault import Vault
-from kopf._cogs.helpers import aiotasks, metering
+from kopf._cogs.aiokits import aiotasks
+from kopf._cogs.helpers import metering
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.gating import GateBlocker
 from kopf._core.intents.configuration import ElectionSettings, OperatorSettings

@@ -43,7 +43,7 @@ from typing import Any, NewType
 from kopf._clients import coordination, errors, fetching, watching
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
-from kopf._cogs.configs.networking import iter_backoffs
+from kopf._cogs.aiokits.backoffs import iter_backoffs
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.gating import GateBlocker
 from kopf._core.intents.configuration import OperatorSettings

@@ -40,7 +40,7 @@ from typing import Any
 
 from kopf._clients import events
 from kopf._clients.vault import Vault
-from kopf._cogs.configs.networking import BackoffsSpec
+from kopf._cogs.aiokits.backoffs import BackoffsSpec
 from kopf._core.actions import loggers
 from kopf._core.intents.configuration import OperatorSettings
 

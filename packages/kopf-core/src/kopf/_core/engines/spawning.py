@@ -29,7 +29,8 @@ from kopf._cogs.structs.bodies import Body, RawBody
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
-from kopf._core.engines.daemons import Daemons, DaemonStoppingReason, ObjectSpawns
+from kopf._core.engines.daemons import Daemons
+from kopf._core.engines.spawns import DaemonStoppingReason, ObjectSpawns
 from kopf._core.engines.timers import Timers
 from kopf._core.intents.causes import ResourceSpawningCause
 from kopf._core.intents.configuration import OperatorSettings
@@ -43,7 +44,7 @@ class ObjectMemory(Protocol):
     """What the engine needs of the object's in-memory state (the reactor's memory of the object)."""
 
     memo: Any
-    daemons: Any  # the place for the engine's own record of the object
+    spawns: ObjectSpawns | None  # the place for the engine's own record of the object
 
 
 class SpawningEngine:
@@ -95,7 +96,7 @@ class SpawningEngine:
         Returns whether any of its daemons & timers that keep the object from deletion matches it now
         (i.e. whether our finalizer is needed while the object lives), so that nobody re-evaluates it.
         """
-        spawns = memory.daemons if isinstance(memory.daemons, ObjectSpawns) else None
+        spawns = memory.spawns
         if spawns is not None and spawns.owner is not self:
             spawns = None  # e.g. memories shared with a previous operator: its records are not ours.
 
@@ -108,7 +109,7 @@ class SpawningEngine:
                 return False
             spawns = ObjectSpawns(owner=self, body=Body(raw_body), resource=resource, memo=memory.memo,
                                   changed_at=now)
-            memory.daemons = spawns
+            memory.spawns = spawns
             self._objects[id(spawns)] = spawns
         else:
             spawns.body._replace_with(raw_body)
@@ -117,7 +118,7 @@ class SpawningEngine:
         if deleted:
             self._stop_everything(spawns, DaemonStoppingReason.RESOURCE_DELETED)
             if gone:
-                memory.daemons = None
+                memory.spawns = None
                 self._objects.pop(id(spawns), None)
             return False
         elif not self._paused and not self._closed:
@@ -140,7 +141,7 @@ class SpawningEngine:
         True if nothing runs for the object anymore; False if the time is over, or if woken up earlier
         (e.g. by a new event of the object).
         """
-        spawns = memory.daemons if isinstance(memory.daemons, ObjectSpawns) else None
+        spawns = memory.spawns
         if spawns is None or spawns.owner is not self:
             return True
         return await spawns.wait_until_idle(within=within, wakeup=wakeup)

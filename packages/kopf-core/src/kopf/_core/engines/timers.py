@@ -24,13 +24,14 @@ The schedule of a timer of an object:
   the attempts since the last success; a failure for good (:class:`kopf.PermanentError`, the retries
   or the timeout exceeded) stops the timer for that object.
 
-The calls in the framework's own hands are limited (:data:`MAX_CALLS_IN_HANDS`): a call is in the hands
-from its start until its function is called, and from the function's end until the call is over
-(applying the patch), and also while its function runs for less than :data:`LENDING_DELAY` (the usual
-quick functions). The timers due beyond the limit wait in line and start as the earlier calls leave
-the hands. E.g. 10,000 timers due at once (all objects listed at the start, with the same initial delay)
+The calls in the framework's own hands are limited (``settings.background.timer_seats``): a call is in
+the hands from its start until its function is called, and from the function's end until the call is over
+(applying the patch), and also while its function runs for less than ``settings.execution.lending_delay``
+(the usual quick functions). The timers due beyond the limit wait in line and start as the earlier calls
+leave the hands. E.g. 10,000 timers due at once (all objects listed at the start, with the same initial delay)
 do not make 10,000 tasks all waiting for the API at once --- only as many as the API can serve soon.
-The slow functions are not limited: they leave the hands while they run.
+The slow functions are not limited: they leave the hands while they run, and are back at once when they end.
+The hands are a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the processing's seats are.
 
 The calls of one timer for one object never overlap: the next one is scheduled when the previous
 one ends. After every call, the timer's ``patch`` and its result (into the status, under the handler's
@@ -38,7 +39,6 @@ id) are applied to the object; the transformation functions that fail because th
 meanwhile are carried over to the next call.
 """
 import asyncio
-import collections
 import functools
 import heapq
 import itertools
@@ -47,50 +47,26 @@ from collections.abc import Mapping
 from typing import Any
 
 from kopf._clients.vault import Vault
-from kopf._cogs.structs.patches import Patch, PatchFn
+from kopf._cogs.aiokits import capacity
+from kopf._cogs.structs.patches import Patch
 from kopf._core.actions import loggers
 from kopf._core.actions.progression import HandlerState, handler_kwargs
-from kopf._core.engines.daemons import ObjectSpawns, execute_and_apply, initial_delay_of
+from kopf._core.engines.spawns import ObjectSpawns, Timer, execute_and_apply, initial_delay_of
 from kopf._core.intents.causes import ResourceSpawningCause
-from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.configuration import BackgroundSettings, OperatorSettings
 from kopf._core.intents.handlers import TimerHandler
 
-__all__ = ['LENDING_DELAY', 'MAX_CALLS_IN_HANDS', 'Timer', 'Timers']
+__all__ = ['MAX_CALLS_IN_HANDS', 'Timer', 'Timers']  # Timer: the record is in .spawns, kept here too
 
-# How many timer calls can be in the framework's own hands at once (see the module's description).
-MAX_CALLS_IN_HANDS = 400
-
-# How long a running function keeps its call in the hands before leaving them to the others, in seconds.
-LENDING_DELAY = 0.05
+# How many timer calls can be in the framework's own hands at once by default (see the module's description):
+# the operators take ``settings.background.timer_seats``.
+MAX_CALLS_IN_HANDS: int = BackgroundSettings.timer_seats
 
 # The deadlines this close to the wake-up time are due at it (the loop's clock is not infinitely precise).
 _CLOCK_SLACK = 0.001
 
 # The heap is cleaned of the outdated entries when they are this many more than the valid ones.
 _COMPACTION_THRESHOLD = 1000
-
-
-class Timer:
-    """One timer of one object: its schedule and its retrying state (no task while it waits)."""
-
-    __slots__ = ('due', 'finished', 'fns', 'handler', 'held', 'idle_mark', 'spawns', 'state', 'stopped',
-                 'task')
-
-    def __init__(self, *, handler: TimerHandler, spawns: ObjectSpawns) -> None:
-        super().__init__()
-        self.handler = handler
-        self.spawns = spawns
-        self.due: float | None = None  # the deadline of its only valid heap entry; None if not scheduled
-        self.task: asyncio.Task[None] | None = None  # only while the function runs
-        self.state: HandlerState | None = None  # the retrying state since the last success, if any
-        self.fns: list[PatchFn] | None = None  # the transformation functions to retry on the next call
-        self.idle_mark: float | None = None  # the object's change that an idle-only timer has served
-        self.stopped = False  # by the framework: the object is deleted, does not match, etc.
-        self.finished = False  # failed for good, or a once-only timer has run: never again for this object
-        self.held = False  # its call is in the framework's hands now (counted in the limit)
-
-    def __repr__(self) -> str:
-        return f'<{type(self).__name__} {self.handler.id!r} due={self.due} running={self.task is not None}>'
 
 
 class Timers:
@@ -107,17 +83,16 @@ class Timers:
         self._wakeup: asyncio.TimerHandle | None = None
         self._wakeup_at = math.inf
         self._tasks: set[asyncio.Task[None]] = set()
-        self._ready: collections.deque[Timer] = collections.deque()  # due, waiting for room in the hands
-        self._in_hands = 0
-        self._in_functions: dict[Timer, float] = {}  # the held calls in their functions, since when
-        self._sweeper: asyncio.TimerHandle | None = None  # one for all: no timer handle per call
-        self._refill: asyncio.Handle | None = None
+        # The calls in the framework's own hands; the due timers beyond them wait in line there (no tasks).
+        self._hands: capacity.Capacity[Timer] = capacity.Capacity(
+            settings.background.timer_seats, lending_delay=settings.execution.lending_delay,
+            on_granted=self._start_in_turn)
         self._closed = False
 
     @property
     def scheduled(self) -> int:
         """How many timers wait for their deadlines (or for their turn once due) now."""
-        return self._scheduled + len(self._ready)
+        return self._scheduled + self._hands.waiting
 
     @property
     def running(self) -> int:
@@ -160,13 +135,7 @@ class Timers:
         if self._wakeup is not None:
             self._wakeup.cancel()
             self._wakeup = None
-        if self._refill is not None:
-            self._refill.cancel()
-            self._refill = None
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        self._ready.clear()
+        self._hands.close()  # the waiting timers are not started, the running functions not lent out
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -225,68 +194,29 @@ class Timers:
             if idle is not None and quiet_since + idle > now:
                 self._schedule(timer, quiet_since + idle)  # the object has changed meanwhile
                 continue
-            if self._in_hands < MAX_CALLS_IN_HANDS and not self._ready:
+            if self._hands.take_or_queue(timer):  # else, started by _start_in_turn() when there is room
                 self._start(timer)
-            else:
-                self._ready.append(timer)
         self._arm()
 
     def _start(self, timer: Timer) -> None:
-        task = asyncio.create_task(self._run(timer))  # not named: naming costs more than the call itself
-        task.add_done_callback(functools.partial(self._finished, timer))
+        """Start a call of the timer, with its place in the hands taken already."""
+        hold = capacity.Hold(self._hands, True)  # taken
+        task = asyncio.create_task(self._run(timer, hold))  # not named: naming costs more than the call
+        task.add_done_callback(functools.partial(self._finished, timer, hold))
         timer.task = task
-        timer.held = True
-        self._in_hands += 1
         self._tasks.add(task)
 
-    def _start_ready(self) -> None:
-        """Start the due timers that wait in line, as long as there is room in the hands."""
-        self._refill = None
-        ready = self._ready
-        while ready and self._in_hands < MAX_CALLS_IN_HANDS and not self._closed:
-            timer = ready.popleft()
-            if timer.stopped or timer.finished or timer.task is not None or timer.due is not None:
-                continue  # stopped, or rescheduled (e.g. for its quiet period) while waiting in line
-            self._start(timer)
+    def _start_in_turn(self, timer: Timer) -> bool:
+        """Start a due timer that has waited in line for room in the hands; False if it is not due anymore."""
+        if timer.stopped or timer.finished or timer.task is not None or timer.due is not None:
+            return False  # stopped, or rescheduled (e.g. for its quiet period) while waiting in line
+        self._start(timer)
+        return True
 
-    def _leave_hands(self, timer: Timer) -> None:
-        if timer.held:
-            timer.held = False
-            self._in_hands -= 1
-            if self._ready and self._refill is None and not self._closed:
-                # Not right now: e.g. a quick function that is being called will be back in a moment.
-                self._refill = asyncio.get_running_loop().call_soon(self._start_ready)
-
-    def _calling(self, timer: Timer) -> None:
-        if timer.held:
-            loop = asyncio.get_running_loop()
-            self._in_functions[timer] = loop.time()
-            if self._sweeper is None and not self._closed:
-                self._sweeper = loop.call_later(LENDING_DELAY, self._sweep)
-
-    def _called(self, timer: Timer) -> None:
-        self._in_functions.pop(timer, None)
-        if not timer.held:  # back to the framework's own steps after a long function: no waiting for room
-            timer.held = True
-            self._in_hands += 1
-
-    def _sweep(self) -> None:
-        """The functions that run for too long leave the hands to others (see the module's description)."""
-        self._sweeper = None
-        now = asyncio.get_running_loop().time()
-        for timer, since in list(self._in_functions.items()):
-            if now - since >= LENDING_DELAY - _CLOCK_SLACK:
-                del self._in_functions[timer]
-                self._leave_hands(timer)
-        if self._in_functions and not self._closed:
-            earliest = min(self._in_functions.values())
-            self._sweeper = asyncio.get_running_loop().call_at(earliest + LENDING_DELAY, self._sweep)
-
-    def _finished(self, timer: Timer, task: asyncio.Task[None]) -> None:
+    def _finished(self, timer: Timer, hold: capacity.Hold, task: asyncio.Task[None]) -> None:
         # Normally, the call cleans up after itself; but a task cancelled before it starts runs no code.
         self._tasks.discard(task)
-        self._in_functions.pop(timer, None)
-        self._leave_hands(timer)
+        hold.leave()  # a lending still due (e.g. cancelled in the function) finds the hands left: no-op
         if timer.task is task:
             timer.task = None
             if timer.stopped and timer.spawns.timers.get(timer.handler.id) is timer:
@@ -314,7 +244,7 @@ class Timers:
         return ResourceSpawningCause(resource=spawns.resource, body=spawns.transient_body(), patch=patch,
                                      logger=logger, memo=spawns.memo, indices=self.indices)
 
-    async def _run(self, timer: Timer) -> None:
+    async def _run(self, timer: Timer, hold: capacity.Hold) -> None:
         """One call of the timer's function (with its patch), then the scheduling of the next one."""
         handler, spawns = timer.handler, timer.spawns
         loop = asyncio.get_running_loop()
@@ -334,11 +264,12 @@ class Timers:
         try:
             def called() -> None:
                 ended.append(loop.time())
-                self._called(timer)
+                hold.take_back()  # back to the framework's own steps after a long function: no waiting
 
+            # While the function runs for long, the call leaves the hands to others (see the module's docs).
             outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
                                               cause=cause, state=state, logger=logger,
-                                              calling=functools.partial(self._calling, timer), called=called)
+                                              calling=hold.lend_later, called=called)
             final, failed, delay = outcome.final, outcome.exception is not None, outcome.delay
             if not final:
                 state = state.with_outcome(outcome)  # only the retries need the state (it is reset otherwise)

@@ -9,9 +9,12 @@ from kopf-clients, so that ``OperatorSettings`` satisfies the client's ``ClientS
 import concurrent.futures
 import dataclasses
 import logging
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
-from kopf._cogs.configs.networking import BackoffsSpec, NetworkingSettings, WatchingSettings
+from kopf._cogs.aiokits.backoffs import BackoffsSpec
+from kopf._cogs.aiokits.capacity import DEFAULT_LENDING_DELAY
+from kopf._cogs.configs.networking import NetworkingSettings, WatchingSettings
 from kopf._core.persistence import diffbase, progress
 
 __all__ = [
@@ -30,6 +33,34 @@ __all__ = [
     'ScanningSettings',
     'WatchingSettings',
 ]
+
+
+def _check_positive_integer(path: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f'{path} must be a positive integer, got {value!r}.')
+
+
+def _check_delay(path: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:  # NaN too
+        raise ValueError(f'{path} must be a number of seconds, 0 or more, got {value!r}.')
+
+
+class _CheckedFields:
+    """
+    A section whose fields in ``_checks`` are checked whenever they are set (on creation too).
+
+    A bad value fails right where it is set (e.g. in a startup handler) with a one-line error,
+    not later, when the operator uses it.
+    """
+
+    _section: ClassVar[str]
+    _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        check = self._checks.get(name)
+        if check is not None:
+            check(f'settings.{self._section}.{name}', value)
+        super().__setattr__(name, value)
 
 
 @dataclasses.dataclass
@@ -176,7 +207,12 @@ class TracingSettings:
 
 
 @dataclasses.dataclass
-class QueueingSettings:
+class QueueingSettings(_CheckedFields):
+    _section: ClassVar[str] = 'queueing'
+    _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
+        'processing_seats': _check_positive_integer,
+    }
+
     worker_limit: int | None = None
     """How many objects can be processed in parallel (None: unlimited)."""
 
@@ -190,6 +226,18 @@ class QueueingSettings:
     """Throttling of the framework's own errors per object: the delays after the 1st, 2nd, ... error."""
 
     _batch_window: float = 0.1
+
+    # Beyond Kopf: after Kopf's fields, so that their positions are as in Kopf.
+    processing_seats: int = 100
+    """
+    How many objects can be in the framework's own steps of their processing at once (beyond Kopf).
+
+    The framework's own steps are parsing, detecting the causes, storing the progress, the API requests;
+    the handlers and the sleeps are not: while they run (a handler for longer than
+    ``settings.execution.lending_delay``), the object lends its seat to another one. So this bounds the memory
+    and the CPU's work of the bursts (e.g. the initial listing of thousands of objects), not the handlers'
+    concurrency (that is ``worker_limit``). The objects back from their handlers go before the new ones.
+    """
 
     @property
     def batch_window(self) -> float:
@@ -237,6 +285,7 @@ class ExecutionSettings:
     _executor: concurrent.futures.Executor | None
     _executor_is_own: bool
     _max_workers: int | None
+    _lending_delay: float
 
     def __init__(
             self,
@@ -244,16 +293,19 @@ class ExecutionSettings:
             default_backoff: float = 60,
             executor: concurrent.futures.Executor | None = None,
             max_workers: int | None = None,
+            lending_delay: float = DEFAULT_LENDING_DELAY,
     ) -> None:
         super().__init__()
         self.default_backoff = default_backoff
         self._executor = executor
         self._executor_is_own = False
         self._max_workers = max_workers
+        self.lending_delay = lending_delay
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(default_backoff={self.default_backoff!r}, '
-                f'executor={self._executor!r}, max_workers={self._max_workers!r})')
+                f'executor={self._executor!r}, max_workers={self._max_workers!r}, '
+                f'lending_delay={self._lending_delay!r})')
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExecutionSettings):
@@ -261,8 +313,26 @@ class ExecutionSettings:
         return (
             self.default_backoff == other.default_backoff and
             self._max_workers == other._max_workers and
+            self._lending_delay == other._lending_delay and
             self._executor is other._executor  # both not created yet, or the very same one
         )
+
+    @property
+    def lending_delay(self) -> float:
+        """
+        How long a handler or a timer's function keeps its seat before lending it to others, in seconds.
+
+        The seats are those of ``settings.queueing.processing_seats`` (of the objects) and
+        ``settings.background.timer_seats`` (of the timers' calls): the quick functions keep theirs and
+        go on without waiting for a seat again; the slower ones let others into the framework's own steps
+        meanwhile. 0 lends the seats at once (beyond Kopf).
+        """
+        return self._lending_delay
+
+    @lending_delay.setter
+    def lending_delay(self, value: float) -> None:
+        _check_delay('settings.execution.lending_delay', value)
+        self._lending_delay = value
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass sections are
 
@@ -297,7 +367,12 @@ class ExecutionSettings:
 
 
 @dataclasses.dataclass
-class BackgroundSettings:
+class BackgroundSettings(_CheckedFields):
+    _section: ClassVar[str] = 'background'
+    _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
+        'timer_seats': _check_positive_integer,
+    }
+
     cancellation_polling: float = 60
     """How often to check if a non-cancellable daemon has exited, unless the daemon sets its own."""
 
@@ -306,6 +381,17 @@ class BackgroundSettings:
 
     instant_exit_zero_time_cycles: int = 10
     """How many event-loop cycles to give the daemons to exit instantly on the operator's exit."""
+
+    timer_seats: int = 400
+    """
+    How many timers' calls can be in the framework's own hands at once (beyond Kopf).
+
+    A call is in the hands from its start until its function is called, and from the function's end until
+    the call is over (its patch applied); also while its function runs, but only for as long as
+    ``settings.execution.lending_delay``. The timers due beyond this wait in line (no tasks for them), so that
+    e.g. 10,000 timers due at once do not make 10,000 calls waiting for the API. The slow functions are not
+    limited: they leave the hands while they run.
+    """
 
 
 @dataclasses.dataclass

@@ -2,13 +2,13 @@
 Back-pressure and deferral of one watch-stream's objects: how many wait for their processing, and what then.
 
 The processing of an object takes a seat of the operator's pacer (see :mod:`.pacing`). When as many
-objects wait for the seats as there are seats, the new objects' workers are not started but deferred
-(in their order): e.g. an initial listing of 10,000 objects would otherwise start 10,000 workers at once,
-each suspended deep in the processing until a seat is free (~3 KB of stacks each, for nothing); a deferred
-object costs only its latest event, which is kept anyway. They are started by batches as the waiters get
-seated. When twice as many objects wait (for seats, or for their workers' start), the watch-stream is
-held back (not read) until only half as many wait: its events wait in the sockets' buffers as bytes,
-not in memory as bodies. Nothing is lost: the events are only read a bit later.
+objects wait for the seats as there are seats, the new objects' workers are not started but deferred (in
+their order): e.g. an initial listing of 10,000 objects would otherwise start 10,000 workers at once,
+each suspended deep in the processing until a seat is free (a stack of coroutines each, for nothing); a
+deferred object costs only its latest event, which is kept anyway. They are started by batches as the
+waiters get seated. When twice as many objects wait (for seats, or for their workers' start), the watch-
+stream is held back (not read) until only half as many wait: its events wait in the sockets' buffers as
+bytes, not in memory as bodies. Nothing is lost: the events are only read a bit later.
 
 Held back, the echoes of our own patches come late: :meth:`Backlog.was_held_back_since` tells it to the
 processing (with every delivery) and to the idling workers.

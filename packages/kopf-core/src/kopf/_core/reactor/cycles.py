@@ -279,10 +279,11 @@ async def _run_handlers(
         if new != old:
             persistence.diffbase_storage.store(body=body, patch=patch, essence=new)
         memory.fully_handled_once = True
-        if metering.meters is not None:
+        meters = metering.meters
+        if meters is not None:
             resource = event.delivery.resource
             name = f'{resource.plural}.{resource.group}' if resource.group else resource.plural
-            metering.meters.changes_handled.labels(name, cause.reason).inc()
+            meters.child(meters.changes_handled, name, cause.reason).inc()
 
     progress.untouch(storage, body=body, patch=patch)  # touch(value=None) & flush(), if needed at all
     return done, ([] if done else state.delays)

@@ -11,7 +11,7 @@ handled essence), so that it survives restarts. But some things are only for thi
 * the resource version of our own latest patch and the time of it: until this version comes back
   via the watch-stream, the object's state is inconsistent (see :mod:`.versions`); and whether
   that version needs nothing from us, so that its echo is not processed at all;
-* the places where the daemons and the indices keep their per-object state (filled by their engines);
+* the place where the daemons & timers keep their per-object record (``spawns``, filled by their engine);
 * while a handling cycle of several steps is in progress: which essence each finished handler was
   called with, so that the handlers done before a change in the middle of the cycle are called again
   with it (see :mod:`.reruns`). It is forgotten when the cycle ends, and lost on restarts: then,
@@ -24,6 +24,7 @@ when the object is deleted.
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kopf._core.engines.spawns import ObjectSpawns
 from kopf._core.intents.memos import make_object_memo
 from kopf._core.reactor.versions import VersionBook
 
@@ -36,16 +37,16 @@ class ResourceMemory(VersionBook):
     __slots__ = (
         'cycle_essences',
         'cycle_purpose',
-        'daemons',
         'fully_handled_once',
         'memo',
         'noticed_by_listing',
+        'spawns',
     )
 
     memo: Any
     noticed_by_listing: bool  # seen first in the initial listing: it existed before the operator started
     fully_handled_once: bool  # a changing cycle has finished since then: no more resuming
-    daemons: Any  # the daemons' & timers' per-object state, owned by their engine
+    spawns: ObjectSpawns | None  # the daemons' & timers' per-object record, owned by their engine
     cycle_purpose: str | None  # the reason of the unfinished handling cycle that the essences belong to
     cycle_essences: dict[str, Any] | None  # by handler id: the essence of its last success in that cycle
                                            # (of its last call for the unfinished parents of sub-handlers)
@@ -55,7 +56,7 @@ class ResourceMemory(VersionBook):
         self.memo = memo
         self.noticed_by_listing = noticed_by_listing
         self.fully_handled_once = False
-        self.daemons = None
+        self.spawns = None
         self.cycle_purpose = None
         self.cycle_essences = None
 

@@ -69,7 +69,8 @@ async def process_event(delivery: Delivery, *, scope: OperatorScope) -> bool:
         if seat is not None:
             seat.leave()
         if meters is not None:
-            meters.work_duration.labels(_name_of(delivery.resource)).observe(time.monotonic() - started)
+            duration = time.monotonic() - started
+            meters.child(meters.work_duration, _name_of(delivery.resource)).observe(duration)
 
 
 async def _process_traced(
@@ -98,10 +99,10 @@ async def _process_traced(
 
 def _measure_arrival(meters: metering.Meters, delivery: Delivery) -> None:
     name = _name_of(delivery.resource)
-    meters.events.labels(name).inc()
+    meters.child(meters.events, name).inc()
     if delivery.received_at is not None:
         waited = asyncio.get_running_loop().time() - delivery.received_at
-        meters.queue_duration.labels(name).observe(max(0.0, waited))
+        meters.child(meters.queue_duration, name).observe(max(0.0, waited))
 
 
 def _name_of(resource: Resource) -> str:

@@ -29,7 +29,7 @@ worker for the whole idle timeout, as all did before: a new worker for every eve
 The idle workers of a watch-stream share one timer of the event loop (for the one that went idle first):
 not one per worker, which the loop would keep in its heap of timers (with Python-level comparisons)
 and cancel at almost every event. So do the batching windows of its workers (waited for after nearly
-every processing, for the echoes of its own patches). See :mod:`kopf._cogs.helpers.alarms`.
+every processing, for the echoes of its own patches). See :mod:`kopf._cogs.aiokits.alarms`.
 The final event of a deleted object that has no worker (e.g. the late echo of the finalizer's removal)
 starts none if the object needs nothing but to be forgotten (no event handlers, no daemons, no indices):
 see :class:`Forgetter`.
@@ -69,8 +69,9 @@ from kopf._clients.connections import NetworkError
 from kopf._clients.errors import APIForbiddenError
 from kopf._clients.vault import Vault
 from kopf._clients.watching import Bookmark
-from kopf._cogs.configs.networking import iter_backoffs
-from kopf._cogs.helpers import alarms, metering
+from kopf._cogs.aiokits import alarms
+from kopf._cogs.aiokits.backoffs import iter_backoffs
+from kopf._cogs.helpers import metering
 from kopf._cogs.structs.bodies import RawBody, RawEvent
 from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
@@ -508,9 +509,9 @@ class ObjectStreams:
         Only the workers of the returning objects wait for the whole idle timeout; the others wait only
         as long as their new events would be batched (the batching window, if shorter). The batching window
         is the only thing an idle worker keeps: past it, a new event is processed at once anyway, by a new
-        worker as well as by the old one; but an idle worker costs its task and a stack of coroutines
-        (~2.3 KB): ~11 MB for 5,000 objects processed within the idle timeout (5 s by default), e.g.
-        after an initial listing or a mass deletion. The objects that come back (e.g. with the echoes of
+        worker as well as by the old one; but an idle worker costs its task and a stack of coroutines,
+        for every object processed within the idle timeout (5 s by default), e.g. after an initial listing
+        or a mass deletion. The objects that come back (e.g. with the echoes of
         their timers' patches every second) would cost a new worker every time instead: they keep theirs.
         """
         if stream.pressure.is_set():

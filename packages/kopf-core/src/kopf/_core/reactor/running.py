@@ -18,7 +18,8 @@ The life of an operator:
    to finish), then the rest. Then the cleanup activity runs (only if the startup has succeeded),
    and the vault is closed.
 
-The stop requests (flags, signals) and the stopping of tasks are in :mod:`.supervision` and :mod:`.flags`;
+The stop requests (flags, signals) are in :mod:`.supervision`, the flags' and tasks' primitives in
+:mod:`kopf._cogs.aiokits`;
 the process's tuning while operators run (the garbage collector) is in :mod:`.tuning`.
 
 Several operators can run in one process (preferably in separate threads with their own event loops),
@@ -37,7 +38,8 @@ from typing import Any
 
 from kopf._clients.errors import describe_error
 from kopf._clients.vault import Vault
-from kopf._cogs.helpers import aiotasks, metering, tracing
+from kopf._cogs.aiokits import aioflags, aiotasks
+from kopf._cogs.helpers import metering, tracing
 from kopf._cogs.structs.references import NamespacePattern, Resource
 from kopf._core.actions.lifecycles import LifeCycleFn
 from kopf._core.engines import (
@@ -58,7 +60,6 @@ from kopf._core.intents.memos import Memo
 from kopf._core.intents.registries import OperatorRegistry, get_default_registry
 from kopf._core.reactor import (
     coordination,
-    flags,
     observation,
     orchestration,
     pacing,
@@ -123,8 +124,8 @@ def run(
         clusterwide: bool = False,
         namespaces: Collection[NamespacePattern] = (),
         namespace: NamespacePattern | None = None,
-        stop_flag: flags.Flag | None = None,
-        ready_flag: flags.Flag | None = None,
+        stop_flag: aioflags.Flag | None = None,
+        ready_flag: aioflags.Flag | None = None,
         vault: Vault | None = None,
         memo: object | None = None,
         _command: Coroutine[None, None, None] | None = None,
@@ -162,8 +163,8 @@ async def operator(
         clusterwide: bool = False,
         namespaces: Collection[NamespacePattern] = (),
         namespace: NamespacePattern | None = None,
-        stop_flag: flags.Flag | None = None,
-        ready_flag: flags.Flag | None = None,
+        stop_flag: aioflags.Flag | None = None,
+        ready_flag: aioflags.Flag | None = None,
         vault: Vault | None = None,
         memo: object | None = None,
         _command: Coroutine[None, None, None] | None = None,
@@ -201,8 +202,8 @@ async def spawn_tasks(
         clusterwide: bool = False,
         namespaces: Collection[NamespacePattern] = (),
         namespace: NamespacePattern | None = None,
-        stop_flag: flags.Flag | None = None,
-        ready_flag: flags.Flag | None = None,
+        stop_flag: aioflags.Flag | None = None,
+        ready_flag: aioflags.Flag | None = None,
         vault: Vault | None = None,
         memo: object | None = None,
         _command: Coroutine[None, None, None] | None = None,
@@ -290,10 +291,10 @@ async def run_tasks(
         if root_tasks:
             await asyncio.wait(root_tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await supervision.stop_tasks(root_tasks, title='Root tasks')
+        await aiotasks.stop_tasks(root_tasks, title='Root tasks', logger=logger)
         hung_tasks = [task for task in asyncio.all_tasks()
                       if task is not current_task and task not in root_tasks and task not in ignored]
-        await supervision.stop_tasks(hung_tasks, title='Hung tasks', grace=HUNG_TASKS_GRACE)
+        await aiotasks.stop_tasks(hung_tasks, title='Hung tasks', grace=HUNG_TASKS_GRACE, logger=logger)
 
     for task in root_tasks:
         if not task.cancelled() and task.exception() is not None:
@@ -303,6 +304,11 @@ async def run_tasks(
 #
 # The operator's own activities: startup, core tasks, cleanup.
 #
+
+def make_pacer(settings: OperatorSettings) -> pacing.Pacer:
+    """The seats of the processing of all the operator's objects, as the settings say (see the pacing)."""
+    return pacing.Pacer(settings.queueing.processing_seats, lending_delay=settings.execution.lending_delay)
+
 
 def make_indexer(
         *,
@@ -342,7 +348,7 @@ async def _run_operator(
         insights: observation.Insights,
         clusterwide: bool,
         namespaces: Collection[NamespacePattern],
-        ready_flag: flags.Flag | None,
+        ready_flag: aioflags.Flag | None,
         identity: Identity | None,
         liveness_endpoint: str | None,
         command: Coroutine[None, None, None] | None,
@@ -396,7 +402,7 @@ async def _run_operator(
         if ready.done() and not ready.cancelled():
             if reporter is not None:
                 reporter.mark_ready()
-            flags.raise_flag(ready_flag)
+            aioflags.raise_flag(ready_flag)
 
         done, _ = await asyncio.wait(list(core_tasks), return_when=asyncio.FIRST_COMPLETED)
         # Retrieve every failure (so that none is reported as "never retrieved"), re-raise the first.
@@ -406,7 +412,7 @@ async def _run_operator(
             # The traceback goes with the exception to the caller (e.g. the CLI): one line here.
             error = task.exception()
             assert error is not None  # filtered above
-            logger.error(f'{supervision.describe_task(task)} has failed: {describe_error(error)}')
+            logger.error(f'{aiotasks.describe_task(task)} has failed: {describe_error(error)}')
         core_tasks.reported.update(failed)
         if failed:
             failed[0].result()  # re-raise as the operator's failure.
@@ -488,7 +494,7 @@ class CoreTasks:
         """
         rest = [*self.observers, *([self.command] if self.command is not None else []), *self.others]
         for group in (self.watching, rest, self.coordinators, [self.poster], [self.authenticator]):
-            await supervision.stop_tasks(group, title=None)
+            await aiotasks.stop_tasks(group, title=None, logger=logger)
         logger.debug('Core tasks are stopped.')
 
         # The tasks that have failed meanwhile, not only the one that ended the operator: usually
@@ -500,7 +506,7 @@ class CoreTasks:
                 error = task.exception()
                 if error is not None:
                     log = logger.debug if consequential else logger.error
-                    log(f'{supervision.describe_task(task)} has failed{" too" if consequential else ""}: '
+                    log(f'{aiotasks.describe_task(task)} has failed{" too" if consequential else ""}: '
                         f'{describe_error(error)}')
                     self.reported.add(task)
 
@@ -542,7 +548,7 @@ def _spawn_core_tasks(
     # The daemons & timers are stopped by their core task (one of the "others"): after the watchers,
     # before the poster & the credentials, so that they can still patch the objects and post the events.
     spawner = spawning.SpawningEngine(registry=registry, settings=settings, vault=vault, indices=indices)
-    pacer = pacing.Pacer()
+    pacer = make_pacer(settings)
     # What the processing needs from the operator: made once, for the processor and the forgetter.
     scope = OperatorScope(registry=registry, settings=settings, vault=vault, memories=memories, memobase=memo,
                           lifecycle=lifecycle, indices=indices if indices is not None else {}, pacer=pacer,

@@ -1,5 +1,5 @@
 """
-Supervising the operator's tasks: the stop requests (flags, signals), the ultimate exit, stopping tasks.
+Supervising the operator's tasks: the stop requests (flags, signals), the ultimate exit.
 
 The signals are handled only when the operator runs in the main thread. The first signal
 starts a graceful exit (and says which sync handlers it waits for: their threads cannot be
@@ -20,21 +20,19 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from kopf._cogs.aiokits import aioflags
 from kopf._core.actions import invocation
 from kopf._core.intents.configuration import OperatorSettings
-from kopf._core.reactor import flags
 
 __all__ = [
     'FORCED_EXIT_CODE',
     'announce_sync_calls',
     'describe_sync_calls',
-    'describe_task',
     'forced_exit_requested',
     'install_signal_handlers',
     'repeated_signal_lost',
     'reset_exit_requests',
     'stop_flag_checker',
-    'stop_tasks',
 ]
 
 # The exit code of a forced exit by a repeated signal: 128 + SIGINT, as shells report interrupted commands.
@@ -107,7 +105,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 async def stop_flag_checker(
         *,
-        stop_flag: flags.Flag | None,
+        stop_flag: aioflags.Flag | None,
         signal_flag: asyncio.Event,
         runner: asyncio.Task[None],
         settings: OperatorSettings,
@@ -119,7 +117,7 @@ async def stop_flag_checker(
         _install(loop, _on_signal, _Signalling(flag=signal_flag, runner=runner))
     waiters = [asyncio.create_task(signal_flag.wait(), name='signal waiter')]
     if stop_flag is not None:
-        waiters.append(asyncio.create_task(flags.wait_flag(stop_flag), name='stop-flag waiter'))
+        waiters.append(asyncio.create_task(aioflags.wait_flag(stop_flag), name='stop-flag waiter'))
     stopping = False
     try:
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -238,37 +236,3 @@ async def _cancel_until_done(runner: asyncio.Task[None]) -> None:
     while not runner.done():
         runner.cancel()
         await asyncio.wait([runner], timeout=0.1)
-
-
-async def stop_tasks(
-        tasks: Iterable[asyncio.Task[Any]],
-        *,
-        title: str | None,
-        grace: float | None = None,
-) -> None:
-    """Cancel the tasks (after a grace period, if given) and wait until they are done."""
-    pending = [task for task in tasks if not task.done()]
-    if not pending:
-        if title is not None:
-            logger.debug(f'{title} stopping is skipped: no tasks given.')
-        return
-    if grace:
-        _, still_pending = await asyncio.wait(pending, timeout=grace)
-    else:
-        still_pending = set(pending)
-    for task in still_pending:
-        task.cancel()
-    # The cancelled tasks can take long to exit (e.g. the cleanup); only the hung ones are not waited long.
-    _, unstoppable = await asyncio.wait(pending, timeout=grace if grace else None)
-    for task in pending:
-        if task.cancelled():
-            logger.debug(f'{describe_task(task)} is cancelled.')
-    for task in unstoppable:
-        logger.warning(f'{describe_task(task)} has not exited after the cancellation; leaving it as is.')
-    if title is not None:
-        logger.debug(f'{title} are stopped.')
-
-
-def describe_task(task: asyncio.Task[Any]) -> str:
-    name = task.get_name()
-    return name[:1].upper() + name[1:]

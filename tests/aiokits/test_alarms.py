@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from kopf._cogs.helpers.alarms import Alarms
+from kopf._cogs.aiokits.alarms import Alarms
 
 pytestmark = pytest.mark.looptime
 

@@ -1,0 +1,98 @@
+"""
+The bounds of the framework's own work as the settings set them: the processing's seats, the timers' seats,
+and the delay after which a running handler or timer function lends its seat to others.
+
+Whole operators against the emulator; the functions observe how many of them run at once.
+"""
+import asyncio
+from typing import Any
+
+import pytest
+
+import kopf
+
+Cluster = Any  # the conftest's raw client of the emulator
+Operator = Any  # the conftest's factory of running operators (async context managers)
+Eventually = Any
+
+pytestmark = pytest.mark.usefixtures('background_settings')
+
+
+@pytest.mark.parametrize('seats, lending_delay, expected_peak', [
+    (1, 60, 1),  # one seat, never lent while a handler runs: one handler at a time
+    (1, 0.05, 3),  # one seat, lent out by the slow handlers: all of them at once
+    (100, 60, 3),  # enough seats for all: all of them at once
+])
+async def test_slow_handlers_run_at_once_as_the_processing_seats_and_lending_allow(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually,
+        seats: int, lending_delay: float, expected_peak: int) -> None:
+    settings.queueing.processing_seats = seats
+    settings.execution.lending_delay = lending_delay
+    handled: set[str] = set()
+    running: set[str] = set()
+    peak = [0]
+
+    @kopf.on.create('kopfexamples', registry=registry)
+    async def create_fn(name: str, **_: Any) -> None:
+        running.add(name)
+        peak[0] = max(peak[0], len(running))
+        await asyncio.sleep(0.3)
+        running.discard(name)
+        handled.add(name)
+
+    for name in ['kex1', 'kex2', 'kex3']:
+        await cluster.create(name)
+    async with operator(registry, settings):
+        await eventually(lambda: len(handled) == 3, within=10)
+    assert peak[0] == expected_peak
+
+
+@pytest.mark.parametrize('seats', [5, 20])
+async def test_timers_due_at_once_are_started_by_the_timer_seats(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, seats: int) -> None:
+    settings.background.timer_seats = seats
+    count = 60
+    calls: set[str] = set()
+    max_calls = [0]
+
+    @kopf.timer('kopfexamples', registry=registry, interval=60, initial_delay=0.5)
+    async def ticker(name: str, **_: Any) -> str:
+        calls.add(name)
+        running = sum(1 for task in asyncio.all_tasks() if task.get_coro().__qualname__ == 'Timers._run')
+        max_calls[0] = max(max_calls[0], running)
+        return 'ticked'  # a result: every call patches the object's status (slowly, see below)
+
+    await asyncio.gather(*(cluster.create(f'kex{i}') for i in range(count)))
+    cluster.emulator.add_latency(0.1, verb='patch', path='/status')
+    async with operator(registry, settings):
+        await eventually(lambda: len(calls) == count, within=30)
+    assert seats <= max_calls[0] <= seats + 1  # all due at once: as many as the seats, no more
+
+
+@pytest.mark.parametrize('lending_delay, expected_peak', [
+    (60, 1),  # never lent while the function runs: one function at a time
+    (0.05, 3),  # lent out by the slow functions: all of them at once
+])
+async def test_slow_timer_functions_lend_their_seats_after_the_lending_delay(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, lending_delay: float, expected_peak: int) -> None:
+    settings.background.timer_seats = 1
+    settings.execution.lending_delay = lending_delay
+    ticked: set[str] = set()
+    running: set[str] = set()
+    peak = [0]
+
+    @kopf.timer('kopfexamples', registry=registry, interval=60)
+    async def slow(name: str, **_: Any) -> None:
+        running.add(name)
+        peak[0] = max(peak[0], len(running))
+        await asyncio.sleep(0.3)
+        running.discard(name)
+        ticked.add(name)
+
+    await asyncio.gather(*(cluster.create(f'kex{i}') for i in range(3)))
+    async with operator(registry, settings):
+        await eventually(lambda: len(ticked) == 3, within=10)
+    assert peak[0] == expected_peak
