@@ -316,3 +316,57 @@ async def test_admission_reviews_are_counted_by_webhook_and_outcome() -> None:
     assert value(samples, 'kopf_admission_reviews_total', webhook='check', outcome='allowed') == 1
     assert value(samples, 'kopf_admission_reviews_total', webhook='check', outcome='denied') == 2
     assert value(samples, 'kopf_admission_review_duration_seconds_count', webhook='check') == 3
+
+
+SPAWNING_OPERATOR = '''
+    import time
+    import kopf
+
+    @kopf.timer('kopfexamples', interval=0.2)
+    async def ticking(**_):
+        pass
+
+    @kopf.timer('kopfexamples', interval=0.05, sharp=True)
+    def slow(**_):
+        time.sleep(0.3)  # longer than its interval: the ticks meanwhile are missed
+
+    @kopf.daemon('kopfexamples')
+    async def watching(stopped, **_):
+        await stopped.wait()
+'''
+
+
+def test_timers_and_daemons_are_measured(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / 'spawning_operator.py'
+    path.write_text(textwrap.dedent(SPAWNING_OPERATOR))
+    url = f'http://127.0.0.1:{free_port()}/metrics'
+    args = ['run', '-A', '--standalone', f'--metrics={url}', str(path)]
+    kex = {'resource': 'kopfexamples.kopf.dev'}
+    with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=WAIT) as runner:
+        sample = yaml.safe_load((REPO / 'examples' / 'obj.yaml').read_text())
+        cluster.create('/apis/kopf.dev/v1/namespaces/default/kopfexamples', sample)
+
+        def ticked() -> Samples:
+            samples = scrape(url)
+            assert value(samples, 'kopf_timer_ticks_total', **kex, handler='ticking') >= 3
+            assert value(samples, 'kopf_timer_ticks_total', **kex, handler='slow') >= 3
+            assert value(samples, 'kopf_timer_missed_ticks_total', **kex, handler='slow') >= 1
+            assert value(samples, 'kopf_daemons_running', **kex) == 1
+            return samples
+
+        samples = eventually(ticked, within=WAIT)
+        timers = sum(value(samples, 'kopf_timers', **kex, state=state) for state in ['scheduled', 'running'])
+        cluster.delete('/apis/kopf.dev/v1/namespaces/default/kopfexamples/kopf-example-1')
+
+        def stopped() -> None:
+            assert value(scrape(url), 'kopf_daemons_running', **kex) == 0
+
+        eventually(stopped, within=WAIT)
+
+    assert runner.exit_code == 0, runner.output
+    assert timers == 2  # the object's two timers: each either waiting for its deadline or running
+    ticks = sum(value(samples, 'kopf_timer_ticks_total', **kex, handler=handler)
+                for handler in ['ticking', 'slow'])
+    assert value(samples, 'kopf_timer_lateness_seconds_count', **kex) == ticks
+    # The quick timer's calls start on time (by its interval after the previous one): none missed.
+    assert value(samples, 'kopf_timer_missed_ticks_total', **kex, handler='ticking') == 0

@@ -104,6 +104,10 @@ class Meters:
         self.timer_ticks = Counter(
             'kopf_timer_ticks', 'Timers\' calls, by resource and handler id.',
             ['resource', 'handler'], registry=registry)
+        self.timer_missed_ticks = Counter(
+            'kopf_timer_missed_ticks',
+            'Timers\' ticks missed: the whole intervals of a late start or of a sharp timer\'s long call.',
+            ['resource', 'handler'], registry=registry)
         self.timer_lateness = Histogram(
             'kopf_timer_lateness_seconds', 'How late the timers\' calls start after they are due.',
             ['resource'], buckets=_BUCKETS, registry=registry)
@@ -169,6 +173,7 @@ class _GaugeCollector:
         'kopf_objects': 'Objects per resource: known (as of the latest events), active (with a worker now).',
         'kopf_workqueue_depth': 'Objects waiting for their processing (for a seat or for their worker).',
         'kopf_daemons_running': 'Daemons running now, by resource.',
+        'kopf_timers': 'The objects\' timers by resource: scheduled (waiting for their deadline) or running.',
         'kopf_leader_election_master_status': '1 if this replica holds the Lease, 0 if it waits for it.',
         'kopf_handling_paused': '1 if the handling is paused (by peering, a freeze, a Lease of another).',
     }

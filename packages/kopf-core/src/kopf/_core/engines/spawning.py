@@ -20,10 +20,11 @@ stopped) and resumed (everything started again as if the objects were new), e.g.
 and shut down when the operator exits (``OPERATOR_EXITING``): nothing is left running after that.
 """
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from kopf._clients.vault import Vault
+from kopf._cogs.helpers import metering
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs.bodies import Body, RawBody
 from kopf._cogs.structs.patches import Patch
@@ -70,6 +71,9 @@ class SpawningEngine:
                                                tuple[tuple[SpawningHandler, ...], bool] | None]] = {}
         self._paused = False
         self._closed = False
+        # The daemons & timers as gauges, read when the metrics are scraped (nothing per event).
+        meters = metering.meters
+        self._unmeter = meters.add_gauges(self._gauges) if meters is not None else None
 
     @property
     def paused(self) -> bool:
@@ -178,6 +182,8 @@ class SpawningEngine:
     async def shutdown(self) -> None:
         """Stop everything for good (``OPERATOR_EXITING``): nothing of this engine runs after this."""
         self._closed = True
+        if self._unmeter is not None:
+            self._unmeter()
         for spawns in list(self._objects.values()):
             for timer in list(spawns.timers.values()):
                 self.timers.stop(timer)
@@ -186,6 +192,24 @@ class SpawningEngine:
         for spawns in list(self._objects.values()):
             spawns.notify()
         self._objects.clear()
+
+    def _gauges(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        daemons: dict[str, int] = {}
+        timers: dict[tuple[str, str], int] = {}
+        for spawns in list(self._objects.values()):
+            resource = spawns.resource
+            name = f'{resource.plural}.{resource.group}' if resource.group else resource.plural
+            running = sum(1 for daemon in spawns.daemons.values() if daemon.running)
+            if running or spawns.daemons:
+                daemons[name] = daemons.get(name, 0) + running
+            for timer in spawns.timers.values():
+                state = 'running' if timer.task is not None else 'scheduled' if timer.due is not None else ''
+                if state:
+                    timers[name, state] = timers.get((name, state), 0) + 1
+        for name, count in daemons.items():
+            yield 'kopf_daemons_running', {'resource': name}, count
+        for (name, state), count in timers.items():
+            yield 'kopf_timers', {'resource': name, 'state': state}, count
 
     def _stop_everything(self, spawns: ObjectSpawns, reason: DaemonStoppingReason) -> None:
         for timer in list(spawns.timers.values()):

@@ -210,13 +210,15 @@ class Daemon:
 class Timer:
     """One timer of one object: its schedule and its retrying state (no task while it waits)."""
 
-    __slots__ = ('due', 'finished', 'fns', 'handler', 'idle_mark', 'spawns', 'state', 'stopped', 'task')
+    __slots__ = ('due', 'finished', 'fns', 'handler', 'idle_mark', 'last_due', 'spawns', 'state', 'stopped',
+                 'task')
 
     def __init__(self, *, handler: TimerHandler, spawns: ObjectSpawns) -> None:
         super().__init__()
         self.handler = handler
         self.spawns = spawns
         self.due: float | None = None  # the deadline of its only valid heap entry; None if not scheduled
+        self.last_due: float | None = None  # the deadline of its latest call (for its lateness)
         self.task: asyncio.Task[None] | None = None  # only while the function runs
         self.state: HandlerState | None = None  # the retrying state since the last success, if any
         self.fns: list[PatchFn] | None = None  # the transformation functions to retry on the next call

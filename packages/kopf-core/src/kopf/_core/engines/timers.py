@@ -48,6 +48,7 @@ from typing import Any
 
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits import capacity
+from kopf._cogs.helpers import metering
 from kopf._cogs.structs.patches import Patch
 from kopf._core.actions import loggers
 from kopf._core.actions.progression import HandlerState, handler_kwargs
@@ -189,6 +190,7 @@ class Timers:
             if timer.due != due or timer.task is not None:
                 continue  # an outdated entry: the timer is stopped or rescheduled since then
             self._unschedule(timer)
+            timer.last_due = due
             idle = timer.handler.idle
             quiet_since = timer.spawns.changed_at
             if idle is not None and quiet_since + idle > now:
@@ -257,6 +259,9 @@ class Timers:
             patch.fns.extend(timer.fns)
             timer.fns = None
         cause = self._make_cause(timer, patch, logger)
+        meters = metering.meters
+        if meters is not None:
+            _measure_tick(meters, timer, started)
 
         final = failed = False
         delay: float | None = None
@@ -301,7 +306,31 @@ class Timers:
                 if spawns.changed_at > changed_at:  # it has changed during the call
                     self._wait_for_quiet_period(timer)
             elif handler.sharp:
-                self._schedule(timer, max(started + interval, loop.time()))
+                now = loop.time()
+                if meters is not None and now - started >= 2 * interval:  # the call has outlasted its ticks
+                    _measure_missed(meters, timer, int((now - started) // interval) - 1)
+                self._schedule(timer, max(started + interval, now))
             else:
                 # The interval is between the calls: the API's latency of applying the results is not in it.
                 self._schedule(timer, (ended[0] if ended else loop.time()) + interval)
+
+
+def _measure_tick(meters: metering.Meters, timer: Timer, started: float) -> None:
+    """Count the timer's call, its lateness after its deadline, the ticks missed by it (whole intervals)."""
+    resource = timer.spawns.resource
+    name = f'{resource.plural}.{resource.group}' if resource.group else resource.plural
+    handler_label = meters.capped('handler', str(timer.handler.id))
+    meters.child(meters.timer_ticks, name, handler_label).inc()
+    if timer.last_due is not None:
+        lateness = max(0.0, started - timer.last_due)
+        meters.child(meters.timer_lateness, name).observe(lateness)
+        interval = timer.handler.interval
+        if interval and lateness >= interval:
+            _measure_missed(meters, timer, int(lateness // interval))
+
+
+def _measure_missed(meters: metering.Meters, timer: Timer, ticks: int) -> None:
+    """Count the ticks missed: a sharp timer's call longer than its interval, or a late start."""
+    resource = timer.spawns.resource
+    name = f'{resource.plural}.{resource.group}' if resource.group else resource.plural
+    meters.child(meters.timer_missed_ticks, name, meters.capped('handler', str(timer.handler.id))).inc(ticks)
