@@ -370,3 +370,33 @@ def test_timers_and_daemons_are_measured(cluster: Cluster, tmp_path: pathlib.Pat
     assert value(samples, 'kopf_timer_lateness_seconds_count', **kex) == ticks
     # The quick timer's calls start on time (by its interval after the previous one): none missed.
     assert value(samples, 'kopf_timer_missed_ticks_total', **kex, handler='ticking') == 0
+
+
+@hypothesis.given(st.lists(st.tuples(st.sampled_from(['a', 'b']), st.floats(0, 100)), max_size=30),
+                  st.lists(st.sampled_from(['x', 'y', 'z']), max_size=30))
+def test_instruments_expose_as_prometheus_clients_own(observations: list[tuple[str, float]],
+                                                      increments: list[str]) -> None:
+    # The framework's lock-free instruments against prometheus-client's Counter & Histogram: the same text.
+    import prometheus_client
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    buckets = (0.001, 0.5, 1.0, 2.5, 10.0, 60.0)
+    our_histogram = metering.Histogram('h_seconds', 'H.', ['k'], buckets=buckets, registry=ours)
+    our_counter = metering.Counter('c', 'C.', ['k'], registry=ours)
+    our_plain = metering.Counter('p', 'P.', registry=ours)
+    their_histogram = prometheus_client.Histogram('h_seconds', 'H.', ['k'], buckets=buckets, registry=theirs)
+    their_counter = prometheus_client.Counter('c', 'C.', ['k'], registry=theirs)
+    their_plain = prometheus_client.Counter('p', 'P.', registry=theirs)
+    for key, amount in observations:
+        our_histogram.labels(key).observe(amount)
+        their_histogram.labels(key).observe(amount)
+    for key in increments:
+        our_counter.labels(key).inc()
+        their_counter.labels(key).inc()
+        our_plain.inc(2)
+        their_plain.inc(2)
+
+    def text(registry: CollectorRegistry) -> list[str]:
+        lines = prometheus_client.generate_latest(registry).decode().splitlines()
+        return sorted(line for line in lines if '_created' not in line)
+
+    assert text(ours) == text(theirs)

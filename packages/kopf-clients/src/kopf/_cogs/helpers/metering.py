@@ -13,9 +13,11 @@ come from the code (handler ids, webhook names) are capped per metric (:data:`MA
 the values beyond it are counted as ``other``, so a sub-handler id made of data cannot grow the series
 without bound.
 """
+import bisect
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -36,12 +38,126 @@ meters: 'Meters | None' = None
 GaugeSource = Callable[[], Iterable[tuple[str, dict[str, str], float]]]
 
 
+class _CounterChild:
+    __slots__ = ('value',)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+
+class _HistogramChild:
+    __slots__ = ('bounds', 'counts', 'sum')
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # per bucket, not cumulative; the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.sum += amount
+        self.counts[bisect.bisect_left(self.bounds, amount)] += 1  # the first bound >= amount ("le")
+
+
+class _Instrument:
+    """
+    A metric of the framework: counted in plain numbers, made prometheus-client's families when scraped.
+
+    prometheus-client's own ``Counter`` and ``Histogram`` take a lock per increment and check the label
+    values per call, which costs more than the framework's step measured; the framework's measurements are
+    made in the event loop's thread, so the numbers are plain attributes. The exposition (the registry,
+    the text format, the endpoint) is prometheus-client's.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), *,
+                 registry: 'CollectorRegistry') -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = list(labelnames)
+        self._children: dict[tuple[str, ...], Any] = {}
+        self._lock = threading.Lock()
+        if not self.labelnames:
+            self._children[()] = self._make_child()  # shown from the start, as zero
+        registry.register(self)
+
+    def _make_child(self) -> Any:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> Any:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f'{self.name} takes {len(self.labelnames)} label values, got {values!r}.')
+        try:
+            return self._children[values]
+        except KeyError:
+            with self._lock:
+                return self._children.setdefault(values, self._make_child())
+
+    def _family(self) -> 'Metric':
+        raise NotImplementedError
+
+    def describe(self) -> list['Metric']:
+        return [self._family()]
+
+    def collect(self) -> list['Metric']:
+        family = self._family()
+        for values, child in list(self._children.items()):
+            self._add(family, list(values), child)
+        return [family]
+
+    def _add(self, family: Any, values: list[str], child: Any) -> None:
+        raise NotImplementedError
+
+
+class Counter(_Instrument):
+    def _make_child(self) -> _CounterChild:
+        return _CounterChild()
+
+    def labels(self, *values: str) -> _CounterChild:
+        return super().labels(*values)  # type: ignore[no-any-return]
+
+    def inc(self, amount: float = 1) -> None:
+        """For the metrics with no labels."""
+        self.labels().inc(amount)
+
+    def _family(self) -> 'Metric':
+        from prometheus_client.core import CounterMetricFamily
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def _add(self, family: Any, values: list[str], child: _CounterChild) -> None:
+        family.add_metric(values, child.value)
+
+
+class Histogram(_Instrument):
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), *,
+                 buckets: tuple[float, ...], registry: 'CollectorRegistry') -> None:
+        self.buckets = tuple(sorted(buckets))
+        super().__init__(name, documentation, labelnames, registry=registry)
+
+    def _make_child(self) -> _HistogramChild:
+        return _HistogramChild(self.buckets)
+
+    def labels(self, *values: str) -> _HistogramChild:
+        return super().labels(*values)  # type: ignore[no-any-return]
+
+    def _family(self) -> 'Metric':
+        from prometheus_client.core import HistogramMetricFamily
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def _add(self, family: Any, values: list[str], child: _HistogramChild) -> None:
+        cumulative = 0
+        buckets = []
+        for bound, count in zip([*child.bounds, math.inf], list(child.counts), strict=True):
+            cumulative += count
+            buckets.append(('+Inf' if bound == math.inf else repr(float(bound)), cumulative))
+        family.add_metric(values, buckets, child.sum)
+
+
 class Meters:
     """The instruments of the framework's metrics, on one registry (see the module's description)."""
 
     def __init__(self, registry: 'CollectorRegistry') -> None:
-        from prometheus_client import Counter, Histogram
-
         self.registry = registry
         self._capped: dict[str, set[str]] = {}
         self._lock = threading.Lock()
@@ -122,20 +238,19 @@ class Meters:
             if hasattr(collector, 'collect') and collector is not self.registry:
                 self.registry.unregister(collector)
 
-    def child(self, metric: Any, *labels: str) -> Any:
-        """
-        The metric's child of these label values: ``metric.labels(*labels)``, remembered.
+    @overload
+    def child(self, metric: 'Counter', *labels: str) -> '_CounterChild': ...
+    @overload
+    def child(self, metric: 'Histogram', *labels: str) -> '_HistogramChild': ...
 
-        prometheus-client's ``labels()`` checks and converts the values and takes a lock every time;
-        the framework measures a dozen times per event with the same few label values (all bounded:
-        resources, verbs, codes, capped ids), so their children are looked up once.
-        """
+    def child(self, metric: 'Counter | Histogram', *labels: str) -> '_CounterChild | _HistogramChild':
+        """The metric's child of these label values (``metric.labels(*labels)``), looked up once."""
         key = (metric, labels)
         try:
-            return self._children[key]
+            child: _CounterChild | _HistogramChild = self._children[key]
         except KeyError:
             child = self._children[key] = metric.labels(*labels)
-            return child
+        return child
 
     def capped(self, metric: str, value: str) -> str:
         """The label value, or ``other`` if the metric has seen too many distinct values already."""
