@@ -85,12 +85,16 @@ from kopf.testing import KubernetesEmulator
 
 EMULATOR, CONTROL_PLANE = 'emulator', 'control-plane'
 FLOOR_NAME = 'the floor'
+OURS_METRICS_NAME = f'{OURS_NAME}, metrics on'
+BASELINE_NAME = f'{OURS_NAME}, baseline'
 OPERATORS_CHOICES = ('create_delete', 'create_only')
 COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
 QUIET_SECONDS = 0.5  # no PATCH for this long: the phase may be over (then it is checked exactly)
 DEFAULT_PLOT = HERE / 'core_handling.png'
 CONTROL_PLANE_PLOT = HERE / 'core_handling-control-plane.png'
-COLORS = {KOPF_NAME: 'C0', OURS_NAME: 'C1', FLOOR_NAME: 'C2'}  # the same in every plot, whoever runs
+# The same in every plot, whoever runs.
+COLORS = {KOPF_NAME: 'C0', OURS_NAME: 'C1', FLOOR_NAME: 'C2', OURS_METRICS_NAME: 'C3',
+          BASELINE_NAME: 'C4'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +103,13 @@ class Implementation:
     python: str
     floor: bool = False
     floor_concurrency: int = 100
+    metrics: bool = False  # this project with its metrics on (served on a free port, not scraped)
 
     def command(self, operator: str, login: Sequence[str], status_subresource: bool) -> list[str]:
         """The operator's command; ``login`` is the floor's: ``--server URL`` or ``--kubeconfig PATH``."""
         if not self.floor:
-            return [self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{operator}.py')]
+            return [self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{operator}.py'),
+                    *(['--metrics'] if self.metrics else [])]
         return [self.python, str(HERE / 'floor_client.py'), *login,
                 '--concurrency', str(self.floor_concurrency),
                 *(['--delete-handler'] if operator == 'create_delete' else []),
@@ -378,6 +384,33 @@ def print_scaling(scenarios: Sequence[Scenario], names: Sequence[str],
             print(f'  {operator}, {latency:g} ms latency, {name}: {"; ".join(cells)}')
 
 
+def print_paired_to_ours(scenarios: Sequence[Scenario], names: Sequence[str],
+                         by_repeat: dict[tuple[Scenario, str], dict[int, Result]]) -> None:
+    """The variants of this project (baseline, metrics on) relative to its run of the same repeat."""
+    lines: list[str] = []
+    measures: list[tuple[str, Callable[[Result], float | None]]] = [
+        ('create/s', lambda r: r.create_rate), ('delete/s', lambda r: r.delete_rate),
+        ('CPU/obj', lambda r: r.cpu_ms_per_object)]
+    for scenario in scenarios:
+        ours = by_repeat.get((scenario, OURS_NAME), {})
+        for name in names:
+            if name not in (BASELINE_NAME, OURS_METRICS_NAME):
+                continue
+            cells: list[str] = []
+            for label, measure_of in measures:
+                ratios = [value / reference for repeat, run in by_repeat.get((scenario, name), {}).items()
+                          if repeat in ours and (value := measure_of(run)) is not None
+                          and (reference := measure_of(ours[repeat]))]
+                if ratios:
+                    median = statistics.median(ratios)
+                    cells.append(f'{label} {median:.3f} ({min(ratios):.3f}-{max(ratios):.3f})')
+            if cells:
+                lines.append(f'  {scenario.describe()}, {name}: {"; ".join(cells)}')
+    if lines:
+        print(f"\nRelative to {OURS_NAME}'s run of the same repeat: median (min-max):")
+        print('\n'.join(lines))
+
+
 def print_paired_ratios(scenarios: Sequence[Scenario], names: Sequence[str],
                         by_repeat: dict[tuple[Scenario, str], dict[int, Result]]) -> None:
     """
@@ -573,6 +606,10 @@ def main() -> None:
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
     parser.add_argument('--no-floor', action='store_true', help='do not run the floor client')
     parser.add_argument('--no-ours', action='store_true', help='do not run this project')
+    parser.add_argument('--baseline-python', default=None,
+                        help='also run this project from another Python (an older checkout), interleaved')
+    parser.add_argument('--metrics', action='store_true',
+                        help='also run this project with its metrics on (kopf run --metrics), interleaved')
     parser.add_argument('--floor-python', default=None,
                         help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
     parser.add_argument('--floor-concurrency', type=int, default=100,
@@ -616,8 +653,12 @@ def main() -> None:
     implementations: list[Implementation] = []
     if kopf_python:
         implementations.append(Implementation(KOPF_NAME, kopf_python))
+    if args.baseline_python:
+        implementations.append(Implementation(BASELINE_NAME, args.baseline_python))
     if not args.no_ours:
         implementations.append(Implementation(OURS_NAME, args.ours_python))
+        if args.metrics:
+            implementations.append(Implementation(OURS_METRICS_NAME, args.ours_python, metrics=True))
     if not args.no_floor:
         implementations.append(Implementation(FLOOR_NAME, args.floor_python or args.ours_python, floor=True,
                                               floor_concurrency=args.floor_concurrency))
@@ -678,6 +719,7 @@ def main() -> None:
             deletes = ', '.join(f'{r.delete_rate:.0f}' for r in runs if r.delete_rate is not None)
             print(f'  {scenario.describe()}, {name}: {creates}' + (f'; {deletes}' if deletes else ''))
         print_paired_ratios(scenarios, names, by_repeat)
+        print_paired_to_ours(scenarios, names, by_repeat)
     for failure in failures:
         print(f'\nFAILED: {failure}')
     if not args.no_plot and results:
