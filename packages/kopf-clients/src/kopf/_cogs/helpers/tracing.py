@@ -14,6 +14,7 @@ type, the cause), a child per handler call (``kopf.handler``: its id and outcome
 request (``HTTP PATCH`` etc.: the method, the resource, the status). The handlers run in the cycle's
 context (also the sync ones, in threads), so their own spans and instrumented calls join the trace.
 """
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ def is_installed() -> bool:
 
 def is_configured() -> bool:
     """Whether the application has set a real tracer provider (an SDK's), not the API's default proxy."""
-    if not is_installed():
-        return False
+    if 'opentelemetry.trace' not in sys.modules:
+        return False  # nobody has set a provider without importing it (not imported only for the check)
     from opentelemetry import trace
     provider = trace.get_tracer_provider()
     return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
