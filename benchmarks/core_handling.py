@@ -87,6 +87,7 @@ EMULATOR, CONTROL_PLANE = 'emulator', 'control-plane'
 FLOOR_NAME = 'the floor'
 OURS_METRICS_NAME = f'{OURS_NAME}, metrics on'
 BASELINE_NAME = f'{OURS_NAME}, baseline'
+LEAN_FLOOR_NAME = 'the lean floor'
 OPERATORS_CHOICES = ('create_delete', 'create_only')
 COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
 QUIET_SECONDS = 0.5  # no PATCH for this long: the phase may be over (then it is checked exactly)
@@ -94,7 +95,7 @@ DEFAULT_PLOT = HERE / 'core_handling.png'
 CONTROL_PLANE_PLOT = HERE / 'core_handling-control-plane.png'
 # The same in every plot, whoever runs.
 COLORS = {KOPF_NAME: 'C0', OURS_NAME: 'C1', FLOOR_NAME: 'C2', OURS_METRICS_NAME: 'C3',
-          BASELINE_NAME: 'C4'}
+          BASELINE_NAME: 'C4', LEAN_FLOOR_NAME: 'C5'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Implementation:
     floor: bool = False
     floor_concurrency: int = 100
     metrics: bool = False  # this project with its metrics on (served on a free port, not scraped)
+    lean: bool = False  # the lean floor: floor_client.py --client lean (the project's HTTP client & JSON)
 
     def command(self, operator: str, login: Sequence[str], status_subresource: bool) -> list[str]:
         """The operator's command; ``login`` is the floor's: ``--server URL`` or ``--kubeconfig PATH``."""
@@ -113,7 +115,8 @@ class Implementation:
         return [self.python, str(HERE / 'floor_client.py'), *login,
                 '--concurrency', str(self.floor_concurrency),
                 *(['--delete-handler'] if operator == 'create_delete' else []),
-                *([] if status_subresource else ['--no-status-subresource'])]
+                *([] if status_subresource else ['--no-status-subresource']),
+                *(['--client', 'lean'] if self.lean else [])]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,7 +397,7 @@ def print_paired_to_ours(scenarios: Sequence[Scenario], names: Sequence[str],
     for scenario in scenarios:
         ours = by_repeat.get((scenario, OURS_NAME), {})
         for name in names:
-            if name not in (BASELINE_NAME, OURS_METRICS_NAME):
+            if name not in (BASELINE_NAME, OURS_METRICS_NAME, LEAN_FLOOR_NAME):
                 continue
             cells: list[str] = []
             for label, measure_of in measures:
@@ -608,6 +611,8 @@ def main() -> None:
     parser.add_argument('--no-ours', action='store_true', help='do not run this project')
     parser.add_argument('--baseline-python', default=None,
                         help='also run this project from another Python (an older checkout), interleaved')
+    parser.add_argument('--lean-floor', action='store_true',
+                        help="also run the lean floor: the floor over the project's own HTTP client & JSON")
     parser.add_argument('--metrics', action='store_true',
                         help='also run this project with its metrics on (kopf run --metrics), interleaved')
     parser.add_argument('--floor-python', default=None,
@@ -661,6 +666,9 @@ def main() -> None:
             implementations.append(Implementation(OURS_METRICS_NAME, args.ours_python, metrics=True))
     if not args.no_floor:
         implementations.append(Implementation(FLOOR_NAME, args.floor_python or args.ours_python, floor=True,
+                                              floor_concurrency=args.floor_concurrency))
+    if args.lean_floor:
+        implementations.append(Implementation(LEAN_FLOOR_NAME, args.ours_python, floor=True, lean=True,
                                               floor_concurrency=args.floor_concurrency))
     if not implementations:
         parser.error('Nothing to run: --no-ours and --no-floor, and no --kopf-python or --install-kopf.')

@@ -39,6 +39,12 @@ Usage: ``python floor_client.py --server http://127.0.0.1:PORT [--delete-handler
 On a real API server, ``--kubeconfig PATH`` instead of ``--server``: the current context's server, its CA,
 and the user's client certificate or bearer token (a file or embedded data, as kubectl reads them).
 Only aiohttp is needed (and PyYAML with ``--kubeconfig``); it never imports the framework.
+
+**The lean floor** (``--client lean``): the same operator over the project's own HTTP client
+(``kopf._clients.connections.ConnectionPool``: keep-alive connections, the one HTTP/1.1 layer) and its JSON
+(``kopf._cogs.helpers.jsons``: orjson when installed), with nothing of the framework above the client (no
+vault, no retries, no settings, no reactor). The distance from the framework to it is what the framework
+itself costs per object and per tick; the distance from it to the aiohttp floor is what the client saves.
 """
 import argparse
 import asyncio
@@ -51,6 +57,7 @@ import signal
 import ssl
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -75,13 +82,82 @@ def essence(body: dict[str, Any]) -> str:
     return json.dumps(result, separators=(',', ':')) + '\n'
 
 
+class AiohttpClient:
+    """The requests of the floor over aiohttp, with the standard library's JSON."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+
+    async def patch(self, url: str, patch: dict[str, Any]) -> int:
+        async with self.session.patch(url, data=json.dumps(patch), headers=MERGE_PATCH) as response:
+            if response.status != 409:
+                response.raise_for_status()
+            await response.read()
+            return response.status
+
+    async def get(self, url: str) -> Any:
+        async with self.session.get(url) as response:
+            response.raise_for_status()
+            return json.loads(await response.read())
+
+    async def watch(self, url: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        async with self.session.get(url, params=params, timeout=timeout) as response:
+            response.raise_for_status()
+            pending = b''  # an incomplete line at the end of the last chunk
+            async for chunk in response.content.iter_any():  # cheaper than a readline() per event
+                *lines, pending = (pending + chunk).split(b'\n')
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+
+
+class LeanClient:
+    """The requests of the floor over the project's own HTTP client and JSON (see the module's docs)."""
+
+    def __init__(self, server: str, tls: ssl.SSLContext | None, headers: dict[str, str]) -> None:
+        from kopf._clients.connections import ConnectionPool
+        from kopf._cogs.helpers import jsons
+        self.jsons = jsons
+        self.pool = ConnectionPool(server, ssl_context=tls, headers={**headers, 'Accept': 'application/json'})
+
+    async def patch(self, url: str, patch: dict[str, Any]) -> int:
+        response = await self.pool.request('PATCH', url, data=self.jsons.dumps(patch), headers=MERGE_PATCH)
+        if response.status >= 400 and response.status != 409:
+            raise RuntimeError(f'PATCH {url} failed: {response.status} {response.body[:200]!r}')
+        return response.status
+
+    async def get(self, url: str) -> Any:
+        response = await self.pool.request('GET', url)
+        if response.status >= 400:
+            raise RuntimeError(f'GET {url} failed: {response.status} {response.body[:200]!r}')
+        return self.jsons.loads(response.body)
+
+    async def watch(self, url: str, params: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        response = await self.pool.stream('GET', url, params=params)
+        try:
+            if response.status >= 400:
+                raise RuntimeError(f'WATCH {url} failed: {response.status} {await response.read()!r}')
+            pending = b''
+            while chunk := await response.readany():
+                *lines, pending = (pending + chunk).split(b'\n')
+                for line in lines:
+                    if line.strip():
+                        yield self.jsons.loads(line)
+        finally:
+            response.close()
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
 class Floor:
     """The per-object reactions, the pool of workers, and the list+watch of one resource."""
 
-    def __init__(self, session: aiohttp.ClientSession, collection: str, *,
+    def __init__(self, client: AiohttpClient | LeanClient, collection: str, *,
                  delete_handler: bool, status_subresource: bool, concurrency: int,
                  timer: float | None = None, initial_delay: float = 0.0) -> None:
-        self.session = session
+        self.client = client
         self.collection = collection  # e.g. /apis/kopf.dev/v1/namespaces/default/kopfexamples
         self.delete_handler = delete_handler or timer is not None
         self.status_subresource = status_subresource
@@ -156,11 +232,7 @@ class Floor:
                 await self.patch(url, {'metadata': annotations, 'status': {'create_fn': result}})
 
     async def patch(self, url: str, patch: dict[str, Any]) -> None:
-        async with self.session.patch(url, data=json.dumps(patch), headers=MERGE_PATCH) as response:
-            if response.status == 409:  # changed meanwhile: its newer event will come and be processed
-                return
-            response.raise_for_status()
-            await response.read()
+        await self.client.patch(url, patch)  # a 409 (changed meanwhile): its newer event will come
 
     def schedule(self, name: str, due: float) -> None:
         heapq.heappush(self.due, (due, name))
@@ -197,9 +269,7 @@ class Floor:
         if self.timer is not None:
             workers += [asyncio.create_task(self.tick()) for _ in range(self.concurrency)]
         try:
-            async with self.session.get(self.collection) as response:
-                response.raise_for_status()
-                listing = json.loads(await response.read())
+            listing = await self.client.get(self.collection)
             for item in listing['items']:
                 self.accept('ADDED', item)
             version = listing['metadata']['resourceVersion']
@@ -212,22 +282,13 @@ class Floor:
 
     async def watch(self, version: str) -> str:
         params = {'watch': 'true', 'allowWatchBookmarks': 'true', 'resourceVersion': version}
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-        async with self.session.get(self.collection, params=params, timeout=timeout) as response:
-            response.raise_for_status()
-            pending = b''  # an incomplete line at the end of the last chunk
-            async for chunk in response.content.iter_any():  # cheaper than a readline() per event
-                *lines, pending = (pending + chunk).split(b'\n')
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    if event['type'] == 'ERROR':
-                        raise RuntimeError(f'The watch failed: {event["object"]}')
-                    body = event['object']
-                    version = body['metadata']['resourceVersion']
-                    if event['type'] != 'BOOKMARK':
-                        self.accept(event['type'], body)
+        async for event in self.client.watch(self.collection, params):
+            if event['type'] == 'ERROR':
+                raise RuntimeError(f'The watch failed: {event["object"]}')
+            body = event['object']
+            version = body['metadata']['resourceVersion']
+            if event['type'] != 'BOOKMARK':
+                self.accept(event['type'], body)
         return version
 
 
@@ -289,20 +350,31 @@ def login(kubeconfig: str) -> tuple[str, ssl.SSLContext | None, dict[str, str]]:
 async def main(args: argparse.Namespace) -> None:
     collection = f'/apis/{args.group}/{args.version}/namespaces/{args.namespace}/{args.plural}'
     server, tls, headers = login(args.kubeconfig) if args.kubeconfig else (args.server, None, {})
+    if args.client == 'lean':
+        lean = LeanClient(args.server or server, tls, headers)
+        try:
+            await serve(lean, collection, args)
+        finally:
+            await lean.close()
+        return
     connector = aiohttp.TCPConnector(limit=0, ssl=tls or True)  # the pool of workers is the limit
     async with aiohttp.ClientSession(base_url=args.server or server, connector=connector,
                                      headers=headers) as session:
-        floor = Floor(session, collection, delete_handler=args.delete_handler,
-                      status_subresource=not args.no_status_subresource, concurrency=args.concurrency,
-                      timer=args.timer, initial_delay=args.initial_delay)
-        task = asyncio.create_task(floor.run())
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, task.cancel)
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+        await serve(AiohttpClient(session), collection, args)
+
+
+async def serve(client: AiohttpClient | LeanClient, collection: str, args: argparse.Namespace) -> None:
+    floor = Floor(client, collection, delete_handler=args.delete_handler,
+                  status_subresource=not args.no_status_subresource, concurrency=args.concurrency,
+                  timer=args.timer, initial_delay=args.initial_delay)
+    task = asyncio.create_task(floor.run())
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
 
 
 def parse_arguments() -> argparse.Namespace:
@@ -319,6 +391,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument('--no-status-subresource', action='store_true',
                         help='the CRD has no status subresource: the result and the diff-base in one patch')
     parser.add_argument('--concurrency', type=int, default=100, help='objects processed at once (100)')
+    parser.add_argument('--client', choices=['aiohttp', 'lean'], default='aiohttp',
+                        help="aiohttp (the floor), or the project's own HTTP client & JSON (the lean floor)")
     parser.add_argument('--timer', type=float, default=None, metavar='INTERVAL',
                         help='a timer per object (with the finalizer) that patches a counter into the status')
     parser.add_argument('--initial-delay', type=float, default=0.0,

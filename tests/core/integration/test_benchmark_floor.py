@@ -62,10 +62,11 @@ async def start_the_floor(cluster: Cluster, *options: str) -> asyncio.subprocess
         *options)
 
 
+@pytest.mark.parametrize('client', ['aiohttp', 'lean'])  # the floor and the lean floor
 @pytest.mark.parametrize('deletion', [False, True], ids=['create_only', 'create_delete'])
 async def test_the_floor_makes_the_frameworks_requests_and_writes(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
-        operator: Operator, eventually: Eventually, quiet: Quiet, deletion: bool,
+        operator: Operator, eventually: Eventually, quiet: Quiet, deletion: bool, client: str,
 ) -> None:
 
     @kopf.on.create('kopfexamples', registry=registry)
@@ -77,7 +78,7 @@ async def test_the_floor_makes_the_frameworks_requests_and_writes(
         def delete_fn(**_: Any) -> None:
             pass
 
-    floor = await start_the_floor(cluster, *(['--delete-handler'] if deletion else []))
+    floor = await start_the_floor(cluster, '--client', client, *(['--delete-handler'] if deletion else []))
     try:
         async with operator(registry, settings):
             await eventually(lambda: handled(cluster, 'default') and handled(cluster, FLOOR_NAMESPACE))
@@ -103,9 +104,10 @@ async def test_the_floor_makes_the_frameworks_requests_and_writes(
     assert exit_code == 0
 
 
+@pytest.mark.parametrize('client', ['aiohttp', 'lean'])
 async def test_the_floors_timers_make_the_frameworks_requests_and_writes(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
-        operator: Operator, eventually: Eventually,
+        operator: Operator, eventually: Eventually, client: str,
 ) -> None:
     ticks: dict[str, int] = {}
 
@@ -119,7 +121,7 @@ async def test_the_floors_timers_make_the_frameworks_requests_and_writes(
         return all((stored(cluster, name, namespace)['status'] or {}).get('tick', 0) >= at_least
                    for name in OBJECTS)
 
-    floor = await start_the_floor(cluster, '--timer', '0.2')
+    floor = await start_the_floor(cluster, '--client', client, '--timer', '0.2')
     try:
         async with operator(registry, settings):
             await eventually(lambda: ticked('default', 3) and ticked(FLOOR_NAMESPACE, 3))
