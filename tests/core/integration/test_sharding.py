@@ -1,0 +1,270 @@
+"""
+Sharding with Leases: several operators (threads, or a killed subprocess) split the objects among themselves.
+
+The timings are shortened (leases of 2 s, renewed every 0.2 s); the waits are for the outcomes.
+"""
+import asyncio
+import collections
+import contextlib
+import os
+import pathlib
+import re
+import signal
+import textwrap
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+import kopf
+from kopf._core.engines.sharding import shard_of
+
+COUNT = 8  # the shards: enough to split among 3 replicas unevenly, few enough to be quick
+NAME = 'op'
+
+Handled = collections.Counter[tuple[str, str]]  # (operator, object name) -> how many times
+
+
+def leases(cluster: Any) -> dict[str, dict[str, Any]]:
+    items = cluster.emulator.list_objects('leases.coordination.k8s.io', namespace='default')
+    return {item['metadata']['name']: item for item in items}
+
+
+def holders(cluster: Any) -> dict[int, str]:
+    """The shards by their holders as the leases say now (the released ones have none)."""
+    result: dict[int, str] = {}
+    for name, lease in leases(cluster).items():
+        if name.startswith(f'{NAME}-shard-'):
+            holder = lease.get('spec', {}).get('holderIdentity')
+            if holder:
+                result[int(name.removeprefix(f'{NAME}-shard-'))] = holder
+    return result
+
+
+def members(cluster: Any) -> set[str]:
+    return {lease.get('spec', {}).get('holderIdentity') for name, lease in leases(cluster).items()
+            if name.startswith(f'{NAME}-member-')}
+
+
+def spread(cluster: Any, names: set[str]) -> dict[str, int]:
+    counts = collections.Counter(holders(cluster).values())
+    return {name: counts.get(name, 0) for name in names}
+
+
+def is_balanced(cluster: Any, names: set[str]) -> bool:
+    """All shards are held, by these replicas only, each within one shard of the others."""
+    shards = holders(cluster)
+    if len(shards) != COUNT or set(shards.values()) != names:
+        return False
+    counts = spread(cluster, names).values()
+    return max(counts) - min(counts) <= 1
+
+
+def shorten(settings: kopf.OperatorSettings) -> None:
+    settings.sharding.name = NAME
+    settings.sharding.count = COUNT
+    settings.sharding.lease_duration = 2
+    settings.sharding.renew_deadline = 1.2
+    settings.sharding.retry_period = 0.2
+    settings.sharding.handover_timeout = 2
+
+
+@pytest.fixture
+def handled() -> Handled:
+    return collections.Counter()
+
+
+@pytest.fixture
+def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
+                  settings_factory: Callable[[], kopf.OperatorSettings],
+                  handled: Handled, threaded_operator: Any) -> Callable[..., Any]:
+    lock = threading.Lock()
+
+    @contextlib.asynccontextmanager
+    async def make(name: str, **kwargs: Any) -> AsyncIterator[Any]:
+        registry = make_registry()
+        settings = settings_factory()
+        settings.posting.enabled = False
+        shorten(settings)
+
+        @kopf.on.create('kopfexamples', registry=registry)
+        def created(name: str, **_: Any) -> dict[str, str]:
+            with lock:
+                handled[(operator_name, name)] += 1
+            return {'replica': operator_name}
+
+        operator_name = name
+        operator = threaded_operator(registry=registry, settings=settings, namespaces=['default'],
+                                    identity=name, **kwargs)
+        operator.thread.start()
+        try:
+            yield operator
+        finally:
+            operator.stop_flag.set()
+            await asyncio.to_thread(operator.thread.join, 10)
+            assert not operator.thread.is_alive()
+            assert operator.errors == []
+
+    return make
+
+
+async def create_many(cluster: Any, names: list[str]) -> None:
+    for start in range(0, len(names), 20):  # in batches: not hundreds of connections at once
+        await asyncio.gather(*(cluster.create(name) for name in names[start:start + 20]))
+
+
+def assert_handled_once_by_their_shards(cluster: Any, handled: Handled, names: list[str],
+                                        owners: dict[int, str] | None = None) -> None:
+    assert sorted(name for _, name in handled) == sorted(names)  # every one, once
+    assert set(handled.values()) == {1}
+    if owners is not None:  # by the holders of their shards
+        for operator, name in handled:
+            uid = cluster.get(name)['metadata']['uid']
+            assert owners[shard_of(uid, COUNT)] == operator, name
+
+
+@pytest.mark.parametrize('replicas', [2, 3])
+async def test_replicas_split_the_shards_and_handle_every_object_exactly_once(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any, replicas: int,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    names = {f'r{index}' for index in range(replicas)}
+    objects = [f'kex{index}' for index in range(200)]
+    async with contextlib.AsyncExitStack() as stack:
+        for name in sorted(names):
+            await stack.enter_async_context(make_operator(name))
+        await eventually(lambda: is_balanced(cluster, names) and members(cluster) == names, within=10)
+        owners = holders(cluster)
+        await create_many(cluster, objects)
+        await eventually(lambda: len(handled) == len(objects), within=20)
+        await quiet()
+        assert holders(cluster) == owners  # nothing has moved meanwhile
+        assert_handled_once_by_their_shards(cluster, handled, objects, owners)
+        assert {operator for operator, _ in handled} == names  # every replica has its part
+        for obj in objects:  # and the outcome is stored by the handler's replica
+            replica = cluster.status(obj)['created']['replica']
+            assert (replica, obj) in handled
+
+    assert holders(cluster) == {}  # all released on exit
+    assert members(cluster) == set()  # and the members' leases are deleted
+    took = [m for m in caplog.messages if m.startswith('Took the shards ')]
+    assert took and all(m.endswith('shards now.') for m in took)
+
+
+async def test_a_graceful_exit_hands_the_shards_over_at_once(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = [f'kex{index}' for index in range(100)]
+    second = [f'kex{index}' for index in range(100, 200)]
+    async with make_operator('stays'):
+        async with make_operator('leaves'):
+            await eventually(lambda: is_balanced(cluster, {'stays', 'leaves'}), within=10)
+            await create_many(cluster, first)
+            await eventually(lambda: len(handled) == len(first), within=20)
+            await quiet()
+
+        # Released on exit: taken over within a few retry periods, not after the lease duration (2 s).
+        await eventually(lambda: is_balanced(cluster, {'stays'}), within=1.5)
+        await create_many(cluster, second)
+        await eventually(lambda: len(handled) == len(first) + len(second), within=20)
+        await quiet()
+
+    assert_handled_once_by_their_shards(cluster, handled, first + second)
+    assert {name for operator, name in handled if operator == 'leaves'} <= set(first)
+    assert {operator for operator, name in handled if name in second} == {'stays'}
+    assert any(m.startswith('Released the shards ') and m.endswith(': exiting.') for m in caplog.messages)
+
+
+async def test_a_new_replica_gets_its_share_from_the_others(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    first = [f'kex{index}' for index in range(100)]
+    second = [f'kex{index}' for index in range(100, 200)]
+    async with make_operator('old'):
+        await eventually(lambda: is_balanced(cluster, {'old'}), within=5)
+        await create_many(cluster, first)
+        await eventually(lambda: len(handled) == len(first), within=20)
+        await quiet()
+        async with make_operator('new'):
+            # Given up gracefully (released): taken within a few retry periods, not the lease duration.
+            await eventually(lambda: is_balanced(cluster, {'old', 'new'}), within=1.5)
+            owners = holders(cluster)
+            await create_many(cluster, second)
+            await eventually(lambda: len(handled) == len(first) + len(second), within=20)
+            await quiet()
+            assert holders(cluster) == owners
+
+    # Nothing handled before is handled again by the new holders of its shard (e.g. in their listings).
+    assert_handled_once_by_their_shards(cluster, handled, first + second)
+    assert {operator for operator, name in handled if name in first} == {'old'}
+    assert {operator for operator, name in handled if name in second} == {'old', 'new'}
+    giving_up = [m for m in caplog.messages if m.startswith('Giving up the shards ')]
+    assert len(giving_up) == 1  # once: 4 of 8 shards at once, one line
+    assert 'handling 4 of 8 shards now.' in giving_up[0]
+
+
+OPERATOR_SOURCE = f'''
+import kopf
+
+@kopf.on.startup()
+def configure(settings, **_):
+    settings.sharding.count = {COUNT}
+    settings.sharding.lease_duration = 2
+    settings.sharding.renew_deadline = 1.2
+    settings.sharding.retry_period = 0.2
+    settings.posting.enabled = False
+
+@kopf.on.create('kopfexamples')
+def created(name, **_):
+    print(f'HANDLED {{name}}', flush=True)
+'''
+
+
+async def test_the_shards_of_a_killed_replica_are_taken_after_their_expiry(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        tmp_path: pathlib.Path, start_kopf_process: Any,
+) -> None:
+    source = tmp_path / 'operator.py'
+    source.write_text(textwrap.dedent(OPERATOR_SOURCE))
+    output = tmp_path / 'output.txt'
+    env = dict(os.environ, KUBECONFIG=str(cluster.emulator.kubeconfig_path))
+    args = ['-n', 'default', '--shards', f'default/{NAME}', str(source)]
+    process = start_kopf_process(args, env, output)
+    try:
+        await eventually(lambda: len(holders(cluster)) == COUNT, within=15)
+        [killed] = set(holders(cluster).values())
+        async with make_operator('survivor'):
+            await eventually(lambda: is_balanced(cluster, {killed, 'survivor'}), within=5)
+            objects = [f'kex{index}' for index in range(100)]
+            await create_many(cluster, objects)
+            await eventually(lambda: len(handled) + output.read_text().count('HANDLED') == 100, within=20)
+            await quiet()
+            # Killed only once the outcomes are stored: otherwise, handling them again would be right.
+            process.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(process.wait, 5)
+            killed_at = asyncio.get_running_loop().time()
+            await eventually(lambda: is_balanced(cluster, {'survivor'}), within=5)
+            taken_in = asyncio.get_running_loop().time() - killed_at
+            await eventually(lambda: members(cluster) == {'survivor'})  # the dead one's lease is deleted
+            await quiet()
+            more = [f'kex{index}' for index in range(100, 150)]
+            await create_many(cluster, more)
+            await eventually(lambda: sum(handled.values()) + output.read_text().count('HANDLED') == 150,
+                             within=20)
+            await quiet()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert taken_in >= 1.5  # not before the expiry of the leases (2 s, as seen by the survivor's clock)
+    text = output.read_text()
+    by_killed = set(re.findall(r'HANDLED (kex\d+)', text))  # its logs can interleave with the prints
+    by_survivor = {name for _, name in handled}
+    assert set(handled.values()) == {1}
+    assert len(by_killed) == text.count('HANDLED')
+    assert not by_killed & by_survivor  # nothing twice
+    assert by_killed | by_survivor == {f'kex{index}' for index in range(150)}
+    assert by_killed and by_killed <= set(objects)
