@@ -206,6 +206,79 @@ async def test_a_new_replica_gets_its_share_from_the_others(
     assert 'handling 4 of 8 shards now.' in giving_up[0]
 
 
+async def test_the_daemons_move_with_their_shards(
+        cluster: Any, make_registry: Callable[[], kopf.OperatorRegistry],
+        settings_factory: Callable[[], kopf.OperatorSettings], threaded_operator: Any,
+        eventually: Any,
+) -> None:
+    lock = threading.Lock()
+    running: dict[str, set[str]] = collections.defaultdict(set)  # by object: the replicas running its daemon
+    reasons: list[tuple[str, Any]] = []
+
+    def start(identity: str) -> Any:
+        registry = make_registry()
+        settings = settings_factory()
+        settings.posting.enabled = False
+        shorten(settings)
+
+        @kopf.daemon('kopfexamples', registry=registry)
+        async def monitor(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+            with lock:
+                running[name].add(identity)
+            await stopped.wait()
+            with lock:
+                running[name].discard(identity)
+                reasons.append((identity, stopped.reason))
+
+        operator = threaded_operator(registry=registry, settings=settings, namespaces=['default'],
+                                    identity=identity)
+        operator.thread.start()
+        return operator
+
+    def daemons_by_their_shards_holders(names: list[str]) -> None:
+        owners = holders(cluster)
+        for name in names:
+            uid = cluster.get(name)['metadata']['uid']
+            assert running[name] == {owners[shard_of(uid, COUNT)]}, name
+
+    names = [f'kex{index}' for index in range(40)]
+    old = start('old')
+    try:
+        await eventually(lambda: is_balanced(cluster, {'old'}))
+        await create_many(cluster, names)
+        await eventually(lambda: all(running[name] == {'old'} for name in names), within=10)
+        new = start('new')
+        try:
+            await eventually(lambda: is_balanced(cluster, {'old', 'new'}))
+            await eventually(lambda: daemons_by_their_shards_holders(names), within=10)
+            moved = [name for name in names if running[name] == {'new'}]
+            assert moved and len(moved) < len(names)
+            assert {reason for identity, reason in reasons} == {kopf.DaemonStoppingReason.OPERATOR_PAUSING}
+            assert len(reasons) == len(moved)  # those kept were not restarted
+        finally:
+            await new.stop()
+        await eventually(lambda: all(running[name] == {'old'} for name in names), within=10)
+    finally:
+        await old.stop()
+
+
+async def test_a_replica_that_cannot_renew_stops_handling_before_its_leases_expire(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with make_operator('only'):
+        await eventually(lambda: is_balanced(cluster, {'only'}))
+        cluster.emulator.fail_requests(None, status=503, path='/leases')
+        await eventually(lambda: any(m.startswith('Lost the shards 0, 1, 2, 3, 4, 5, 6, 7 of the sharding '
+                                                  'default/op: their leases could not be renewed for 1.2s')
+                                     for m in caplog.messages), within=3)
+        await cluster.create('kex1')
+        await quiet(period=0.5)
+        assert not handled  # no shards: nothing is handled
+        cluster.emulator.clear_faults()
+        await eventually(lambda: handled[('only', 'kex1')] == 1, within=5)
+
+
 OPERATOR_SOURCE = f'''
 import kopf
 

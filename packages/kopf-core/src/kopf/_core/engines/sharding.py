@@ -46,7 +46,7 @@ from kopf._core.intents.configuration import OperatorSettings, ShardingSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['Handover', 'ShardFilter', 'Sharding', 'fair_share', 'fnv1a_64', 'shard_of']
+__all__ = ['Handover', 'ShardFilter', 'Sharding', 'fair_share', 'fnv1a_64', 'shard_of', 'shard_of_hash']
 
 SHARDING_LABEL = 'kopf.dev/sharding'  # the sharding's name, on all its leases
 ROLE_LABEL = 'kopf.dev/sharding-role'  # "member" or "shard"
@@ -69,8 +69,13 @@ def fnv1a_64(text: str) -> int:
 
 
 def shard_of(uid: str, count: int) -> int:
+    """The shard of the object with this uid, of ``count`` shards."""
+    return shard_of_hash(fnv1a_64(uid), count)
+
+
+def shard_of_hash(value: int, count: int) -> int:
     """The shard ``i`` of ``count`` whose ``[i * 2**64 / count, (i+1) * 2**64 / count)`` has the hash."""
-    return (fnv1a_64(uid) * count) >> 64
+    return (value * count) >> 64
 
 
 def fair_share(identity: str, members: Iterable[str], count: int) -> int:
@@ -90,13 +95,14 @@ def member_lease_name(prefix: str, identity: str) -> str:
 class ShardFilter:
     """Which objects this replica handles now: those of the shards it holds (see the module's description)."""
 
-    __slots__ = ('_cache', 'count', 'owned')
+    __slots__ = ('_cache', '_cache_size', 'count', 'owned')
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, *, cache_size: int = FILTER_CACHE_SIZE) -> None:
         super().__init__()
         self.count = count
         self.owned: frozenset[int] = frozenset()
         self._cache: dict[str, int] = {}
+        self._cache_size = cache_size
 
     def __repr__(self) -> str:
         return f'<ShardFilter {sorted(self.owned)} of {self.count}>'
@@ -104,7 +110,7 @@ class ShardFilter:
     def shard(self, uid: str) -> int:
         shard = self._cache.get(uid)
         if shard is None:
-            if len(self._cache) >= FILTER_CACHE_SIZE:
+            if len(self._cache) >= self._cache_size:
                 self._cache.clear()
             shard = self._cache[uid] = shard_of(uid, self.count)
         return shard
