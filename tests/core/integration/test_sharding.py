@@ -12,6 +12,7 @@ import re
 import signal
 import textwrap
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -61,6 +62,10 @@ def is_balanced(cluster: Any, names: set[str]) -> bool:
     return max(counts) - min(counts) <= 1
 
 
+def lease_listings(cluster: Any) -> int:
+    return int(cluster.emulator.requests.count('list', 'leases', group='coordination.k8s.io'))
+
+
 def shorten(settings: kopf.OperatorSettings) -> None:
     settings.sharding.name = NAME
     settings.sharding.count = COUNT
@@ -82,7 +87,7 @@ def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
     lock = threading.Lock()
 
     @contextlib.asynccontextmanager
-    async def make(name: str, **kwargs: Any) -> AsyncIterator[Any]:
+    async def make(name: str, *, slow: bool = False, **kwargs: Any) -> AsyncIterator[Any]:
         registry = make_registry()
         settings = settings_factory()
         settings.posting.enabled = False
@@ -92,6 +97,8 @@ def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
         def created(name: str, **_: Any) -> dict[str, str]:
             with lock:
                 handled[(operator_name, name)] += 1
+            if slow:  # in flight for a while: e.g. when its shard is given up
+                time.sleep(0.05)
             return {'replica': operator_name}
 
         operator_name = name
@@ -204,6 +211,102 @@ async def test_a_new_replica_gets_its_share_from_the_others(
     giving_up = [m for m in caplog.messages if m.startswith('Giving up the shards ')]
     assert len(giving_up) == 1  # once: 4 of 8 shards at once, one line
     assert 'handling 4 of 8 shards now.' in giving_up[0]
+
+
+async def test_objects_created_while_the_replicas_come_and_go_are_handled_exactly_once(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+) -> None:
+    objects: list[str] = []
+    stop = asyncio.Event()
+
+    async def create_until_stopped() -> None:
+        # Paced by the handling (a batch at a time), so that the handovers do not wait for a huge backlog.
+        while not stop.is_set():
+            batch = [f'kex{index}' for index in range(len(objects), len(objects) + 10)]
+            await create_many(cluster, batch)
+            objects.extend(batch)
+            await eventually(lambda: {name for _, name in handled} >= set(objects), within=20)
+
+    def handled_by(operator: str) -> int:
+        return sum(1 for name, _ in handled if name == operator)
+
+    async with make_operator('first', slow=True), make_operator('second', slow=True):
+        await eventually(lambda: is_balanced(cluster, {'first', 'second'}), within=10)
+        creating = asyncio.create_task(create_until_stopped())
+        try:
+            await eventually(lambda: len(handled) >= 50, within=10)
+            async with make_operator('third', slow=True):  # joins while the objects come
+                await eventually(lambda: is_balanced(cluster, {'first', 'second', 'third'}), within=10)
+                await eventually(lambda: handled_by('third') >= 20, within=20)
+            # ... and leaves while they still come.
+            handled_before = len(handled)
+            await eventually(lambda: len(handled) >= handled_before + 50, within=20)
+        finally:
+            stop.set()
+            await creating
+        await eventually(lambda: len(handled) == len(objects), within=20)
+        await quiet()
+        assert is_balanced(cluster, {'first', 'second'})
+    assert_handled_once_by_their_shards(cluster, handled, objects)
+    assert {operator for operator, _ in handled} == {'first', 'second', 'third'}
+    assert len(objects) >= 100
+
+
+async def test_the_shards_are_released_only_once_their_objects_in_flight_are_handled(
+        cluster: Any, make_registry: Callable[[], kopf.OperatorRegistry],
+        settings_factory: Callable[[], kopf.OperatorSettings], threaded_operator: Any,
+        eventually: Any, quiet: Any, gates: list[threading.Event], caplog: pytest.LogCaptureFixture,
+) -> None:
+    lock = threading.Lock()
+    handled: Handled = collections.Counter()
+    gate = threading.Event()
+    gates.append(gate)  # set at the end of the test in any case: no thread is left hanging
+
+    def start(identity: str) -> Any:
+        registry = make_registry()
+        settings = settings_factory()
+        settings.posting.enabled = False
+        settings.execution.max_workers = 100  # all the objects' handlers in flight at once
+        settings.queueing.exit_timeout = 10  # the handovers wait for them (not cancelled meanwhile)
+        shorten(settings)
+
+        @kopf.on.create('kopfexamples', registry=registry)
+        def created(name: str, **_: Any) -> None:
+            with lock:
+                handled[(identity, name)] += 1
+            gate.wait()
+
+        operator = threaded_operator(registry=registry, settings=settings, namespaces=['default'],
+                                    identity=identity)
+        operator.thread.start()
+        return operator
+
+    objects = [f'kex{index}' for index in range(40)]
+    operators = [start('first'), start('second')]
+    try:
+        await eventually(lambda: is_balanced(cluster, {'first', 'second'}), within=10)
+        before = holders(cluster)
+        await create_many(cluster, objects)
+        await eventually(lambda: len(handled) == len(objects), within=10)  # all in flight, held by the gate
+        def giving_up() -> int:
+            return len([m for m in caplog.messages if m.startswith('Giving up the shards')])
+
+        given_up = giving_up()
+        operators.append(start('third'))
+        await eventually(lambda: giving_up() == given_up + 2)  # one shard by each of the two
+        listings = lease_listings(cluster)
+        await eventually(lambda: lease_listings(cluster) >= listings + 9)  # 3 rounds of each: nothing moves
+        assert holders(cluster) == before  # kept while their objects are in flight
+        gate.set()
+        await eventually(lambda: is_balanced(cluster, {'first', 'second', 'third'}), within=10)
+        await quiet()
+    finally:
+        gate.set()
+        for operator in operators:
+            await operator.stop()
+    assert sorted(name for _, name in handled) == sorted(objects)
+    assert set(handled.values()) == {1}
+    assert 'third' not in {operator for operator, _ in handled}
 
 
 async def test_the_daemons_move_with_their_shards(

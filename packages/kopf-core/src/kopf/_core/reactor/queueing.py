@@ -494,6 +494,9 @@ class ObjectStreams:
                     if latest is not raw_event:
                         raw_event, received_at = latest, stream.received_at
 
+                if self._owns is not None and type(key) is str and not self._owns(key):
+                    break  # given away meanwhile (the sharding): not processed here, its new owner lists it
+
                 finished = await self._process(key, raw_event, stream, received_at)
                 processed_at = loop.time()
 
