@@ -54,6 +54,11 @@ nothing they could wait for, e.g. the echoes of their own patches, will come) an
 
 Indexing, and the wait for the operator's indices to be ready, are the :class:`.indexgate.IndexGate`'s.
 
+With the sharding (:mod:`kopf._core.engines.sharding`), the events of the objects of other replicas are
+dropped as the first thing (``owns``: a cached lookup by the uid), before anything is remembered of them;
+the objects given away meanwhile are not processed anymore (their pending events are dropped by their
+workers), and are not reported as deleted when a re-listing does not have them.
+
 The processor is pluggable: see :class:`Processor`.
 """
 import asyncio
