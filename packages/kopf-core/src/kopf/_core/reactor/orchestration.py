@@ -43,6 +43,7 @@ class Rewatching:
         super().__init__()
         self.requested = 0  # how many requests so far (a generation)
         self.completed = 0  # the latest generation whose previous watch-streams are stopped
+        self.closed = False  # the orchestrator has exited: no watch-streams run, none will
         self._changed = asyncio.Event()
 
     @property
@@ -54,8 +55,13 @@ class Rewatching:
         self.requested += 1
         generation = self.requested
         self._notify()
-        while self.completed < generation:
+        while self.completed < generation and not self.closed:
             await self.wait_for_change(since=None)
+
+    def close(self) -> None:
+        """No watch-streams run anymore (the orchestrator has exited): the requests are done at once."""
+        self.closed = True
+        self._notify()
 
     def complete(self, generation: int) -> None:
         """The watch-streams that ran before this generation of requests are stopped (the new ones start)."""
@@ -173,7 +179,7 @@ async def orchestrator(
     finally:
         await _stop_watchers(watchers.values())
         if rewatching is not None:
-            rewatching.complete(rewatching.requested)  # nobody should wait for what never comes
+            rewatching.close()  # nobody should wait for what never comes
         logger.debug(f'Streaming tasks are stopped: {len(watchers)} watch-streams in total.')
         await _stop_watchers([task for task in coordinators.values() if not task.done()])
 

