@@ -87,11 +87,12 @@ def make_operator(make_registry: Callable[[], kopf.OperatorRegistry],
     lock = threading.Lock()
 
     @contextlib.asynccontextmanager
-    async def make(name: str, *, slow: bool = False, **kwargs: Any) -> AsyncIterator[Any]:
+    async def make(name: str, *, slow: bool = False, count: int = COUNT, **kwargs: Any) -> AsyncIterator[Any]:
         registry = make_registry()
         settings = settings_factory()
         settings.posting.enabled = False
         shorten(settings)
+        settings.sharding.count = count
 
         @kopf.on.create('kopfexamples', registry=registry)
         def created(name: str, **_: Any) -> dict[str, str]:
@@ -380,6 +381,20 @@ async def test_a_replica_that_cannot_renew_stops_handling_before_its_leases_expi
         assert not handled  # no shards: nothing is handled
         cluster.emulator.clear_faults()
         await eventually(lambda: handled[('only', 'kex1')] == 1, within=5)
+
+
+async def test_replicas_with_different_counts_of_shards_are_warned_about(
+        cluster: Any, make_operator: Any, eventually: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    def warning(other: str, theirs: int, ours: int) -> str:
+        return (f"The replica {other!r} of the sharding default/op splits the objects into {theirs} shards, "
+                f"this one into {ours}: some objects are handled twice, some never; "
+                f"set the same settings.sharding.count in all the replicas.")
+
+    async with make_operator('eight'), make_operator('four', count=4):
+        await eventually(lambda: warning('four', 4, 8) in caplog.messages)
+        await eventually(lambda: warning('eight', 8, 4) in caplog.messages)
+    assert len([m for m in caplog.messages if 'splits the objects into' in m]) == 2  # once per replica
 
 
 OPERATOR_SOURCE = f'''

@@ -50,6 +50,7 @@ __all__ = ['Handover', 'ShardFilter', 'Sharding', 'fair_share', 'fnv1a_64', 'sha
 
 SHARDING_LABEL = 'kopf.dev/sharding'  # the sharding's name, on all its leases
 ROLE_LABEL = 'kopf.dev/sharding-role'  # "member" or "shard"
+COUNT_LABEL = 'kopf.dev/sharding-count'  # on the members' leases: the count of shards they use
 
 _FNV_OFFSET = 0xcbf29ce484222325
 _FNV_PRIME = 0x100000001b3
@@ -173,7 +174,8 @@ class Sharding:
         self._member = LeaseLock(settings=settings, vault=vault, namespace=self.namespace,
                                  name=member_lease_name(self.prefix, identity), identity=identity,
                                  lease_duration=self._sharding.lease_duration,
-                                 labels=self._labels('member'))
+                                 labels={**self._labels('member'), COUNT_LABEL: str(self.count)})
+        self._miscounted: set[str] = set()  # the members with other counts of shards, as warned about
         self._started = False  # the first round is over: the watch-streams start with its shards
         self._tasks: set[asyncio.Task[None]] = set()  # the handovers in progress
 
@@ -308,10 +310,20 @@ class Sharding:
                     identity=self.identity, lease_duration=self._sharding.lease_duration)
             if not lock.observe(lease, now):
                 alive.add(lock.holder or '')
+                self._check_count(lock.holder or '', lease)
             else:
                 await self._delete_dead_member(lease)
         alive.discard('')
         return alive
+
+    def _check_count(self, identity: str, lease: Mapping[str, Any]) -> None:
+        labels = (lease.get('metadata') or {}).get('labels') or {}
+        count = labels.get(COUNT_LABEL)
+        if count is not None and count != str(self.count) and identity not in self._miscounted:
+            self._miscounted.add(identity)
+            logger.warning(f'The replica {identity!r} of the sharding {self} splits the objects into {count} '
+                           f'shards, this one into {self.count}: some objects are handled twice, some never; '
+                           f'set the same settings.sharding.count in all the replicas.')
 
     async def _delete_dead_member(self, lease: Mapping[str, Any]) -> None:
         metadata = lease.get('metadata') or {}
