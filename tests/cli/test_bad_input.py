@@ -116,6 +116,14 @@ def test_all_namespaces_with_namespaces_is_a_usage_error(args: list[str]) -> Non
     assert 'Error: --namespace and --all-namespaces exclude each other' in result.stderr
 
 
+def test_lease_with_shards_is_a_usage_error() -> None:
+    result = invoke('run', '-A', '--lease', 'op', '--shards', 'op')
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == (
+        'Error: --lease and --shards exclude each other: the sharding replaces the single leader '
+        'of the election; use only one of them.')
+
+
 def test_conflict_via_environment_variables_is_a_usage_error() -> None:
     result = invoke('run', '-A', env={'KOPF_RUN_NAMESPACE': 'default'})
     assert result.exit_code == 2
@@ -134,6 +142,8 @@ def test_conflict_via_environment_variables_is_a_usage_error() -> None:
     (['--liveness', 'http://0.0.0.0:http/'], "'http://0.0.0.0:http/': the port is invalid"),
     (['-L', 'http://:8080/'], "'http://:8080/': the host is missing"),
     (['--no-such-option'], 'No such option'),
+    (['--shards', 'a/b/c'], "Invalid value for '--shards': 'a/b/c': expected NAME or NAMESPACE/NAME "
+                            "of the sharding's Leases."),
 ])
 def test_invalid_options_are_usage_errors(args: list[str], message: str) -> None:
     result = invoke('run', '-A', *args)

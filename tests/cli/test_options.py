@@ -237,6 +237,35 @@ def test_lease_option_goes_to_the_election_settings(
     assert seen == {'name': 'my-op', 'namespace': 'default'}
 
 
+def test_shards_option_goes_to_the_sharding_settings(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+    seen: dict[str, Any] = {}
+
+    @kopf.on.startup(registry=registry)
+    def remember(settings: kopf.OperatorSettings, **_: Any) -> None:
+        seen.update(name=settings.sharding.name, namespace=settings.sharding.namespace)
+
+    with KopfRunner(['run', '-A', '--standalone', '--shards', 'default/my-op'], registry=registry) as runner:
+        pass
+    assert runner.exit_code == 0, runner.output
+    assert seen == {'name': 'my-op', 'namespace': 'default'}
+
+
+def test_the_sharding_and_the_election_set_at_startup_fail_the_operator_with_one_line(
+        k8s_emulator: KubernetesEmulator, registry: OperatorRegistry) -> None:
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.election.lease_name = 'my-op'
+
+    with KopfRunner(['run', '-A', '--standalone', '--shards', 'my-op'], registry=registry,
+                    reraise=False) as runner:
+        pass
+    assert runner.exit_code == 1
+    assert ('The sharding and the leader election exclude each other: set either settings.sharding.name '
+            '(--shards) or settings.election.lease_name (--lease), not both.') in runner.output
+    assert 'Traceback' not in runner.output
+
+
 def test_namespaced_peering_scope(k8s_emulator: KubernetesEmulator,
                                   registry: OperatorRegistry, peering_seen: dict[str, Any]) -> None:
     with KopfRunner(['run', '-n', 'default', '--standalone'], registry=registry):
@@ -304,7 +333,8 @@ def test_help_says_what_the_environment_can_set_and_what_is_not_implemented() ->
     text = ' '.join(result.output.split())  # the wrapping does not matter
     assert 'environment variable named KOPF_RUN_ and the option\'s long name in capitals' in text
     assert 'KOPF_RUN_NAMESPACE=default' in text
-    for option in ['--dev', '--peering NAME', '--priority INTEGER', '--lease [NAMESPACE/]NAME', '--liveness']:
+    for option in ['--dev', '--peering NAME', '--priority INTEGER', '--lease [NAMESPACE/]NAME',
+                   '--shards [NAMESPACE/]NAME', '--liveness']:
         line = text[text.index(option):][:150]
         assert 'not implemented' not in line.lower(), option
 

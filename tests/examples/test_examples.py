@@ -15,6 +15,7 @@ Every example is a class below: how to create & change its object, and what to e
 The embedding example is run by its own ``main()`` instead of ``kopf run``.
 """
 import asyncio
+import collections
 import contextlib
 import hashlib
 import json
@@ -515,6 +516,20 @@ class Peering(Example):
         assert 'replica' in cluster.status().get('create_fn', {})
 
 
+class Sharding(Example):
+    name = '17-sharding'
+    logs = (
+        "Replica ",  # handles everything: one replica, run without --shards
+        "[default/kopf-example-1] Handled by the replica ",
+        "[default/kopf-example-1] Monitored by the replica ",
+        "[default/kopf-example-1] Updated by the replica ",
+    )
+
+    def after_creation(self, cluster: Cluster) -> None:
+        super().after_creation(cluster)
+        assert 'replica' in cluster.status().get('create_fn', {})
+
+
 class Metrics(Example):
     name = '16-metrics'
     env = {'EXAMPLE_METRICS_URL': 'http://127.0.0.1:0/metrics'}  # any free port (the URL is logged)
@@ -534,6 +549,7 @@ class Metrics(Example):
 EXAMPLES_RUN_BY_KOPF = [
     Minimal(), Children(), Errors(), Events(), Handlers(), Subhandlers(), Builtins(), Filters(),
     Activities(), KubernetesClient(), Indexing(), DaemonsTimers(), Admission(), Peering(), Metrics(),
+    Sharding(),
 ]
 EXAMPLES_RUN_BY_THEMSELVES = ['09-embedding']
 
@@ -683,6 +699,47 @@ def test_replicas_of_the_peering_example_handle_every_object_exactly_once(
     replica_names = {(cluster.get('kopfexamples', obj_name) or {})['status']['create_fn']['replica']
                      for obj_name in names}
     assert len(replica_names) == 1  # all by one replica: the highest priority, or the leader
+
+
+@pytest.mark.parametrize('replicas', [2, 3])
+def test_replicas_of_the_sharding_example_split_the_objects_and_handle_each_once(
+        replicas: int, cluster: Cluster,
+) -> None:
+    cluster.user.apply_crd(yaml.safe_load((EXAMPLES / 'crd.yaml').read_text()))
+    name = 'example'
+    names = [f'kex{index}' for index in range(30)]
+    runners = []
+    with contextlib.ExitStack() as stack:
+        for _ in range(replicas):
+            settings = kopf.OperatorSettings()  # the sharding's timings shortened: a quick test
+            settings.sharding.count = 8
+            settings.sharding.lease_duration, settings.sharding.renew_deadline = 3, 2
+            settings.sharding.retry_period = 0.2
+            args = ['run', '-A', '--verbose', '--shards', f'{cluster.namespace}/{name}',
+                    str(EXAMPLES / '17-sharding' / 'example.py')]
+            runners.append(stack.enter_context(KopfRunner(args, registry=kopf.OperatorRegistry(),
+                                                          settings=settings, timeout=WAIT_TIMEOUT)))
+        until(lambda: _assert_sharded(cluster, name, replicas=replicas))
+        for obj_name in names:
+            cluster.user.create(cluster.path('kopfexamples'), cluster.sample(EXAMPLES / 'obj.yaml', obj_name))
+        until(lambda: _assert_handled(cluster, names))
+    # All that the replicas have done while they ran (and finished on exit) is in their outputs by now.
+    output = ''.join(runner.output for runner in runners)
+    for obj_name in names:
+        assert output.count(f'[{cluster.namespace}/{obj_name}] Handled by the replica') == 1, obj_name
+    replica_names = {(cluster.get('kopfexamples', obj_name) or {})['status']['create_fn']['replica']
+                     for obj_name in names}
+    assert len(replica_names) == replicas  # every replica has its part
+    assert 'Took the shards ' in output and 'Released the shards ' in output
+
+
+def _assert_sharded(cluster: Cluster, name: str, *, replicas: int) -> None:
+    path = f'/apis/coordination.k8s.io/v1/namespaces/{cluster.namespace}/leases'
+    items = (cluster.user.get(f'{path}?labelSelector=kopf.dev/sharding={name}') or {}).get('items') or []
+    holders = collections.Counter(item['spec'].get('holderIdentity') for item in items
+                                  if item['metadata']['name'].startswith(f'{name}-shard-'))
+    assert sum(holders.values()) == 8 and '' not in holders and len(holders) == replicas
+    assert max(holders.values()) - min(holders.values()) <= 1
 
 
 def _assert_handled(cluster: Cluster, names: list[str]) -> None:

@@ -12,7 +12,7 @@ import pytest
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.credentials import ConnectionInfo, VaultKey
 from kopf._core.engines.gating import HandlingGate
-from kopf._core.engines.leadership import LeaseElection, parse_lease_reference
+from kopf._core.engines.leadership import LeaseElection, LeaseLock, parse_lease_reference
 from kopf._core.engines.peering import Identity, Peer, detect_own_id, judge, keepalive_interval, parse_peers
 from kopf._core.intents.configuration import OperatorSettings
 
@@ -184,3 +184,35 @@ async def test_a_leader_that_cannot_renew_stops_before_the_others_could_take_ove
     assert looptime == 10  # the renew deadline since the last success: before the 15 s of the others
     task.cancel()
     await asyncio.wait([task])
+
+
+@pytest.mark.looptime
+async def test_a_release_is_retried_when_the_lease_has_changed_meanwhile(
+        kmock: kmock.RawHandler, vault: Vault, settings: OperatorSettings, looptime: float,
+) -> None:
+    # E.g. renewed by ourselves between the release's read and its write (the sharding renews in parallel).
+    kmock[f'get {LEASE}'] << held_by('me')
+    kmock[f'put {LEASE}'][:1] << 409 << {'kind': 'Status', 'code': 409, 'reason': 'Conflict'}
+    kmock[f'put {LEASE}'] << held_by('')
+    lock = LeaseLock(settings=settings, vault=vault, namespace='default', name='op', identity='me',
+                     lease_duration=15)
+    assert await lock.release()
+    puts = [req for req in kmock if req.method == 'PUT']
+    assert len(puts) == 2
+    assert puts[-1].data['spec']['holderIdentity'] == ''
+    assert puts[-1].data['metadata']['resourceVersion'] == '7'  # as read again: guarded
+
+
+@pytest.mark.looptime
+async def test_a_lease_lock_keeps_the_labels_of_the_lease(
+        kmock: kmock.RawHandler, vault: Vault, settings: OperatorSettings, looptime: float,
+) -> None:
+    body = held_by('me')
+    body['metadata'] = {**body['metadata'], 'labels': {'kopf.dev/sharding': 'op'}}  # type: ignore[dict-item]
+    kmock[f'put {LEASE}'] << body
+    lock = LeaseLock(settings=settings, vault=vault, namespace='default', name='op', identity='me',
+                     lease_duration=15, labels={'kopf.dev/sharding': 'op'})
+    assert await lock.try_acquire_or_renew(0.0, body)
+    [put] = [req for req in kmock if req.method == 'PUT']
+    assert put.data['metadata']['labels'] == {'kopf.dev/sharding': 'op'}  # a PUT replaces the whole lease
+    assert put.data['spec']['acquireTime'] == '2000-01-01T00:00:00.000000Z'  # renewed: not re-acquired

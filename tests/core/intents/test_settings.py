@@ -73,7 +73,7 @@ def test_sections_are_as_in_kopf():
     assert names[:12] == ['process', 'posting', 'peering', 'watching', 'queueing', 'scanning',
                           'admission', 'execution', 'background', 'networking', 'persistence',
                           'election']
-    assert names[12:] == ['metrics', 'tracing']  # ours, beyond Kopf's
+    assert names[12:] == ['metrics', 'tracing', 'sharding']  # ours, beyond Kopf's
 
 
 def test_election_defaults_are_those_of_client_go():

@@ -9,7 +9,7 @@ import pytest
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.gating import HandlingGate
 from kopf._core.reactor.observation import Insights
-from kopf._core.reactor.orchestration import get_desired_keys, orchestrator
+from kopf._core.reactor.orchestration import Rewatching, get_desired_keys, orchestrator
 
 pytestmark = pytest.mark.looptime
 
@@ -241,3 +241,37 @@ async def test_a_gate_change_while_stopping_the_watchers_is_not_missed(looptime:
     assert running == set()
     task.cancel()
     await asyncio.wait([task])
+
+
+async def test_a_rewatch_restarts_all_the_watchers_and_returns_once_the_old_ones_are_stopped(
+        looptime: float) -> None:
+    log: list[tuple[str, str | None, float]] = []
+
+    async def slow_to_stop(resource: Resource, namespace: str | None) -> None:
+        log.append(('start', namespace, looptime_now()))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(3)  # e.g. the objects' workers finishing gracefully
+            log.append(('stop', namespace, looptime_now()))
+
+    def looptime_now() -> float:
+        return asyncio.get_running_loop().time()
+
+    insights = Insights(resources={KEX}, namespaces={'ns1', 'ns2'})
+    insights.ready_resources.set()
+    insights.ready_namespaces.set()
+    rewatching = Rewatching()
+    task = asyncio.create_task(orchestrator(insights=insights, watcher_factory=slow_to_stop,
+                                            rewatching=rewatching))
+    await asyncio.wait_for(insights.watching.wait(), timeout=1)
+    await asyncio.sleep(1)
+    await asyncio.gather(rewatching.rewatch(), rewatching.rewatch())  # two at once: restarted once
+    assert looptime == 4  # the old ones have stopped (3 s each, in parallel), the new ones are started
+    await asyncio.sleep(0)
+    assert sorted(log) == [('start', 'ns1', 0), ('start', 'ns1', 4), ('start', 'ns2', 0), ('start', 'ns2', 4),
+                           ('stop', 'ns1', 4), ('stop', 'ns2', 4)]
+    assert not rewatching.pending
+    task.cancel()
+    await asyncio.wait([task])
+    await rewatching.rewatch()  # the orchestrator is gone: nobody waits for what never comes

@@ -133,13 +133,14 @@ def _configure_logging(
     )
 
 
-def _parse_lease(value: str | None) -> tuple[str | None, str] | None:
+def _parse_lease(value: str | None, option: str = '--lease') -> tuple[str | None, str] | None:
     if value is None:
         return None
     namespace, _, name = value.rpartition('/')
     if not name or '/' in namespace:
-        raise click.BadParameter(f'{value!r}: expected NAME or NAMESPACE/NAME of a Lease.',
-                                 param_hint="'--lease'")
+        what = 'of a Lease' if option == '--lease' else "of the sharding's Leases"
+        raise click.BadParameter(f'{value!r}: expected NAME or NAMESPACE/NAME {what}.',
+                                 param_hint=f"'{option}'")
     return namespace or None, name
 
 
@@ -205,6 +206,10 @@ def _fail(controls: RunControls, message: str, cause: BaseException) -> NoReturn
 @click.option('--lease', default=None, metavar='[NAMESPACE/]NAME',
               help='Elect the leader with this Lease (coordination.k8s.io/v1; the namespace is "default" '
                    'unless given): only the leader handles the objects. No CRDs needed (unlike peering).')
+@click.option('--shards', default=None, metavar='[NAMESPACE/]NAME',
+              help='Split the objects among the replicas through the Leases NAME-shard-N and NAME-member-ID '
+                   '(coordination.k8s.io/v1; the namespace is "default" unless given); instead of --lease. '
+                   'The number of shards is settings.sharding.count (32).')
 @click.option('-m', '--module', multiple=True, metavar='MODULE',
               help='Import this module by name, as "python -m" does; can be repeated.')
 @click.argument('paths', nargs=-1, type=click.Path(exists=True, dir_okay=False))
@@ -229,6 +234,7 @@ def run(
         peering: str | None,
         priority: int | None,
         lease: str | None,
+        shards: str | None,
 ) -> None:
     """
     Load the handlers from the files and modules and run the operator with them.
@@ -240,15 +246,22 @@ def run(
     # the environment variables are made from them: KOPF_RUN_NAMESPACE, KOPF_RUN_ALL_NAMESPACES.
     _check_scope(namespace, all_namespaces)
     lease_reference = _parse_lease(lease)
+    sharding_reference = _parse_lease(shards, '--shards')
+    if lease_reference is not None and sharding_reference is not None:
+        raise click.UsageError('--lease and --shards exclude each other: the sharding replaces the single '
+                               'leader of the election; use only one of them.')
     _configure_logging(verbose=verbose, debug=debug, quiet=quiet,
                        log_format=log_format, log_refkey=log_refkey, log_prefix=log_prefix)
     controls = _get_controls(ctx)
-    if lease_reference is not None or metrics is not None:
+    if lease_reference is not None or sharding_reference is not None or metrics is not None:
         from kopf._core.intents.configuration import OperatorSettings
         controls.settings = controls.settings if controls.settings is not None else OperatorSettings()
     if lease_reference is not None:
         assert controls.settings is not None
         controls.settings.election.lease_namespace, controls.settings.election.lease_name = lease_reference
+    if sharding_reference is not None:
+        assert controls.settings is not None
+        controls.settings.sharding.namespace, controls.settings.sharding.name = sharding_reference
     if metrics is not None:
         assert controls.settings is not None
         controls.settings.metrics.endpoint = metrics

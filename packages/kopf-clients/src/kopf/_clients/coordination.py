@@ -77,3 +77,26 @@ async def replace(
                              backoffs=backoffs, no_retry_statuses=no_retry_statuses,
                              logger=logger if logger is not None else default_logger)
     return cast(RawBody, data)
+
+
+async def list_labelled(
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        resource: Resource,
+        namespace: str | None,
+        labels: Mapping[str, str],
+        backoffs: BackoffsSpec | None = None,
+        logger: api.Logger | None = None,
+) -> list[RawBody]:
+    """
+    The objects with these labels (one page: the coordination's objects are few), e.g. a sharding's Leases.
+
+    Not by the settings' selectors of the watched resources (``settings.watching``): they are not for these.
+    """
+    url = resource.get_url(namespace=namespace)
+    selector = ','.join(f'{key}={value}' for key, value in labels.items())
+    data = await api.request('GET', url, params={'labelSelector': selector}, settings=settings, vault=vault,
+                             backoffs=backoffs, logger=logger if logger is not None else default_logger)
+    items = data.get('items') if isinstance(data, Mapping) else None
+    return [cast(RawBody, item) for item in items or [] if isinstance(item, dict)]

@@ -28,11 +28,14 @@ The readiness is a one-time latch of the operator's startup: the streams that ap
 (new namespaces, new custom resources) fill their indices as their listings arrive, but they do not
 stop the handlers of the already-served objects. If the readiness takes long (e.g. a listing fails
 again and again), the streams that are not ready yet are reported in the logs periodically.
+
+With the sharding, a replica indexes only the objects of its own shards (the others' events are dropped
+before the indexing); the objects of the shards it gives away are removed from its indices.
 """
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Collection, Hashable, ItemsView, Iterable, Iterator, Mapping, ValuesView
+from collections.abc import Callable, Collection, Hashable, ItemsView, Iterable, Iterator, Mapping, ValuesView
 from typing import Any, Generic, TypeVar
 
 from kopf._cogs.structs.bodies import Body, RawEvent
@@ -433,6 +436,15 @@ class OperatorIndexers(Mapping[str, Index[Any, Any]]):
             index._discard(owner)
             self._exclusions[(handler.id, owner)] = _Exclusion(state=state.with_outcome(outcome),
                                                                forever=outcome.final)
+
+    def discard_uids(self, disowned: Callable[[str], bool]) -> None:
+        """Remove the contributions of the objects with such uids, e.g. given away to another replica."""
+        for index in self._indices.values():
+            for owner in [owner for owner in index._contributions
+                          if isinstance(owner, str) and disowned(owner)]:
+                index._discard(owner)
+        for key in [key for key in self._exclusions if isinstance(key[1], str) and disowned(key[1])]:
+            del self._exclusions[key]
 
     def _index_of(self, name: HandlerId) -> Index[Any, Any]:
         index = self._indices.get(name)

@@ -19,33 +19,42 @@ The rules (``settings.election``):
   than ``lease_duration``), so no two leaders ever handle the objects at once.
 * On a graceful exit, the leader releases the lease (the holder becomes empty) after it has stopped
   handling, so that a follower takes over at its next attempt, without waiting for the expiry.
+
+One lease's part of these rules (observing the record on the local clock, acquiring, renewing, releasing)
+is :class:`LeaseLock`: the election holds one, the sharding (:mod:`.sharding`) one per shard & member.
 """
 import asyncio
 import dataclasses
 import datetime
 import logging
 from collections.abc import Iterator, Mapping
+from types import EllipsisType
 from typing import Any
 
 from kopf._clients import coordination, creating, errors, fetching
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits import aiotasks
+from kopf._cogs.aiokits.backoffs import BackoffsSpec
 from kopf._cogs.helpers import metering
+from kopf._cogs.structs.bodies import RawBody
 from kopf._cogs.structs.references import Resource
 from kopf._core.engines.gating import GateBlocker
 from kopf._core.intents.configuration import ElectionSettings, OperatorSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['LEASE_RESOURCE', 'LeaseElection', 'parse_lease_reference']
+__all__ = ['LEASE_RESOURCE', 'TRANSIENT_ERRORS', 'LeaseElection', 'LeaseLock', 'parse_lease_reference']
 
 LEASE_RESOURCE = Resource('coordination.k8s.io', 'v1', 'leases', kind='Lease', namespaced=True)
 
 # How long the exit may take to release the lease (even a forced exit waits for it).
 RELEASE_TIMEOUT = 3.0
 
+# How many times the release is tried when the record changes meanwhile (HTTP 409), e.g. by our own renewal.
+RELEASE_ATTEMPTS = 3
+
 # The errors after which the attempt is repeated later (not a reason for the operator to fail).
-_TRANSIENT_ERRORS = (errors.APIServerError, errors.APIConflictError, errors.APITooManyRequestsError,
+TRANSIENT_ERRORS = (errors.APIServerError, errors.APIConflictError, errors.APITooManyRequestsError,
                      asyncio.TimeoutError, ConnectionError)  # incl. the client's network errors
 
 
@@ -57,7 +66,7 @@ def parse_lease_reference(value: str) -> tuple[str | None, str]:
     return namespace or None, name
 
 
-def _format_micro_time(value: datetime.datetime) -> str:
+def format_micro_time(value: datetime.datetime) -> str:
     # The MicroTime of Kubernetes: RFC 3339 with exactly 6 fractional digits, in UTC.
     return value.astimezone(datetime.UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')
 
@@ -68,6 +77,160 @@ class _Observation:
 
     record: tuple[Any, ...]
     observed_at: float
+
+
+class LeaseLock:
+    """
+    One Lease as one identity's lock: its record observed on the local clock, acquired, renewed, released.
+
+    It holds no state of the holding beyond the last observation: whether & since when the caller holds
+    the lease (and the renewal deadline) is the caller's business. ``labels`` go to the created leases
+    (e.g. to list the sharding's leases by a selector).
+    """
+
+    def __init__(self, *, settings: OperatorSettings, vault: Vault, namespace: str, name: str,
+                 identity: str, lease_duration: float, labels: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.settings = settings
+        self.vault = vault
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.labels = dict(labels or {})
+        self.holder: str | None = None  # another holder of the lease as last seen (None: none or us)
+        self._observation: _Observation | None = None
+
+    def __str__(self) -> str:
+        return f'{self.namespace}/{self.name}'
+
+    def observe(self, lease: Mapping[str, Any], now_monotonic: float) -> bool:
+        """
+        Remember the lease's record as seen at that moment; whether it is ours to take or keep now.
+
+        It is ours if we hold it, if it has no holder (released), or if its record has not changed for
+        its duration **on our own clock** since we saw it change (expired); otherwise, it is another's.
+        """
+        spec: Mapping[str, Any] = lease.get('spec') or {}
+        holder = spec.get('holderIdentity') or ''
+        duration = spec.get('leaseDurationSeconds') or self.lease_duration
+        record = (holder, spec.get('renewTime'), spec.get('acquireTime'), spec.get('leaseTransitions'),
+                  spec.get('leaseDurationSeconds'))
+        if self._observation is None or self._observation.record != record:
+            self._observation = _Observation(record=record, observed_at=now_monotonic)
+        held_by_other = bool(holder) and holder != self.identity
+        self.holder = holder if held_by_other else None
+        return not held_by_other or now_monotonic >= self._observation.observed_at + float(duration)
+
+    async def read(self) -> RawBody | None:
+        """The lease as it is now; None if it does not exist. The errors escalate (no retries)."""
+        try:
+            return await fetching.read_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                           namespace=self.namespace, name=self.name, backoffs=(),
+                                           logger=logger)
+        except errors.APINotFoundError:
+            return None
+
+    async def try_acquire_or_renew(
+            self, now_monotonic: float, lease: Mapping[str, Any] | EllipsisType | None = ...,
+    ) -> bool:
+        """
+        True if we hold the lease now; False if another holder does; errors escalate.
+
+        ``lease`` is its body as just seen (e.g. in a listing; None if it does not exist), or else it is read.
+        """
+        if lease is ...:
+            lease = await self.read()
+        if lease is None:
+            now = datetime.datetime.now(datetime.UTC)
+            metadata: dict[str, Any] = {'name': self.name, 'namespace': self.namespace}
+            if self.labels:
+                metadata['labels'] = self.labels
+            body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease', 'metadata': metadata,
+                    'spec': self._make_spec(now, acquired_at=now, transitions=0)}
+            try:
+                await creating.create_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                          namespace=self.namespace, body=body, backoffs=(), logger=logger)
+            except errors.APIConflictError:
+                self.holder = None  # created by another one meanwhile: who it is is seen next time
+                return False
+            return True
+
+        if not self.observe(lease, now_monotonic):
+            return False
+
+        spec: Mapping[str, Any] = lease.get('spec') or {}
+        holder = spec.get('holderIdentity') or ''
+        now = datetime.datetime.now(datetime.UTC)
+        transitions = int(spec.get('leaseTransitions') or 0)
+        if holder == self.identity and spec.get('acquireTime'):
+            new_spec = {**self._make_spec(now, acquired_at=None, transitions=transitions),
+                        'acquireTime': spec['acquireTime']}
+        else:
+            new_spec = self._make_spec(now, acquired_at=now, transitions=transitions + 1)
+        try:
+            await self._replace(lease, new_spec, backoffs=())
+        except errors.APIConflictError:
+            return False  # changed by another one meanwhile: it probably holds the lease now
+        return True
+
+    def _make_spec(self, now: datetime.datetime, *, acquired_at: datetime.datetime | None,
+                   transitions: int) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            'holderIdentity': self.identity,
+            'leaseDurationSeconds': max(1, round(self.lease_duration)),
+            'renewTime': format_micro_time(now),
+            'leaseTransitions': transitions,
+        }
+        if acquired_at is not None:
+            spec['acquireTime'] = format_micro_time(acquired_at)
+        return spec
+
+    async def _replace(self, lease: Mapping[str, Any], spec: Mapping[str, Any], *,
+                       backoffs: BackoffsSpec | None = None) -> None:
+        old_metadata: Mapping[str, Any] = lease.get('metadata') or {}
+        metadata: dict[str, Any] = {'name': self.name, 'namespace': self.namespace,
+                                    'resourceVersion': old_metadata.get('resourceVersion')}
+        labels = old_metadata.get('labels') or self.labels
+        if labels:
+            metadata['labels'] = labels
+        body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease', 'metadata': metadata, 'spec': spec}
+        await coordination.replace(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
+                                   namespace=self.namespace, name=self.name, body=body, backoffs=backoffs,
+                                   logger=logger)
+
+    async def release_in_time(self) -> bool:
+        """Release the lease in :data:`RELEASE_TIMEOUT` (or give up: it expires then); whether released."""
+        try:
+            return await asyncio.wait_for(self.release(), timeout=RELEASE_TIMEOUT)
+        except TimeoutError:
+            logger.warning(f'Failed to release the lease {self} in {RELEASE_TIMEOUT}s; '
+                           f'the followers take it over when it expires.')
+            return False
+
+    async def release(self) -> bool:
+        """Give the lease away (no holder), so that another one takes it over at once; whether released."""
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                lease = await fetching.read_obj(settings=self.settings, vault=self.vault,
+                                                resource=LEASE_RESOURCE, namespace=self.namespace,
+                                                name=self.name, logger=logger)
+                spec = dict(lease.get('spec') or {})
+                if spec.get('holderIdentity') != self.identity:
+                    return False  # taken over already: nothing to release
+                now = format_micro_time(datetime.datetime.now(datetime.UTC))
+                spec.update(holderIdentity='', leaseDurationSeconds=1, renewTime=now, acquireTime=now)
+                await self._replace(lease, spec)
+            except errors.APIConflictError as e:
+                if attempt + 1 < RELEASE_ATTEMPTS:
+                    continue  # e.g. renewed by us meanwhile: read the new record
+                logger.warning(f'Failed to release the lease {self}: {errors.describe_error(e)}')
+            except (errors.APIError, *TRANSIENT_ERRORS) as e:
+                logger.warning(f'Failed to release the lease {self}: {errors.describe_error(e)}')
+            else:
+                return True
+            break
+        return False
 
 
 class LeaseElection:
@@ -81,9 +244,8 @@ class LeaseElection:
         self.identity = identity
         self.blocker = blocker
         self.leading = False
-        self._observation: _Observation | None = None
+        self._lock: LeaseLock | None = None
         self._renewed_at: float | None = None  # the start of the latest successful acquiring/renewing
-        self._holder: str | None = None  # another holder of the lease as last seen (None: none or us)
         self._followed: str | None = None  # the holder that this follower has said it waits for
 
     @property
@@ -100,6 +262,16 @@ class LeaseElection:
         if not name:
             raise ValueError('The lease election needs a lease name: settings.election.lease_name.')
         return name
+
+    @property
+    def lock(self) -> LeaseLock:
+        """The lease as a lock (made on first use: the settings can change until the operator starts)."""
+        if self._lock is None or (self._lock.namespace, self._lock.name) != (self.namespace, self.name):
+            self._lock = LeaseLock(settings=self.settings, vault=self.vault, namespace=self.namespace,
+                                   name=self.name, identity=self.identity,
+                                   lease_duration=self._election.lease_duration)
+        self._lock.lease_duration = self._election.lease_duration
+        return self._lock
 
     def __str__(self) -> str:
         return f'{self.namespace}/{self.name}'
@@ -122,6 +294,10 @@ class LeaseElection:
                 # Even in a forced exit (a second Ctrl+C): a follower takes over at once, not at the expiry.
                 await aiotasks.finish_uninterrupted(self._release_in_time())
 
+    async def _release_in_time(self) -> None:
+        if await self.lock.release_in_time():
+            logger.info(f'Released the lease {self}.')
+
     def _gauges(self) -> Iterator[tuple[str, dict[str, str], float]]:
         yield 'kopf_leader_election_master_status', {'name': str(self)}, 1.0 if self.leading else 0.0
 
@@ -134,8 +310,8 @@ class LeaseElection:
         deadline = leading_since + self._election.renew_deadline if leading_since is not None else None
         try:
             async with asyncio.timeout_at(deadline):
-                acquired = await self._try_acquire_or_renew(started)
-        except _TRANSIENT_ERRORS as e:
+                acquired = await self.lock.try_acquire_or_renew(started)
+        except TRANSIENT_ERRORS as e:
             acquired = None
             if self.leading:
                 logger.warning(f'Failed to renew the lease {self}: {errors.describe_error(e)}')
@@ -156,9 +332,10 @@ class LeaseElection:
             self._stop_leading(f'the lease could not be renewed for {self._election.renew_deadline}s')
         elif not self.leading:
             self.blocker.block()  # a follower: decided (for the operator's readiness), nothing changes
-            if acquired is not None and self._holder and self._holder != self._followed:
-                self._followed = self._holder
-                logger.info(f'Waiting for the lease {self}: it is held by {self._holder!r}; '
+            holder = self.lock.holder
+            if acquired is not None and holder and holder != self._followed:
+                self._followed = holder
+                logger.info(f'Waiting for the lease {self}: it is held by {holder!r}; '
                             f'handling nothing until it is released or expires.')
 
     def _stop_leading(self, reason: str) -> None:
@@ -166,96 +343,3 @@ class LeaseElection:
         self._renewed_at = None
         self.blocker.block()
         logger.warning(f'Stopped leading the lease {self}: {reason}.')
-
-    async def _try_acquire_or_renew(self, now_monotonic: float) -> bool:
-        """True if we hold the lease now; False if another holder does; errors escalate."""
-        try:
-            lease = await fetching.read_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
-                                            namespace=self.namespace, name=self.name, backoffs=(),
-                                            logger=logger)
-        except errors.APINotFoundError:
-            now = datetime.datetime.now(datetime.UTC)
-            body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
-                    'metadata': {'name': self.name, 'namespace': self.namespace},
-                    'spec': self._make_spec(now, acquired_at=now, transitions=0)}
-            try:
-                await creating.create_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
-                                          namespace=self.namespace, body=body, backoffs=(), logger=logger)
-            except errors.APIConflictError:
-                self._holder = None  # created by another follower meanwhile: who it is is seen next time
-                return False
-            return True
-
-        spec: Mapping[str, Any] = lease.get('spec') or {}
-        holder = spec.get('holderIdentity') or ''
-        duration = spec.get('leaseDurationSeconds') or self._election.lease_duration
-        record = (holder, spec.get('renewTime'), spec.get('acquireTime'), spec.get('leaseTransitions'),
-                  spec.get('leaseDurationSeconds'))
-        if self._observation is None or self._observation.record != record:
-            self._observation = _Observation(record=record, observed_at=now_monotonic)
-
-        held_by_other = holder and holder != self.identity
-        self._holder = holder if held_by_other else None
-        if held_by_other and now_monotonic < self._observation.observed_at + float(duration):
-            return False
-
-        now = datetime.datetime.now(datetime.UTC)
-        transitions = int(spec.get('leaseTransitions') or 0)
-        if holder == self.identity and spec.get('acquireTime'):
-            new_spec = {**self._make_spec(now, acquired_at=None, transitions=transitions),
-                        'acquireTime': spec['acquireTime']}
-        else:
-            new_spec = self._make_spec(now, acquired_at=now, transitions=transitions + 1)
-        metadata = lease.get('metadata') or {}
-        body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
-                'metadata': {'name': self.name, 'namespace': self.namespace,
-                             'resourceVersion': metadata.get('resourceVersion')},
-                'spec': new_spec}
-        try:
-            await coordination.replace(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
-                                       namespace=self.namespace, name=self.name, body=body, backoffs=(),
-                                       logger=logger)
-        except errors.APIConflictError:
-            return False  # changed by another operator meanwhile: it is probably the leader now
-        return True
-
-    def _make_spec(self, now: datetime.datetime, *, acquired_at: datetime.datetime | None,
-                   transitions: int) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            'holderIdentity': self.identity,
-            'leaseDurationSeconds': max(1, round(self._election.lease_duration)),
-            'renewTime': _format_micro_time(now),
-            'leaseTransitions': transitions,
-        }
-        if acquired_at is not None:
-            spec['acquireTime'] = _format_micro_time(acquired_at)
-        return spec
-
-    async def _release_in_time(self) -> None:
-        try:
-            await asyncio.wait_for(self._release(), timeout=RELEASE_TIMEOUT)
-        except TimeoutError:
-            logger.warning(f'Failed to release the lease {self} in {RELEASE_TIMEOUT}s; '
-                           f'the followers take it over when it expires.')
-
-    async def _release(self) -> None:
-        """Give the lease away (no holder), so that a follower takes it over at once."""
-        try:
-            lease = await fetching.read_obj(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
-                                            namespace=self.namespace, name=self.name, logger=logger)
-            spec = dict(lease.get('spec') or {})
-            if spec.get('holderIdentity') != self.identity:
-                return  # taken over already: nothing to release
-            now = _format_micro_time(datetime.datetime.now(datetime.UTC))
-            spec.update(holderIdentity='', leaseDurationSeconds=1, renewTime=now, acquireTime=now)
-            metadata = lease.get('metadata') or {}
-            body = {'apiVersion': 'coordination.k8s.io/v1', 'kind': 'Lease',
-                    'metadata': {'name': self.name, 'namespace': self.namespace,
-                                 'resourceVersion': metadata.get('resourceVersion')},
-                    'spec': spec}
-            await coordination.replace(settings=self.settings, vault=self.vault, resource=LEASE_RESOURCE,
-                                       namespace=self.namespace, name=self.name, body=body, logger=logger)
-        except (errors.APIError, *_TRANSIENT_ERRORS) as e:
-            logger.warning(f'Failed to release the lease {self}: {errors.describe_error(e)}')
-        else:
-            logger.info(f'Released the lease {self}.')

@@ -20,7 +20,7 @@ stopped) and resumed (everything started again as if the objects were new), e.g.
 and shut down when the operator exits (``OPERATOR_EXITING``): nothing is left running after that.
 """
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from kopf._clients.vault import Vault
@@ -178,6 +178,20 @@ class SpawningEngine:
         for spawns in list(self._objects.values()):
             logger = loggers.LocalObjectLogger(body=spawns.body, settings=self.settings)
             self._respawn(spawns, logger=logger)
+
+    async def disown(self, disowned: Callable[[str], bool]) -> None:
+        """
+        Stop the daemons (``OPERATOR_PAUSING``) & timers of the objects given away (by their uids), e.g. to
+        another replica (the sharding); forget their records; wait until they exit (the callers bound it).
+        """
+        released: list[ObjectSpawns] = []
+        for key, spawns in list(self._objects.items()):
+            uid = spawns.body.get('metadata', {}).get('uid')
+            if uid and disowned(uid):
+                self._stop_everything(spawns, DaemonStoppingReason.OPERATOR_PAUSING)
+                del self._objects[key]
+                released.append(spawns)
+        await asyncio.gather(*(spawns.wait_until_idle(within=None, wakeup=None) for spawns in released))
 
     async def shutdown(self) -> None:
         """Stop everything for good (``OPERATOR_EXITING``): nothing of this engine runs after this."""

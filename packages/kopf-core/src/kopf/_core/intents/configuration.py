@@ -31,6 +31,7 @@ __all__ = [
     'ProcessSettings',
     'QueueingSettings',
     'ScanningSettings',
+    'ShardingSettings',
     'WatchingSettings',
 ]
 
@@ -170,6 +171,50 @@ class ElectionSettings:
 
     retry_period: float = 2.0
     """How often the leader renews the lease, and the followers try to acquire it, in seconds."""
+
+
+@dataclasses.dataclass
+class ShardingSettings(_CheckedFields):
+    """
+    The replicas split the objects among themselves through Leases (beyond Kopf; see the sharding engine).
+
+    Disabled unless ``name`` is set (``kopf run --shards [NAMESPACE/]NAME``); it replaces the single-leader
+    election (``settings.election``): only one of them can be used. An object belongs to one of ``count``
+    virtual shards by the hash of its uid; every replica handles the objects of the shards it holds
+    the Leases of (``NAME-shard-0`` …), and announces itself with a Lease of its own (``NAME-member-…``).
+    The timings are as in ``settings.election``, per lease.
+    """
+
+    _section: ClassVar[str] = 'sharding'
+    _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
+        'count': _check_positive_integer,
+        'lease_duration': _check_delay,
+        'renew_deadline': _check_delay,
+        'retry_period': _check_delay,
+        'handover_timeout': _check_delay,
+    }
+
+    name: str | None = None
+    """The prefix of the sharding's Leases (the members' & the shards'); None disables the sharding."""
+
+    namespace: str | None = None
+    """The namespace of the Leases (None: ``default``)."""
+
+    count: int = 32
+    """How many virtual shards the objects are split into (the same in all replicas; the most replicas)."""
+
+    lease_duration: float = 15.0
+    """How long the others wait after a lease's last renewal before taking it over, in seconds."""
+
+    renew_deadline: float = 10.0
+    """How long a replica keeps handling a shard while failing to renew its lease (less than the duration)."""
+
+    retry_period: float = 2.0
+    """How often a replica renews its leases and tries to take the free ones, in seconds."""
+
+    handover_timeout: float = 10.0
+    """How long a replica giving up shards waits for their objects' daemons to exit, in seconds
+    (the objects' processing gets ``settings.queueing.exit_timeout``); then their leases are released."""
 
 
 @dataclasses.dataclass
@@ -429,6 +474,7 @@ class OperatorSettings:
     election: ElectionSettings = dataclasses.field(default_factory=ElectionSettings)  # beyond Kopf: last
     metrics: MetricsSettings = dataclasses.field(default_factory=MetricsSettings)  # beyond Kopf
     tracing: TracingSettings = dataclasses.field(default_factory=TracingSettings)  # beyond Kopf
+    sharding: ShardingSettings = dataclasses.field(default_factory=ShardingSettings)  # beyond Kopf
 
     @property
     def batching(self) -> QueueingSettings:

@@ -6,19 +6,27 @@ Coordination of the operator's replicas: which coordinators hold the operator's 
   the watchers (as the "ungated" resource) and following the served namespaces the same way.
 * The Lease election (:mod:`kopf._core.engines.leadership`): one core task of the operator, stopped after
   the watchers and the daemons (so that the lease is released only when nothing is handled anymore).
+* The sharding (:mod:`kopf._core.engines.sharding`), instead of the election: a core task as the election is;
+  its gate's blocker only holds the watchers back until the first shards are taken. Then it filters the
+  objects in the queueing and, when its shards change, restarts the watch-streams and forgets the objects
+  given away (:class:`ShardingHandover`), without pausing the daemons & timers of the objects kept.
 
-Both close the gate (:mod:`kopf._core.engines.gating`) while the operator must not handle the objects;
-the orchestrator then stops the watchers and pauses the daemons & timers (see :mod:`.orchestration`).
+The peering and the election close the gate (:mod:`kopf._core.engines.gating`) while the operator must not
+handle the objects; the orchestrator then stops the watchers and pauses the daemons & timers
+(see :mod:`.orchestration`).
 """
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.references import Resource
-from kopf._core.engines import gating, leadership, peering
+from kopf._core.engines import gating, leadership, peering, sharding
+from kopf._core.engines.indexing import OperatorIndexers
 from kopf._core.engines.spawning import SpawningEngine
 from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.reactor.inventory import ResourceMemories
+from kopf._core.reactor.orchestration import Rewatching
 
 
 def peering_resource(settings: OperatorSettings) -> Resource | None:
@@ -80,6 +88,35 @@ async def lease_election(
         await election.run()
     finally:
         blocker.discard()
+
+
+async def run_sharding(engine: sharding.Sharding) -> None:
+    """A core task of the operator: the sharding until cancelled (then the shards are released)."""
+    try:
+        await engine.run()
+    finally:
+        engine.blocker.discard()
+
+
+class ShardingHandover:
+    """What the reactor does when this replica's shards change (see :class:`.sharding.Handover`)."""
+
+    def __init__(self, *, rewatching: Rewatching, spawner: SpawningEngine, memories: ResourceMemories,
+                 indexers: OperatorIndexers | None) -> None:
+        super().__init__()
+        self.rewatching = rewatching
+        self.spawner = spawner
+        self.memories = memories
+        self.indexers = indexers
+
+    async def rewatch(self) -> None:
+        await self.rewatching.rewatch()
+
+    async def forget(self, disowned: Callable[[str], bool]) -> None:
+        self.memories.forget_uids(disowned)
+        if self.indexers is not None:
+            self.indexers.discard_uids(disowned)
+        await self.spawner.disown(disowned)
 
 
 class SpawningPauser:

@@ -21,7 +21,7 @@ There can be many thousands of idle objects, so a memory is a small slotted reco
 no locks, and no copies of the bodies. It is created on the first event of an object, and forgotten
 when the object is deleted.
 """
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kopf._core.engines.spawns import ObjectSpawns
@@ -127,6 +127,11 @@ class ResourceMemories:
     def get(self, raw_body: Mapping[str, Any]) -> ResourceMemory | None:
         """The memory of the object if it is remembered (a new one is never made)."""
         return self._memories.get(_key_of(raw_body))
+
+    def forget_uids(self, forgotten: Callable[[str], bool]) -> list[ResourceMemory]:
+        """Forget the objects whose uids are such (e.g. given away to another replica); their memories."""
+        keys = [key for key in self._memories if isinstance(key, str) and forgotten(key)]
+        return [self._memories.pop(key) for key in keys]
 
     def forget(self, raw_body: Mapping[str, Any]) -> None:
         """Forget the object (e.g. when it is deleted); nothing happens if it is not remembered."""

@@ -33,6 +33,53 @@ class Pausable(Protocol):
     def resume(self) -> None: ...
 
 
+class Rewatching:
+    """
+    The requests to start all the watch-streams anew, e.g. when the objects this replica handles change
+    (the sharding): the new listings see the newly handled objects as new ones.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requested = 0  # how many requests so far (a generation)
+        self.completed = 0  # the latest generation whose previous watch-streams are stopped
+        self.closed = False  # the orchestrator has exited: no watch-streams run, none will
+        self._changed = asyncio.Event()
+
+    @property
+    def pending(self) -> bool:
+        return self.completed < self.requested
+
+    async def rewatch(self) -> None:
+        """Request it, and wait until the watch-streams that ran before the request are stopped."""
+        self.requested += 1
+        generation = self.requested
+        self._notify()
+        while self.completed < generation and not self.closed:
+            await self.wait_for_change(since=None)
+
+    def close(self) -> None:
+        """No watch-streams run anymore (the orchestrator has exited): the requests are done at once."""
+        self.closed = True
+        self._notify()
+
+    def complete(self, generation: int) -> None:
+        """The watch-streams that ran before this generation of requests are stopped (the new ones start)."""
+        if generation > self.completed:
+            self.completed = generation
+            self._notify()
+
+    async def wait_for_change(self, *, since: int | None) -> None:
+        """Wait for a change; with ``since`` (a generation of requests seen), at once if requested since."""
+        if since is not None and since != self.requested:
+            return
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+
 def get_desired_keys(resources: Collection[Resource], namespaces: Collection[str | None]) -> set[WatchingKey]:
     """All the combinations of resources and namespaces that need their own watch-stream."""
     keys: set[WatchingKey] = set()
@@ -51,6 +98,7 @@ async def orchestrator(
         gate: HandlingGate | None = None,
         ungated: Collection[Resource] = (),
         pausing: Pausable | None = None,
+        rewatching: Rewatching | None = None,
 ) -> None:
     """
     Start & stop the watchers as the insights change (runs forever; stops all the watchers on exit).
@@ -65,6 +113,9 @@ async def orchestrator(
     before the others (so that they can close the gate before any object is processed) and stopped
     after them; their failure is the orchestrator's failure. ``pausing`` (e.g. the daemons & timers) is
     paused after the watchers are stopped, and resumed before they start again.
+
+    On the requests of ``rewatching``, all the watchers are stopped (their workers finish what they do)
+    and started anew; the daemons & timers are not paused for that.
     """
     paused = False
     watchers: dict[WatchingKey, asyncio.Task[None]] = {}
@@ -75,6 +126,8 @@ async def orchestrator(
         while True:
             insights.changed.clear()
             generation = gate.generation if gate is not None else 0  # the changes while busy are not missed
+            requested = rewatching.requested if rewatching is not None else 0  # the same
+            restarting = rewatching is not None and rewatching.pending
 
             # The coordinators first: they might close the gate at once (synchronously, when created).
             desired = get_desired_keys(ungated, insights.namespaces)
@@ -89,10 +142,12 @@ async def orchestrator(
 
             gate_open = gate is None or gate.is_open
             desired = get_desired_keys(insights.resources, insights.namespaces) if gate_open else set()
-            obsolete = {key: task for key, task in watchers.items() if key not in desired}
+            obsolete = {key: task for key, task in watchers.items() if key not in desired or restarting}
             for key in obsolete:
                 del watchers[key]
             await _stop_watchers(obsolete.values())
+            if rewatching is not None and restarting:
+                rewatching.complete(requested)  # the new ones (if the gate is open) start below
 
             # Strictly in this order: no watcher runs while paused, none starts before the resuming.
             if not gate_open and not paused:
@@ -116,25 +171,35 @@ async def orchestrator(
             if gate is None or gate.decided:
                 insights.watching.set()
             running = [task for task in coordinators.values() if not task.done()]
-            await _wait_for_changes(insights, gate, running, since=generation)
+            await _wait_for_changes(insights, gate, running, since=generation,
+                                    rewatching=rewatching, requested=requested)
             for task in coordinators.values():
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     task.result()  # re-raise: e.g. a mandatory peering that does not exist
     finally:
         await _stop_watchers(watchers.values())
+        if rewatching is not None:
+            rewatching.close()  # nobody should wait for what never comes
         logger.debug(f'Streaming tasks are stopped: {len(watchers)} watch-streams in total.')
         await _stop_watchers([task for task in coordinators.values() if not task.done()])
 
 
 async def _wait_for_changes(insights: Insights, gate: HandlingGate | None,
-                            coordinators: Collection[asyncio.Task[None]], *, since: int) -> None:
-    """Wait until the insights change, or the gate's blockers change (since then), or a coordinator exits."""
-    if gate is None and not coordinators:
+                            coordinators: Collection[asyncio.Task[None]], *, since: int,
+                            rewatching: Rewatching | None = None, requested: int = 0) -> None:
+    """
+    Wait until the insights change, or the gate's blockers change (since then), or a coordinator exits,
+    or the watch-streams are requested to start anew (since then).
+    """
+    if gate is None and not coordinators and rewatching is None:
         await insights.changed.wait()
         return
     waiters: list[asyncio.Task[Any]] = [asyncio.create_task(insights.changed.wait(), name='insights waiter')]
     if gate is not None:
         waiters.append(asyncio.create_task(gate.wait_for_change(since=since), name='gate waiter'))
+    if rewatching is not None:
+        waiters.append(asyncio.create_task(rewatching.wait_for_change(since=requested),
+                                           name='rewatching waiter'))
     try:
         await asyncio.wait([*waiters, *coordinators], return_when=asyncio.FIRST_COMPLETED)
     finally:

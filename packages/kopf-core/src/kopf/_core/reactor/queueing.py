@@ -54,6 +54,11 @@ nothing they could wait for, e.g. the echoes of their own patches, will come) an
 
 Indexing, and the wait for the operator's indices to be ready, are the :class:`.indexgate.IndexGate`'s.
 
+With the sharding (:mod:`kopf._core.engines.sharding`), the events of the objects of other replicas are
+dropped as the first thing (``owns``: a cached lookup by the uid), before anything is remembered of them;
+the objects given away meanwhile are not processed anymore (their pending events are dropped by their
+workers), and are not reported as deleted when a re-listing does not have them.
+
 The processor is pluggable: see :class:`Processor`.
 """
 import asyncio
@@ -61,7 +66,7 @@ import contextlib
 import dataclasses
 import logging
 import sys
-from collections.abc import Awaitable, Hashable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple, Protocol, cast
 
 from kopf._clients import watching
@@ -252,9 +257,11 @@ class ObjectStreams:
             toggle: ReadinessToggle | None = None,
             pacer: pacing.Pacer | None = None,
             forgetter: Forgetter | None = None,
+            owns: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__()
         self._processor = processor
+        self._owns = owns
         # Not for the indexed resources: the indices must see the deletion, in order with the other events.
         self._forgetter = forgetter if indexer is None else None
         # The back-pressure and the deferral of the new workers, by the pacer of the processing (the same
@@ -314,6 +321,8 @@ class ObjectStreams:
         raw_body = raw_event['object']
         meta = raw_body.get('metadata') or {}
         uid = meta.get('uid')
+        if uid and self._owns is not None and not self._owns(uid):
+            return  # another replica's object (the sharding): as if never seen, at the least cost
         key = _object_key(uid, meta.get('namespace'), meta.get('name'))  # as the identity's key (made below)
         if raw_event['type'] is None:
             if self._listing is None:
@@ -336,6 +345,8 @@ class ObjectStreams:
         vanished = [identity for key, identity in self._known.items() if key not in listed]
         for identity in vanished:
             del self._known[identity.key]
+            if identity.uid and self._owns is not None and not self._owns(identity.uid):
+                continue  # not listed since it is not ours anymore (the sharding), not since it is gone
             self._dispatch(identity.key, cast(RawEvent, {'type': 'DELETED', 'object': identity.as_body()}))
         if self._gate is not None:
             self._gate.listing_finished()
@@ -487,6 +498,9 @@ class ObjectStreams:
                         break  # closing while waiting: the handlers never ran, nothing to finish.
                     if latest is not raw_event:
                         raw_event, received_at = latest, stream.received_at
+
+                if self._owns is not None and type(key) is str and not self._owns(key):
+                    break  # given away meanwhile (the sharding): not processed here, its new owner lists it
 
                 finished = await self._process(key, raw_event, stream, received_at)
                 processed_at = loop.time()
@@ -660,12 +674,15 @@ async def watcher(
         readiness: IndexingReadiness | None = None,
         pacer: pacing.Pacer | None = None,
         forgetter: Forgetter | None = None,
+        owns: Callable[[str], bool] | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
 
     ``indexer`` (if the resource is indexed) and ``readiness`` (of the operator's indices): see above.
     ``forgetter``: the deleted objects without workers are forgotten by it at once, if it can (see above).
+    ``owns``: whether an object (by its uid) is this replica's to handle (the sharding); the events of
+    the others are dropped as the first thing, before anything is remembered of them.
 
     The watch-stream survives the disconnects by itself; if it fails (e.g. HTTP 403 or 404), the failure
     is logged and the watching restarts after a delay from ``settings.queueing.error_delays``
@@ -678,7 +695,7 @@ async def watcher(
     streams = ObjectStreams(processor=processor, resource=resource, namespace=namespace,
                             settings=settings, limiter=limiter,
                             indexer=indexer, readiness=readiness, toggle=toggle, pacer=pacer,
-                            forgetter=forgetter)
+                            forgetter=forgetter, owns=owns)
     logger.debug(f'Starting the watch-stream for {name} {scope}.')
     try:
         delays = iter_backoffs(settings.queueing.error_delays)

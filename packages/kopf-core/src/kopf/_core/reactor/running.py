@@ -33,7 +33,7 @@ import functools
 import importlib.metadata
 import logging
 import warnings
-from collections.abc import Collection, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping
 from typing import Any
 
 from kopf._clients.errors import describe_error
@@ -52,6 +52,7 @@ from kopf._core.engines import (
     peering,
     posting,
     probing,
+    sharding,
     spawning,
 )
 from kopf._core.intents.configuration import OperatorSettings
@@ -566,7 +567,17 @@ def _spawn_core_tasks(
     if metering.meters is not None:  # read when scraped
         metering.meters.add_gauges(lambda: [('kopf_handling_paused', {}, 0.0 if gate.is_open else 1.0)])
     peering_resource = coordination.peering_resource(settings)
-    if settings.election.lease_name:
+    rewatching: orchestration.Rewatching | None = None
+    owns: Callable[[str], bool] | None = None
+    if settings.sharding.name:  # instead of the election (both at once are refused with an error)
+        rewatching = orchestration.Rewatching()
+        handover = coordination.ShardingHandover(rewatching=rewatching, spawner=spawner, memories=memories,
+                                                 indexers=indexers)
+        shards = sharding.Sharding(settings=settings, vault=vault, identity=identity, handover=handover,
+                                   blocker=gate.blocker(f'sharding {settings.sharding.name!r}'))  # checked
+        owns = shards.filter.owns
+        tasks.coordinators.append(asyncio.create_task(coordination.run_sharding(shards), name='sharding'))
+    elif settings.election.lease_name:
         blocker = gate.blocker(f'lease {settings.election.lease_name!r}')
         tasks.coordinators.append(asyncio.create_task(coordination.lease_election(
             settings=settings, vault=vault, blocker=blocker, identity=identity,
@@ -578,7 +589,7 @@ def _spawn_core_tasks(
                                                          identity=identity, namespace=namespace)
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
                                 processor=processor, limiter=limiter, readiness=readiness, pacer=pacer,
-                                forgetter=forgetter,
+                                forgetter=forgetter, owns=owns,
                                 indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
     tasks.observers = [
@@ -593,7 +604,7 @@ def _spawn_core_tasks(
         asyncio.create_task(orchestration.orchestrator(
             insights=insights, watcher_factory=watcher_factory, gate=gate,
             ungated=[peering_resource] if peering_resource is not None else [],
-            pausing=coordination.SpawningPauser(spawner),
+            pausing=coordination.SpawningPauser(spawner), rewatching=rewatching,
         ), name='multidimensional multitasker'),
     ]
 
