@@ -7,6 +7,10 @@ never the credentials in any log line or exception text. On the real server, the
 and the user (``add_user``) has no RBAC bindings; the emulator accepts only other tokens
 (``accept_tokens``) and denies like RBAC by its injected failures (it has no RBAC of its own).
 
+And the credentials that work, of every kind the server takes (a token, a client certificate, a password),
+in the most talkative run (``--debug``, a traceback, the log lines posted as k8s-events): none of them in
+anything printed or posted.
+
 The kubeconfigs that cannot be used at all, the denied discovery, a closed port:
 ``tests/cli/test_bad_cluster.py``.
 """
@@ -173,3 +177,79 @@ def test_untrusted_server_certificate_is_named(
     assert 'Traceback' not in runner.output
     for secret in _secrets_of(path):
         assert secret not in runner.output + caplog.text
+
+
+def _kubeconfigs(k8s_api: Any, tmp_path: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Every kind of credentials that the API server accepts, each in a kubeconfig of its own."""
+    if not k8s_api.is_real:  # the emulator accepts any credentials (it authenticates nobody)
+        return {
+            'token': _with_user(k8s_api.kubeconfig_path, {'token': SECRET}, tmp_path / 'token.yaml'),
+            'password': _with_user(k8s_api.kubeconfig_path, {'username': 'admin', 'password': SECRET},
+                                   tmp_path / 'password.yaml'),
+        }
+    doc = yaml.safe_load(k8s_api.kubeconfig_path.read_text())
+    paths = {}
+    for context in doc['contexts']:  # the admin's client certificate, and the admin's static token
+        user = next(u['user'] for u in doc['users'] if u['name'] == context['context']['user'])
+        kind = 'token' if user.get('token') else 'certificate'
+        paths[kind] = tmp_path / f'{kind}.yaml'
+        paths[kind].write_text(json.dumps({**doc, 'current-context': context['name']}))
+    return paths
+
+
+@pytest.mark.parametrize('kind', ['token', 'certificate', 'password'])
+def test_no_credential_in_anything_a_debug_run_prints_or_posts(
+        kind: str, k8s_api: Any, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The most talkative run: --debug (every request, the logins), an exception's traceback, a retry,
+    # the handlers' messages posted as k8s-events, and the operator's own k8s-events.
+    import kubernetes
+
+    kubeconfigs = _kubeconfigs(k8s_api, tmp_path)
+    if kind not in kubeconfigs:
+        pytest.skip(f'This API server takes no {kind} credentials.')
+    path = kubeconfigs[kind]
+    secrets = _secrets_of(path)
+    assert secrets  # else the test checks nothing
+    monkeypatch.setenv('KUBECONFIG', str(path))
+    namespace = f'test-{uuid.uuid4().hex[:8]}'
+    registry = OperatorRegistry()
+    calls: list[int] = []
+
+    @kopf.on.startup(registry=registry)
+    def post_the_logs(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.loggers = True  # the framework's and the handlers' log lines as k8s-events
+
+    @kopf.on.create('configmaps', registry=registry, backoff=0.1)
+    def create_fn(retry: int, logger: kopf.Logger, **_: Any) -> dict[str, str]:
+        calls.append(retry)
+        if not retry:
+            raise ValueError('The first attempt fails with a traceback.')
+        logger.info('Handled on the retry.')
+        return {'message': 'done'}
+
+    def events() -> str:
+        items = core.list_namespaced_event(namespace).items
+        return '\n'.join(f'{e.reason}: {e.message}' for e in items)
+
+    client = kubernetes.config.new_client_from_config(config_file=str(path))
+    core = kubernetes.client.CoreV1Api(client)
+    core.create_namespace({'metadata': {'name': namespace}})
+    try:
+        with KopfRunner(['run', '--standalone', '--debug', '-n', namespace], registry=registry,
+                        timeout=60) as runner:
+            core.create_namespaced_config_map(namespace, {'metadata': {'name': 'secretive'}})
+            eventually(lambda: _assert_in("Handler 'create_fn' succeeded.", caplog.text), within=30)
+            eventually(lambda: _assert_in('Handled on the retry.', events()), within=30)
+        printed = runner.output + caplog.text + events() + repr(runner.exception)
+    finally:
+        core.delete_namespace(namespace)
+        client.close()
+
+    assert calls == [0, 1]
+    assert 'Traceback' in runner.output  # the first attempt's exception, with its traceback
+    assert 'The first attempt fails with a traceback.' in printed  # the handler's failure, posted
+    assert "Activity 'login_via_client' succeeded." in printed  # the logins' debug lines are there
+    for secret in secrets:
+        assert secret not in printed
