@@ -106,17 +106,18 @@ class Implementation:
     floor_concurrency: int = 100
     metrics: bool = False  # this project with its metrics on (served on a free port, not scraped)
     lean: bool = False  # the lean floor: floor_client.py --client lean (the project's HTTP client & JSON)
+    uvloop: bool = False  # on uvloop's event loop (all implementations alike, with --uvloop)
 
     def command(self, operator: str, login: Sequence[str], status_subresource: bool) -> list[str]:
         """The operator's command; ``login`` is the floor's: ``--server URL`` or ``--kubeconfig PATH``."""
         if not self.floor:
             return [self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{operator}.py'),
-                    *(['--metrics'] if self.metrics else [])]
+                    *(['--metrics'] if self.metrics else []), *(['--uvloop'] if self.uvloop else [])]
         return [self.python, str(HERE / 'floor_client.py'), *login,
                 '--concurrency', str(self.floor_concurrency),
                 *(['--delete-handler'] if operator == 'create_delete' else []),
                 *([] if status_subresource else ['--no-status-subresource']),
-                *(['--client', 'lean'] if self.lean else [])]
+                *(['--client', 'lean'] if self.lean else []), *(['--uvloop'] if self.uvloop else [])]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -615,6 +616,8 @@ def main() -> None:
                         help="also run the lean floor: the floor over the project's own HTTP client & JSON")
     parser.add_argument('--metrics', action='store_true',
                         help='also run this project with its metrics on (kopf run --metrics), interleaved')
+    parser.add_argument('--uvloop', action='store_true',
+                        help="run every implementation on uvloop's event loop (uvloop installed in each Python)")
     parser.add_argument('--floor-python', default=None,
                         help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
     parser.add_argument('--floor-concurrency', type=int, default=100,
@@ -670,6 +673,8 @@ def main() -> None:
     if args.lean_floor:
         implementations.append(Implementation(LEAN_FLOOR_NAME, args.ours_python, floor=True, lean=True,
                                               floor_concurrency=args.floor_concurrency))
+    if args.uvloop:
+        implementations = [dataclasses.replace(i, uvloop=True) for i in implementations]
     if not implementations:
         parser.error('Nothing to run: --no-ours and --no-floor, and no --kopf-python or --install-kopf.')
     names = [i.name for i in implementations]

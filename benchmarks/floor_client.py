@@ -391,6 +391,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument('--no-status-subresource', action='store_true',
                         help='the CRD has no status subresource: the result and the diff-base in one patch')
     parser.add_argument('--concurrency', type=int, default=100, help='objects processed at once (100)')
+    parser.add_argument('--uvloop', action='store_true', help="run on uvloop's event loop")
     parser.add_argument('--client', choices=['aiohttp', 'lean'], default='aiohttp',
                         help="aiohttp (the floor), or the project's own HTTP client & JSON (the lean floor)")
     parser.add_argument('--timer', type=float, default=None, metavar='INTERVAL',
@@ -408,4 +409,8 @@ def parse_arguments() -> argparse.Namespace:
 
 
 if __name__ == '__main__':
-    asyncio.run(main(parse_arguments()))
+    arguments = parse_arguments()
+    if arguments.uvloop:
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    asyncio.run(main(arguments))
