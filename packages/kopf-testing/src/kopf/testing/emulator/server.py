@@ -13,7 +13,7 @@ import socket
 import tempfile
 import threading
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import yaml
@@ -24,10 +24,12 @@ from kopf.testing.emulator.faults import FaultInjector, RequestCounter
 from kopf.testing.emulator.handlers import MAX_BODY_SIZE, ApiHandler, WatchSettings
 from kopf.testing.emulator.operations import Operations, now_rfc3339
 from kopf.testing.emulator.resources import NAMESPACES, ResourceRegistry
+from kopf.testing.emulator.sharding import FEATURE_GATE
 from kopf.testing.emulator.store import ObjectStore
 
 _T = TypeVar('_T')
 _CONTEXT_NAME = 'kopf-emulator'
+KNOWN_FEATURE_GATES = frozenset({FEATURE_GATE})
 
 
 class KubernetesEmulator:
@@ -66,6 +68,7 @@ class KubernetesEmulator:
         bookmark_interval: float = 60.0,
         history_limit: int = 10_000,
         watch_timeout: float | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
         """
         :param port: the port to listen on; 0 picks a free one (see :attr:`port` once started).
@@ -75,7 +78,16 @@ class KubernetesEmulator:
         :param history_limit: how many past events of each resource are kept for watches that
             start from an old resourceVersion; older ones get 410 Gone.
         :param watch_timeout: the server-side limit of watches that do not set ``timeoutSeconds``.
+        :param feature_gates: the features of kube-apiserver that are off by default, as in
+            :class:`~kopf.testing.KubernetesControlPlane`: only ``{'ShardedListAndWatch': True}`` (the
+            ``shardSelector`` of lists & watches; see :mod:`kopf.testing.emulator.sharding`). They can
+            also be changed later in :attr:`feature_gates` (for the new requests).
         """
+        unknown = sorted(set(feature_gates or {}) - KNOWN_FEATURE_GATES)
+        if unknown:
+            raise ValueError(f'Unknown feature gates of the emulator: {", ".join(unknown)}; '
+                             f'it knows only: {", ".join(sorted(KNOWN_FEATURE_GATES))}.')
+        self.feature_gates: dict[str, bool] = {name: bool(value) for name, value in (feature_gates or {}).items()}
         self.host = host
         self._requested_port = port
         self._requested_kubeconfig_path = (
@@ -89,7 +101,7 @@ class KubernetesEmulator:
         self.requests = RequestCounter()
         self.faults = FaultInjector()
         self.watch_settings = WatchSettings(
-            bookmark_interval=bookmark_interval, default_timeout=watch_timeout
+            bookmark_interval=bookmark_interval, default_timeout=watch_timeout, feature_gates=self.feature_gates
         )
         self._handler = ApiHandler(
             registry=self.registry,

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from kopf.testing.emulator import selectors
 from kopf.testing.emulator.resources import ResourceInfo, StorageKey
+from kopf.testing.emulator.sharding import ShardSelector
 
 _orjson: ModuleType | None
 try:
@@ -120,8 +121,10 @@ class Watcher:
         field_selector: selectors.FieldSelector,
         path: str,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        shard_selector: ShardSelector | None = None,
     ) -> None:
         self.info = info
+        self.shard_selector = shard_selector
         self.transform = transform  # e.g. into a Table for kubectl: then every event is encoded separately
         self.api_version = info.api_version
         self.namespace = namespace
@@ -132,13 +135,16 @@ class Watcher:
         self.wakeup = asyncio.Event()
         self.closed = False
         self.aborted = False
-        self._filtered = bool(namespace is not None or label_selector or field_selector or transform)
+        self._filtered = bool(namespace is not None or label_selector or field_selector or transform
+                              or shard_selector is not None)
 
     def matches(self, body: dict[str, Any]) -> bool:
         metadata = body.get('metadata', {})
         if self.namespace is not None and metadata.get('namespace') != self.namespace:
             return False
         if self.label_selector and not selectors.labels_match(self.label_selector, metadata.get('labels')):
+            return False
+        if self.shard_selector is not None and not self.shard_selector.matches(body):
             return False
         return not self.field_selector or selectors.fields_match(self.field_selector, body)
 
