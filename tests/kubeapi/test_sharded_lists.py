@@ -1,13 +1,14 @@
 """
-The server-side sharded lists & watches (``?shardSelector=``, KEP-5866, the feature gate ``ShardedListAndWatch``)
-on the emulator and on the real kube-apiserver, with the gate on and off: the same scenarios, the same answers.
+The server-side sharded lists & watches (``?shardSelector=``, KEP-5866, the feature gate
+``ShardedListAndWatch``) on the emulator and on the real kube-apiserver, with the gate on and off:
+the same scenarios, the same answers.
 
-What they pin (as probed on kube-apiserver v1.37.2; see :mod:`kopf.testing.emulator.sharding`): the hash is the
-64-bit FNV-1a of the uid (the framework's :func:`~kopf._core.engines.sharding.fnv1a_64`), the ranges are
-``[start, end)`` of 16 lowercase hex digits (``0x10000000000000000`` for the end of the last one), joined with
-``||``; the lists of the built-in resources echo the selector (canonical) in ``metadata.shardInfo``, those of
-custom resources do not; the watches filter the events too; an invalid selector is HTTP 500; without the gate,
-the parameter is ignored silently.
+What they pin (as probed on kube-apiserver v1.37.2; see :mod:`kopf.testing.emulator.sharding`):
+the hash is the 64-bit FNV-1a of the uid (the framework's :func:`~kopf._core.engines.sharding.fnv1a_64`),
+the ranges are ``[start, end)`` of 16 lowercase hex digits (``0x10000000000000000`` for the end of the
+last one), joined with ``||``; the lists of the built-in resources echo the selector (canonical) in
+``metadata.shardInfo``, those of custom resources do not; the watches filter the events too; an invalid
+selector is HTTP 500; without the gate, the parameter is ignored silently.
 """
 import json
 import time
@@ -53,7 +54,8 @@ def shard_range(start: int, end: int, field: str = 'object.metadata.uid') -> str
 class Api:
     """Raw HTTP to one API server; the responses are ``(status code, JSON body)``."""
 
-    def __init__(self, kind: str, url: str, *, gate: bool, token: str | None = None, ca_path: Any = None) -> None:
+    def __init__(self, kind: str, url: str, *, gate: bool,
+                 token: str | None = None, ca_path: Any = None) -> None:
         self.kind = kind
         self.gate = gate
         self.url = url
@@ -66,7 +68,10 @@ class Api:
     def __call__(self, method: str, path: str, body: Any = None, **params: str) -> tuple[int, Any]:
         response = self.session.request(method, self.url + path, json=body, params=params or None,
                                         verify=self.verify, timeout=WAIT)
-        return response.status_code, response.json()
+        try:
+            return response.status_code, response.json()
+        except ValueError:  # e.g. "404 page not found" while a new CRD's resource is not served yet
+            return response.status_code, response.text
 
     def watch(self, path: str, **params: str) -> requests.Response:
         return self.session.get(self.url + path, params={'watch': 'true', **params}, stream=True,
@@ -162,7 +167,8 @@ def listed(server: Api, path: str, selector: str) -> tuple[set[str], dict[str, A
 
 
 @pytest.mark.parametrize('resource', ['configmaps', 'custom'])
-def test_lists_keep_the_ranges_of_the_uids_fnv1a_hashes(server: Api, ns: str, crd: None, resource: str) -> None:
+def test_lists_keep_the_ranges_of_the_uids_fnv1a_hashes(server: Api, ns: str, crd: None,
+                                                        resource: str) -> None:
     path = cms(ns) if resource == 'configmaps' else crs(ns)
     hashes = create(server, path, 30)
     if not server.gate:  # ignored: all of them, whatever the selector
@@ -207,7 +213,8 @@ def test_the_pages_apply_the_selector_of_their_own_request(server: Api, ns: str)
         return
     names = [item['metadata']['name'] for item in first['items']]
     while token:
-        code, page = server('GET', cms(ns), shardSelector=shard_range(0, HALF), limit='3', **{'continue': token})
+        code, page = server('GET', cms(ns), shardSelector=shard_range(0, HALF), limit='3',
+                            **{'continue': token})
         assert code == 200, page
         names.extend(item['metadata']['name'] for item in page['items'])
         token = page['metadata'].get('continue')
@@ -226,14 +233,17 @@ def test_the_pages_apply_the_selector_of_their_own_request(server: Api, ns: str)
     (f"shardRange(object.metadata.uid, '{hexed(HALF)}', '{hexed(HALF)}')",
      'shard range start 0x8000000000000000 must be less than end 0x8000000000000000'),
     (f"shardRange(object.metadata.name, '{hexed(0)}', '{hexed(HALF)}')",
-     'unsupported field path "object.metadata.name"; supported: object.metadata.uid, object.metadata.namespace'),
-    (f"{shard_range(0, HALF)} && {shard_range(0, 1)}", 'unsupported function "_&&_"; only shardRange() and || are allowed'),
+     'unsupported field path "object.metadata.name"; '
+     'supported: object.metadata.uid, object.metadata.namespace'),
+    (f"{shard_range(0, HALF)} && {shard_range(0, 1)}",
+     'unsupported function "_&&_"; only shardRange() and || are allowed'),
     (f"{shard_range(0, HALF)} || {shard_range(HALF, END, 'object.metadata.namespace')}",
      'all shard ranges must use the same field, got "object.metadata.uid" and "object.metadata.namespace"'),
     (f"shardRange(object.metadata.uid, '{hexed(0)}')", 'shardRange() requires exactly 3 arguments, got 2'),
     ('garbage', 'unexpected expression kind 3; expected shardRange() call or || operator'),
 ])
-def test_invalid_selectors_fail_lists_and_watches_with_500(server: Api, ns: str, selector: str, message: str) -> None:
+def test_invalid_selectors_fail_lists_and_watches_with_500(server: Api, ns: str,
+                                                          selector: str, message: str) -> None:
     code, body = server('GET', cms(ns), shardSelector=selector)
     if not server.gate:
         assert code == 200 and 'shardInfo' not in body['metadata']

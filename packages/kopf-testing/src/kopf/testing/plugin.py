@@ -139,7 +139,8 @@ def k8s_control_plane_assets() -> 'KubeAssets':
 @pytest.fixture(scope='session')
 def k8s_control_plane_options() -> dict[str, Any]:
     """
-    More keyword arguments of the session's ``k8s_control_plane``: override it (session-scoped) to change them,
+    More keyword arguments of the session's ``k8s_control_plane``: override it (session-scoped) to change
+    them,
     e.g. ``{'feature_gates': {'ShardedListAndWatch': True}}`` (an unknown gate fails kube-apiserver's start).
     """
     return {}

@@ -599,6 +599,7 @@ class ApiHandler:
             for stored in self.store.objects(info.storage_key, route.namespace):
                 if not watcher.matches(stored.body):
                     continue
+                watcher.sent += 1
                 if watcher.transform is not None:
                     watcher.pending.append(watcher.render('ADDED', stored.body))
                 else:
@@ -642,6 +643,7 @@ class ApiHandler:
             logger.debug('The watcher has disconnected from %s', request.path_qs)
         finally:
             state.watchers.discard(watcher)
+            self.store.finished_watches.append((watcher.path, watcher.sent))
         return response
 
     async def _stream(

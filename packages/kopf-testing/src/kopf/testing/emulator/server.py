@@ -87,7 +87,9 @@ class KubernetesEmulator:
         if unknown:
             raise ValueError(f'Unknown feature gates of the emulator: {", ".join(unknown)}; '
                              f'it knows only: {", ".join(sorted(KNOWN_FEATURE_GATES))}.')
-        self.feature_gates: dict[str, bool] = {name: bool(value) for name, value in (feature_gates or {}).items()}
+        self.feature_gates: dict[str, bool] = {
+            name: bool(value) for name, value in (feature_gates or {}).items()
+        }
         self.host = host
         self._requested_port = port
         self._requested_kubeconfig_path = (
@@ -101,7 +103,9 @@ class KubernetesEmulator:
         self.requests = RequestCounter()
         self.faults = FaultInjector()
         self.watch_settings = WatchSettings(
-            bookmark_interval=bookmark_interval, default_timeout=watch_timeout, feature_gates=self.feature_gates
+            bookmark_interval=bookmark_interval,
+            default_timeout=watch_timeout,
+            feature_gates=self.feature_gates,
         )
         self._handler = ApiHandler(
             registry=self.registry,
@@ -460,6 +464,25 @@ class KubernetesEmulator:
     def open_watches(self) -> int:
         """How many watch streams are open now."""
         return self._in_loop(lambda: sum(1 for watcher in self.store.watchers() if not watcher.closed))
+
+    @property
+    def open_watch_paths(self) -> list[str]:
+        """The URLs (with the query strings) of the watch streams open now."""
+        return self._in_loop(lambda: [w.path for w in self.store.watchers() if not w.closed])
+
+    def watch_events(self, *, path: str | None = None) -> int:
+        """
+        How many events of objects (not bookmarks) the emulator has sent to the watches so far, open or ended.
+
+        Only those of the watches whose URL (with the query string) matches ``path`` (a regexp), if given.
+        """
+        pattern = re.compile(path) if path is not None else None
+
+        def count() -> int:
+            watches = [*self.store.finished_watches, *((w.path, w.sent) for w in self.store.watchers())]
+            return sum(sent for url, sent in watches if pattern is None or pattern.search(url))
+
+        return self._in_loop(count)
 
     # ----------------------------------------------------------------------------------------
     # Inspection, without an API client.

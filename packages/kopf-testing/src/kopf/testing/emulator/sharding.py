@@ -246,7 +246,8 @@ class _Parser:
         if kind == 'string':
             return ('literal', 'string', value[1:-1])
         if kind == 'number':
-            return ('literal', 'uint64' if value.endswith('u') else 'double' if '.' in value else 'int64', value)
+            type_name = 'uint64' if value.endswith('u') else 'double' if '.' in value else 'int64'
+            return ('literal', type_name, value)
         if kind == 'ident' and value in _LITERAL_TYPES:
             return ('literal', _LITERAL_TYPES[value], value)
         if kind == 'ident':

@@ -135,6 +135,7 @@ class Watcher:
         self.wakeup = asyncio.Event()
         self.closed = False
         self.aborted = False
+        self.sent = 0  # the events of objects queued for it (not the bookmarks): see watch_events()
         self._filtered = bool(namespace is not None or label_selector or field_selector or transform
                               or shard_selector is not None)
 
@@ -154,6 +155,11 @@ class Watcher:
 
     def offer(self, event: WatchEvent) -> None:
         """Queue the event as this watcher sees it: filters can turn it into ADDED or DELETED."""
+        queued = len(self.pending)
+        self._offer(event)
+        self.sent += len(self.pending) - queued
+
+    def _offer(self, event: WatchEvent) -> None:
         if not self._filtered:
             if event.body.get('apiVersion') == self.api_version:
                 self.push(event.line())
@@ -217,6 +223,7 @@ class ObjectStore:
         self.history_limit = history_limit
         self.last_resource_version = 0
         self._states: dict[StorageKey, ResourceState] = {}
+        self.finished_watches: list[tuple[str, int]] = []  # (path, events sent) of the watches ended so far
         self._namespace_counts: collections.Counter[str] = collections.Counter()
         self._dependents: dict[str, set[ObjectRef]] = {}
         self._uids: set[str] = set()
