@@ -153,33 +153,34 @@ class Watcher:
         self.pending.append(line)
         self.wakeup.set()
 
+    def send(self, line: bytes) -> None:
+        """Queue an event of an object (counted), not a service line (e.g. a bookmark)."""
+        self.sent += 1
+        self.pending.append(line)
+        self.wakeup.set()
+
     def offer(self, event: WatchEvent) -> None:
         """Queue the event as this watcher sees it: filters can turn it into ADDED or DELETED."""
-        queued = len(self.pending)
-        self._offer(event)
-        self.sent += len(self.pending) - queued
-
-    def _offer(self, event: WatchEvent) -> None:
         if not self._filtered:
             if event.body.get('apiVersion') == self.api_version:
-                self.push(event.line())
+                self.send(event.line())
             else:
-                self.push(event_line(event.type, with_api_version(event.body, self.api_version)))
+                self.send(event_line(event.type, with_api_version(event.body, self.api_version)))
             return
 
         matches_now = self.matches(event.body)
         matched_before = event.old_body is not None and self.matches(event.old_body)
         if event.type != 'MODIFIED':
             if matches_now:
-                self.push(self._line_for(event.type, event))
+                self.send(self._line_for(event.type, event))
         elif matches_now and matched_before:
-            self.push(self._line_for('MODIFIED', event))
+            self.send(self._line_for('MODIFIED', event))
         elif matches_now:
-            self.push(self._line_for('ADDED', event))
+            self.send(self._line_for('ADDED', event))
         elif matched_before and event.old_body is not None:
             # Like real API servers: the last state that matched, but at the new resourceVersion.
             last_seen = with_resource_version(event.old_body, event.resource_version)
-            self.push(self.render('DELETED', last_seen))
+            self.send(self.render('DELETED', last_seen))
 
     def _line_for(self, type: str, event: WatchEvent) -> bytes:
         if type == event.type and self.transform is None and event.body.get('apiVersion') == self.api_version:
