@@ -15,6 +15,9 @@ The server-side sharded lists & watches (KEP-5866, alpha in Kubernetes 1.36+, th
 * An invalid selector fails the list or the watch with HTTP 500 (a Status with no reason):
   ``invalid shard selector: ...``. An empty one means none. A GET of one object ignores it.
 * Without the feature gate, the parameter is ignored silently (even if invalid), with no echo.
+* Also seen: the continuation tokens of the pages do not keep the selector (every page applies its own
+  request's one); the bookmarks (incl. the end of the initial events) carry nothing about it; a selector
+  of 100 ranges is served, one of 1000 is too long a URL (the connection is dropped): no limit here.
 """
 
 import dataclasses
