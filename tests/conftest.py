@@ -9,6 +9,8 @@ import functools
 import json
 import logging
 import pathlib
+import re
+import subprocess
 import sys
 import textwrap
 import urllib.request
@@ -96,6 +98,28 @@ def eventually_fixture() -> Callable[..., Awaitable[Any]]:
     no ``AssertionError`` and returns anything but ``False``; by default, it fails after 5 seconds.
     """
     return functools.partial(eventually_async, within=5.0, interval=0.01)
+
+
+# The server-side sharded lists & watches (KEP-5866, alpha in 1.36+): on in both servers of the tests, as the
+# framework uses them when sharding (the gate only acts on the requests with a shardSelector: harmless to
+# the others). The tests of the servers without it turn it off themselves.
+SHARDED_LIST_AND_WATCH = 'ShardedListAndWatch'
+
+
+@pytest.fixture()
+def k8s_emulator_options() -> dict[str, Any]:
+    return {'feature_gates': {SHARDED_LIST_AND_WATCH: True}}
+
+
+@pytest.fixture(scope='session')
+def k8s_control_plane_options(k8s_control_plane_assets: Any) -> dict[str, Any]:
+    # Older kube-apiservers refuse to start with an unknown feature gate.
+    output = subprocess.run([str(k8s_control_plane_assets.kube_apiserver), '--version'],
+                            capture_output=True, text=True, check=False).stdout
+    match = re.search(r'v(\d+)\.(\d+)', output)
+    if match is None or (int(match.group(1)), int(match.group(2))) < (1, 36):
+        return {}
+    return {'feature_gates': {SHARDED_LIST_AND_WATCH: True}}
 
 
 @pytest.fixture()

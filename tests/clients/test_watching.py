@@ -491,3 +491,92 @@ def test_connect_timeout_fallbacks(settings: StandaloneClientSettings, watch_con
     timeout = watching.get_watch_timeout(settings)
     assert timeout.connect == expected
     assert timeout.total == 99
+
+
+# The server-side sharding (KEP-5866): the shardSelector of the lists & the watches, the servers' echo.
+
+SELECTOR = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+INVALID = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure', 'code': 500,
+           'message': 'invalid shard selector: hexStart must have \'0x\' prefix, got "0"'}
+
+
+async def take_sharded(count: int, settings: StandaloneClientSettings, vault: Vault,
+                       echoes: list[str | None]) -> list[Any]:
+    items: list[Any] = []
+    stream = watching.infinite_watch(settings=settings, vault=vault, resource=KEX, namespace='ns1',
+                                     shard_selector=SELECTOR, on_shard_info=echoes.append)
+    async with contextlib.aclosing(stream):
+        async for item in stream:
+            items.append(item)
+            if len(items) >= count:
+                break
+    return items
+
+
+@pytest.mark.parametrize('shard_info, echo', [
+    ({'shardInfo': {'selector': SELECTOR}}, SELECTOR),  # e.g. the built-in resources of 1.36+ with the gate
+    ({}, None),  # the servers without the gate, the custom resources
+])
+async def test_the_shard_selector_goes_with_the_lists_and_the_watches(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        shard_info: dict[str, Any], echo: str | None,
+) -> None:
+    settings.watching.chunk_size = 1
+    watches(kmock) << (line('ADDED', obj('c', '101')), ...)
+    page1 = listing('100', 'a')
+    page1['metadata'].update(shard_info, **{'continue': 'token1'})
+    page2 = listing('100', 'b')
+    page2['metadata'].update(shard_info)
+    kmock[f'get {URL}', kmock.params(**{'continue': 'token1'})] << page2
+    kmock[f'get {URL}'] << page1
+    echoes: list[str | None] = []
+
+    items = await take_sharded(4, settings, vault, echoes)
+
+    assert items == [listed('a', '100'), listed('b', '100'), Bookmark.LISTED,
+                     {'type': 'ADDED', 'object': obj('c', '101')}]
+    assert [req.params for req in kmock] == [  # every page: the continuation tokens do not keep it
+        {'shardSelector': SELECTOR, 'limit': '1'},
+        {'shardSelector': SELECTOR, 'limit': '1', 'continue': 'token1'},
+        {**WATCH, 'shardSelector': SELECTOR, 'resourceVersion': '100'},
+    ]
+    assert echoes == [echo]  # once per listing
+
+
+async def test_the_shard_selector_goes_with_the_streamed_listings_with_no_echo(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+) -> None:
+    settings.watching.initial_streaming = True
+    watches(kmock) << (line('ADDED', obj('b', '310')),
+                       bookmark('310', **{'k8s.io/initial-events-end': 'true'}),
+                       line('MODIFIED', obj('b', '311')), ...)
+    echoes: list[str | None] = []
+
+    items = await take_sharded(3, settings, vault, echoes)
+
+    assert items == [listed('b', '310'), Bookmark.LISTED, {'type': 'MODIFIED', 'object': obj('b', '311')}]
+    assert [req.params for req in kmock] == [{**WATCH, 'shardSelector': SELECTOR, 'sendInitialEvents': 'true',
+                                              'resourceVersionMatch': 'NotOlderThan'}]
+    assert echoes == [None]
+
+
+@pytest.mark.parametrize('rejected', ['list', 'watch'])
+async def test_a_rejected_shard_selector_is_dropped_with_a_warning(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        caplog: pytest.LogCaptureFixture, rejected: str,
+) -> None:
+    settings.networking.error_backoffs = []  # not retried: the 500 comes at once
+    sharded = kmock.params(shardSelector=SELECTOR)
+    if rejected == 'list':
+        kmock[f'get {URL}', sharded] << 500 << INVALID
+    else:
+        kmock[f'get {URL}', kmock.params(watch='true'), sharded] << 500 << INVALID
+    watches(kmock) << (line('ADDED', obj('c', '101')), ...)
+    kmock[f'get {URL}'] << listing('100', 'a')
+
+    items = await take_sharded(3, settings, vault, [])
+
+    assert items == [listed('a', '100'), Bookmark.LISTED, {'type': 'ADDED', 'object': obj('c', '101')}]
+    assert [req.params.get('shardSelector') for req in kmock] == \
+        ([SELECTOR, None, None] if rejected == 'list' else [SELECTOR, SELECTOR, None])
+    assert 'The server rejects the shard selector (invalid shard selector: hexStart' in caplog.text

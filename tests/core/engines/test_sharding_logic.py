@@ -184,3 +184,56 @@ def test_the_renew_deadline_must_be_shorter_than_the_lease_duration() -> None:
     with pytest.raises(ValueError, match=r'^settings.sharding.renew_deadline \(15\) must be less than '
                                          r'settings.sharding.lease_duration \(15.0\).$'):
         sharding.check_settings(settings)
+
+
+# The server-side selector (KEP-5866): the held shards' ranges of the hashes, as the API server takes them.
+
+@given(count=st.integers(min_value=1, max_value=1000), data=st.data())
+def test_the_ranges_start_where_the_shards_start(count: int, data: st.DataObject) -> None:
+    shard = data.draw(st.integers(min_value=0, max_value=count - 1))
+    start, end = sharding.shard_start(shard, count), sharding.shard_start(shard + 1, count)
+    assert shard_of_hash(start, count) == shard
+    assert shard_of_hash(end - 1, count) == shard
+    assert start == 0 or shard_of_hash(start - 1, count) == shard - 1
+    assert end == 1 << 64 or shard_of_hash(end, count) == shard + 1
+
+
+def test_the_adjacent_shards_are_merged_into_one_range() -> None:
+    quarter = 1 << 62
+    assert sharding.shard_ranges([3, 0, 1], 4) == [(0, 2 * quarter), (3 * quarter, 4 * quarter)]
+    assert sharding.shard_ranges([], 4) == []
+
+
+def test_the_selector_is_in_the_servers_syntax() -> None:
+    assert sharding.shard_selector({0, 2, 3}, 4) == (
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x4000000000000000') || "
+        "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')")
+
+
+def test_no_selector_for_all_the_shards_nor_for_too_many_ranges() -> None:
+    assert sharding.shard_selector(set(range(8)), 8) is None
+    every_other = set(range(0, 2 * sharding.MAX_SELECTOR_RANGES, 2))
+    assert sharding.shard_selector(every_other, 2 * sharding.MAX_SELECTOR_RANGES) is not None
+    every_other = set(range(0, 2 * sharding.MAX_SELECTOR_RANGES + 2, 2))
+    assert sharding.shard_selector(every_other, 2 * sharding.MAX_SELECTOR_RANGES + 2) is None
+
+
+def test_no_shards_select_one_hash_value_only() -> None:  # an empty range is invalid for the servers
+    assert sharding.shard_selector(set(), 8) == \
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x0000000000000001')"
+
+
+@given(count=st.integers(min_value=1, max_value=64), data=st.data())
+def test_the_selected_hashes_are_those_of_the_shards(count: int, data: st.DataObject) -> None:
+    shards = data.draw(st.sets(st.integers(min_value=0, max_value=count - 1)))
+    value = data.draw(st.integers(min_value=0, max_value=(1 << 64) - 1))
+    ranges = sharding.shard_ranges(shards, count)
+    assert any(start <= value < end for start, end in ranges) == (shard_of_hash(value, count) in shards)
+
+
+def test_the_filter_gives_the_selector_of_the_shards_held_now() -> None:
+    shard_filter = ShardFilter(4)
+    shard_filter.owned = frozenset({1})
+    assert shard_filter.selector() == sharding.shard_selector({1}, 4)
+    shard_filter.owned = frozenset({1, 2})
+    assert shard_filter.selector() == sharding.shard_selector({1, 2}, 4)

@@ -13,13 +13,15 @@ import signal
 import textwrap
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 
 import kopf
-from kopf._core.engines.sharding import shard_of
+from kopf._core.engines.sharding import shard_of, shard_selector
 
 COUNT = 8  # the shards: enough to split among 3 replicas unevenly, few enough to be quick
 NAME = 'op'
@@ -130,6 +132,61 @@ def assert_handled_once_by_their_shards(cluster: Any, handled: Handled, names: l
         for operator, name in handled:
             uid = cluster.get(name)['metadata']['uid']
             assert owners[shard_of(uid, COUNT)] == operator, name
+
+
+GATE = 'ShardedListAndWatch'
+OBSERVER = 'timeoutSeconds=3333'  # the test's own watch of all the objects, as the emulator sees it
+
+
+def watch_selectors(cluster: Any) -> list[str | None]:
+    """The shard selectors of the objects' watch-streams open now (those of the replicas)."""
+    queries = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+               for path in cluster.emulator.open_watch_paths
+               if '/kopfexamples' in path and OBSERVER not in path]
+    return sorted((query.get('shardSelector') or [None])[0] or '' for query in queries)
+
+
+@pytest.mark.parametrize('k8s_emulator_options', [
+    pytest.param({'feature_gates': {GATE: True}}, id='the-server-filters'),
+    pytest.param({'feature_gates': {GATE: False}}, id='the-server-ignores-the-selector'),
+])
+async def test_replicas_ask_the_server_only_for_the_objects_of_their_shards(
+        cluster: Any, make_operator: Any, handled: Handled, eventually: Any, quiet: Any,
+        k8s_emulator_options: dict[str, Any], caplog: pytest.LogCaptureFixture,
+) -> None:
+    names = {'r0', 'r1'}
+    objects = [f'kex{index}' for index in range(200)]
+    filtering = k8s_emulator_options['feature_gates'][GATE]
+    async with make_operator('r0'), make_operator('r1'), aiohttp.ClientSession() as session:
+        await eventually(lambda: is_balanced(cluster, names), within=10)
+        owners = holders(cluster)
+        expected = sorted(shard_selector({shard for shard, holder in owners.items() if holder == name}, COUNT)
+                          or '' for name in names)
+        await eventually(lambda: watch_selectors(cluster) == expected, within=10)  # rewatched with the shards
+
+        # Every event of the objects goes to one replica only (both if the server ignores the selectors).
+        url = f'{cluster.emulator.url}/apis/kopf.dev/v1/namespaces/default/kopfexamples'
+        async with session.get(url, params={'watch': 'true', 'timeoutSeconds': '3333'}) as response:
+            sent_before = cluster.emulator.watch_events(path='/kopfexamples.*shardSelector')
+            await create_many(cluster, objects)
+            await eventually(lambda: len(handled) == len(objects), within=20)
+            await quiet()
+
+            def every_event_goes_to_one_replica() -> bool:
+                observed = cluster.emulator.watch_events(path=OBSERVER)
+                sent = cluster.emulator.watch_events(path='/kopfexamples.*shardSelector') - sent_before
+                return observed >= len(objects) and sent == observed * (1 if filtering else 2)
+
+            await eventually(every_event_goes_to_one_replica)
+            response.close()
+        assert holders(cluster) == owners  # nothing has moved meanwhile (no rewatching)
+        assert watch_selectors(cluster) == expected
+    assert_handled_once_by_their_shards(cluster, handled, objects, owners)
+    assert {operator for operator, _ in handled} == names
+    not_confirmed = [m for m in caplog.messages
+                     if m.startswith('The API server does not confirm that it filters the objects of '
+                                     'kopfexamples')]
+    assert len(not_confirmed) == 2  # once per replica: custom resources are filtered with no echo
 
 
 @pytest.mark.parametrize('replicas', [2, 3])

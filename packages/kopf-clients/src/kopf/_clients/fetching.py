@@ -4,9 +4,12 @@ Reading objects: one object by its name, or all objects of a resource page by pa
 Listing applies the server-side selectors configured for the resource in
 ``settings.watching.label_selectors``, ``field_selectors``, and ``shard_selectors``,
 and fetches the objects in pages of ``settings.watching.chunk_size`` (all at once if None).
+
+The sharding's ``shardSelector`` (the ranges of the uids' hashes, KEP-5866) is given by the caller;
+the servers that apply it say so in the list's ``metadata.shardInfo`` (the others ignore it silently).
 """
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from kopf._clients import api, errors
@@ -122,6 +125,8 @@ async def list_objs(
         resource: Resource,
         namespace: str | None,
         logger: api.Logger | None = None,
+        shard_selector: str | None = None,
+        on_shard_info: Callable[[str | None], None] | None = None,
 ) -> tuple[list[RawBody], str | None]:
     """
     List all objects of a resource in a namespace (or cluster-wide with None), following the pages.
@@ -129,10 +134,17 @@ async def list_objs(
     Returns the objects and the resource version of the list: a watch-stream can start from it
     to see all changes after the listing. If the continuation token of the pages expires midway
     (HTTP 410), the listing restarts from the first page: the pages are consistent only together.
+
+    ``shard_selector`` goes with every page (the continuation tokens do not keep it); ``on_shard_info``
+    gets the selector that the server says it has applied (``metadata.shardInfo.selector`` of the first
+    page), or None if it says nothing (it might have applied it anyway: e.g. to custom resources).
     """
     actual_logger: api.Logger = logger if logger is not None else default_logger
     url = resource.get_url(namespace=namespace)
     params = build_selector_params(settings, resource)
+    if shard_selector:
+        params['shardSelector'] = shard_selector
+    shard_info_told = False
     chunk_size = settings.watching.chunk_size
     if chunk_size:
         params['limit'] = str(int(chunk_size))
@@ -161,6 +173,11 @@ async def list_objs(
                 items.append(_complete_item(item, api_version=resource.api_version, kind=item_kind))
 
         metadata = data.get('metadata') or {}
+        if on_shard_info is not None and shard_selector and not shard_info_told:
+            shard_info_told = True
+            shard_info = metadata.get('shardInfo')
+            selector = shard_info.get('selector') if isinstance(shard_info, Mapping) else None
+            on_shard_info(selector if isinstance(selector, str) and selector else None)
         resource_version = metadata.get('resourceVersion') or resource_version
         continue_token = metadata.get('continue') or None
         if not continue_token:

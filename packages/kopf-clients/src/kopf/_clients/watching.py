@@ -28,6 +28,13 @@ If the server does not support it, the watcher falls back to the list-then-watch
 Every end of a watch request (then, the stream is re-established) is told to the consumer by the
 ``on_interruption`` callback, if given: the events that happen meanwhile come later than usual
 (after the reconnect: replayed from the last known version, or with a relisting), but they come.
+
+With a ``shard_selector`` (the sharding: the ranges of the uids' hashes, KEP-5866), the lists and the
+watches ask the server only for those objects. The servers with the feature gate ``ShardedListAndWatch``
+filter them (and the lists of the built-in resources say so: ``on_shard_info`` gets the applied selector;
+it gets None if the listing says nothing, or if the listing is streamed); the others ignore it silently,
+and the consumer filters the objects itself. A server that rejects the selector as invalid (HTTP 500,
+"invalid shard selector") is asked without it from then on, with a warning.
 """
 import asyncio
 import contextlib
@@ -86,10 +93,13 @@ def build_watch_params(
         *,
         since: str | None,
         streaming: bool = False,
+        shard_selector: str | None = None,
 ) -> dict[str, str]:
     """The query params of one watch request."""
     params = {'watch': 'true', 'allowWatchBookmarks': 'true'}
     params.update(fetching.build_selector_params(settings, resource))
+    if shard_selector:
+        params['shardSelector'] = shard_selector
     if since is not None:
         params['resourceVersion'] = since
     if settings.watching.server_timeout is not None:
@@ -243,10 +253,12 @@ async def _watch_once(
         since: str | None,
         streaming: bool,
         logger: api.Logger,
+        shard_selector: str | None = None,
 ) -> AsyncGenerator[list[bytearray], None]:
     """One watch request: yield its lines (in batches) until the stream ends in any way; 410 is _Relist."""
     url = resource.get_url(namespace=namespace)
-    params = build_watch_params(settings, resource, since=since, streaming=streaming)
+    params = build_watch_params(settings, resource, since=since, streaming=streaming,
+                                shard_selector=shard_selector)
     what = f'{resource} in {namespace!r}' if namespace is not None else f'{resource} cluster-wide'
     inactivity_timeout = settings.watching.inactivity_timeout
     try:
@@ -276,6 +288,8 @@ async def infinite_watch(
         namespace: str | None,
         logger: api.Logger | None = None,
         on_interruption: Callable[[], None] | None = None,
+        shard_selector: str | None = None,
+        on_shard_info: Callable[[str | None], None] | None = None,
 ) -> AsyncGenerator[RawEvent | Bookmark, None]:
     """
     List & watch the objects of a resource forever; see the module's description for the contract.
@@ -284,6 +298,7 @@ async def infinite_watch(
     The stream ends only with an exception (e.g. when the resource is gone or permissions are
     revoked) or when the consumer stops iterating. ``on_interruption`` is called whenever a watch
     request has ended in any way (closed, broken, silent, 410 Gone), before the stream is re-established.
+    ``shard_selector`` & ``on_shard_info``: the server-side sharding (see the module's description).
     """
     actual_logger: api.Logger = logger if logger is not None else default_logger
     streaming = bool(settings.watching.initial_streaming)
@@ -302,8 +317,16 @@ async def infinite_watch(
 
         # The classic list-then-watch mode: the listing is a separate request.
         if resource_version is None and not streaming:
-            objs, resource_version = await fetching.list_objs(
-                settings=settings, vault=vault, resource=resource, namespace=namespace, logger=actual_logger)
+            try:
+                objs, resource_version = await fetching.list_objs(
+                    settings=settings, vault=vault, resource=resource, namespace=namespace,
+                    logger=actual_logger, shard_selector=shard_selector, on_shard_info=on_shard_info)
+            except errors.APIServerError as e:
+                if not shard_selector or not _is_invalid_shard_selector(e):
+                    raise
+                _warn_about_shard_selector(e, actual_logger)
+                shard_selector = None
+                continue
             # Hand the objects over one by one and keep none: this generator lives as long as the watching,
             # and the listing must not stay in memory after the consumer is done with the objects.
             objs.reverse()
@@ -316,7 +339,8 @@ async def infinite_watch(
         listing: list[RawBody] | None = [] if resource_version is None else None
         watch_lines = _watch_once(settings=settings, vault=vault, resource=resource,
                                   namespace=namespace, since=resource_version,
-                                  streaming=listing is not None, logger=actual_logger)
+                                  streaming=listing is not None, logger=actual_logger,
+                                  shard_selector=shard_selector)
         try:
             # Close the stream promptly on any exit (relisting, errors, the consumer stopping).
             async with contextlib.aclosing(watch_lines):
@@ -346,6 +370,8 @@ async def infinite_watch(
                             if listing is not None and annotations.get(INITIAL_EVENTS_END) == 'true':
                                 listed_objs, listing = listing, None
                                 listed_objs.reverse()
+                                if shard_selector and on_shard_info is not None:
+                                    on_shard_info(None)  # the streamed listings say nothing about it
                                 while listed_objs:  # handed over one by one, none kept (see above)
                                     yield {'type': None, 'object': listed_objs.pop()}
                                 yield Bookmark.LISTED
@@ -368,6 +394,12 @@ async def infinite_watch(
             resource_version = None
             restart_reason = 'gone'
 
+        except errors.APIServerError as e:
+            if not shard_selector or not _is_invalid_shard_selector(e):
+                raise
+            _warn_about_shard_selector(e, actual_logger)
+            shard_selector = None
+
         except errors.APIClientError as e:
             # Old servers or disabled feature gates reject the streaming lists: list-then-watch instead.
             if listing is None or e.status not in (400, 422):
@@ -382,6 +414,17 @@ async def infinite_watch(
 
         if on_interruption is not None:
             on_interruption()
+
+
+def _is_invalid_shard_selector(error: errors.APIError) -> bool:
+    message = (error.payload or {}).get('message')
+    return error.status == 500 and isinstance(message, str) and message.startswith('invalid shard selector')
+
+
+def _warn_about_shard_selector(error: errors.APIError, logger: api.Logger) -> None:
+    message = (error.payload or {}).get('message')
+    logger.warning(f'The server rejects the shard selector ({message}); watching without it: the objects '
+                   f'of the other replicas are filtered here. Report it to Kopf with the server\'s version.')
 
 
 def _name_of(resource: Resource) -> str:

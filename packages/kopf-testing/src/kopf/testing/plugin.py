@@ -13,7 +13,9 @@ should make its own namespaces and objects. ``k8s_control_plane_kubeconfig`` als
 (``$KUBEBUILDER_ASSETS``, or the build cache of ``tools/kube-assets/build.sh``), the tests that use
 them are skipped with the reason, or fail if ``KOPF_TESTING_REQUIRE_CONTROL_PLANE=1`` (for CI).
 ``k8s_control_plane_assets`` gives the binaries (or skips likewise) to the tests that start
-control planes of their own, e.g. with other flags.
+control planes of their own, e.g. with other flags. ``k8s_emulator_options`` and ``k8s_control_plane_options``
+(session-scoped) give more keyword arguments to both servers (e.g. ``feature_gates``): override them in a
+``conftest.py``.
 
 ``k8s_api``: one switch for the tests that only need *an* API server (they talk to it via ``KUBECONFIG``):
 the emulator (the default), the real control plane, or an existing cluster of the ``KUBECONFIG`` of
@@ -96,15 +98,22 @@ def k8s_api(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.fixture
+def k8s_emulator_options() -> dict[str, Any]:
+    """More keyword arguments of the ``k8s_emulator``, e.g. ``feature_gates``: override it to change them."""
+    return {}
+
+
+@pytest.fixture
 def k8s_emulator(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path_factory: pytest.TempPathFactory,
+    k8s_emulator_options: dict[str, Any],
 ) -> Iterator['KubernetesEmulator']:
     """A running Kubernetes API emulator with ``KUBECONFIG`` set to its kubeconfig file."""
     from kopf.testing.emulator import KubernetesEmulator
 
     kubeconfig_path = tmp_path_factory.mktemp('k8s-emulator') / 'kubeconfig'
-    with KubernetesEmulator(kubeconfig_path=kubeconfig_path) as emulator:
+    with KubernetesEmulator(kubeconfig_path=kubeconfig_path, **k8s_emulator_options) as emulator:
         monkeypatch.setenv('KUBECONFIG', str(emulator.kubeconfig_path))
         # The client libraries imported before the test (e.g. at its module's top) read the old $KUBECONFIG.
         restore = _kubeconfigs.point_client_libraries(emulator.kubeconfig_path)
@@ -128,13 +137,27 @@ def k8s_control_plane_assets() -> 'KubeAssets':
 
 
 @pytest.fixture(scope='session')
-def k8s_control_plane(k8s_control_plane_assets: 'KubeAssets') -> Iterator['KubernetesControlPlane']:
+def k8s_control_plane_options() -> dict[str, Any]:
+    """
+    More keyword arguments of the session's ``k8s_control_plane``: override it (session-scoped) to change
+    them,
+    e.g. ``{'feature_gates': {'ShardedListAndWatch': True}}`` (an unknown gate fails kube-apiserver's start).
+    """
+    return {}
+
+
+@pytest.fixture(scope='session')
+def k8s_control_plane(
+        k8s_control_plane_assets: 'KubeAssets',
+        k8s_control_plane_options: dict[str, Any],
+) -> Iterator['KubernetesControlPlane']:
     """A real Kubernetes control plane for the session; the admin's kubeconfig is ``.kubeconfig_path``."""
     from kopf.testing.apiserver import KubernetesControlPlane
 
     assets = k8s_control_plane_assets
     with KubernetesControlPlane(
         etcd_path=assets.etcd, kube_apiserver_path=assets.kube_apiserver, kubectl_path=assets.kubectl,
+        **k8s_control_plane_options,
     ) as control_plane:
         yield control_plane
 

@@ -22,6 +22,13 @@ leader of the Lease election (:mod:`.leadership`). The rules:
   then releases their leases, so that the next holder takes them at its next attempt, not at the expiry.
 * A replica handles an object only while it holds the lease of the object's shard: the queueing drops
   the events of the other objects as the first thing (:class:`ShardFilter`, a cached hash per uid).
+* It also asks the API server only for the objects of its shards: the lists & watches carry the
+  ``shardSelector`` of the held shards' ranges of the hashes (KEP-5866, Kubernetes 1.36+ with the feature gate
+  ``ShardedListAndWatch``; the adjacent shards merged into one range). The servers without it ignore it
+  silently: the filter above does it all then. It is kept with the servers that filter, too: the held shards
+  change while a watch-stream runs with the selector of its start (until its restart), the servers do not
+  confirm the filtering of custom resources (no ``shardInfo`` in their lists, as of 1.37), and it costs
+  a dict lookup per event that reaches the replica (few then).
   When shards are gained, the watch-streams start anew, so that the gained objects are listed and
   processed as if new (nothing done before is redone: the progress is stored on the objects).
   When shards are lost, the objects' memories are forgotten (their daemons & timers stopped).
@@ -46,7 +53,8 @@ from kopf._core.intents.configuration import OperatorSettings, ShardingSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ['Handover', 'ShardFilter', 'Sharding', 'fair_share', 'fnv1a_64', 'shard_of', 'shard_of_hash']
+__all__ = ['Handover', 'ShardFilter', 'Sharding', 'fair_share', 'fnv1a_64', 'shard_of', 'shard_of_hash',
+           'shard_ranges', 'shard_selector', 'shard_start']
 
 SHARDING_LABEL = 'kopf.dev/sharding'  # the sharding's name, on all its leases
 ROLE_LABEL = 'kopf.dev/sharding-role'  # "member" or "shard"
@@ -59,6 +67,10 @@ _MASK = (1 << 64) - 1
 # The uids whose shards are remembered (then forgotten all at once): most events of foreign objects
 # cost a dict lookup, not a hash of 36 bytes in Python (~3 µs).
 FILTER_CACHE_SIZE = 100_000
+
+# More ranges than this make a too long URL (~70 characters each): then, the server is asked for everything.
+# With the default 32 shards, there are at most 16 ranges (every other shard held).
+MAX_SELECTOR_RANGES = 64
 
 
 def fnv1a_64(text: str) -> int:
@@ -79,6 +91,37 @@ def shard_of_hash(value: int, count: int) -> int:
     return (value * count) >> 64
 
 
+def shard_start(shard: int, count: int) -> int:
+    """The least hash of the shard ``shard`` of ``count`` (a shard ends where the next one starts)."""
+    return -((-shard << 64) // count)  # the ceiling: the least value whose shard_of_hash() is this shard
+
+
+def shard_ranges(shards: Iterable[int], count: int) -> list[tuple[int, int]]:
+    """The ranges ``[start, end)`` of the hashes of these shards, the adjacent shards merged into one."""
+    ranges: list[tuple[int, int]] = []
+    for shard in sorted(set(shards)):
+        start, end = shard_start(shard, count), shard_start(shard + 1, count)
+        if ranges and ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], end)
+        else:
+            ranges.append((start, end))
+    return ranges
+
+
+def shard_selector(shards: Collection[int], count: int) -> str | None:
+    """
+    The ``shardSelector`` of the lists & watches for these shards (KEP-5866); None for no server-side one.
+
+    None for all the shards (nothing to filter), or for too many ranges (see ``MAX_SELECTOR_RANGES``).
+    No shards: a range of one hash value (``[0, 1)``; an empty range is invalid): the filter drops the rest.
+    """
+    ranges = shard_ranges(shards, count) if shards else [(0, 1)]
+    if ranges == [(0, 1 << 64)] or len(ranges) > MAX_SELECTOR_RANGES:
+        return None
+    return ' || '.join(f"shardRange(object.metadata.uid, '0x{start:016x}', '0x{end:016x}')"
+                       for start, end in ranges)
+
+
 def fair_share(identity: str, members: Iterable[str], count: int) -> int:
     """How many shards this member should hold: an even split by the sorted identities (itself included)."""
     ordered = sorted({*members, identity})
@@ -96,7 +139,7 @@ def member_lease_name(prefix: str, identity: str) -> str:
 class ShardFilter:
     """Which objects this replica handles now: those of the shards it holds (see the module's description)."""
 
-    __slots__ = ('_cache', '_cache_size', 'count', 'owned')
+    __slots__ = ('_cache', '_cache_size', '_modes', '_selector', 'count', 'owned')
 
     def __init__(self, count: int, *, cache_size: int = FILTER_CACHE_SIZE) -> None:
         super().__init__()
@@ -104,6 +147,8 @@ class ShardFilter:
         self.owned: frozenset[int] = frozenset()
         self._cache: dict[str, int] = {}
         self._cache_size = cache_size
+        self._selector: tuple[frozenset[int], str | None] | None = None  # for the owned shards as of then
+        self._modes: dict[str, bool] = {}  # by resource: whether the server is known to filter (as logged)
 
     def __repr__(self) -> str:
         return f'<ShardFilter {sorted(self.owned)} of {self.count}>'
@@ -122,6 +167,31 @@ class ShardFilter:
         if shard is None:
             shard = self.shard(uid)
         return shard in self.owned
+
+    def selector(self) -> str | None:
+        """The server-side selector of the shards held now (see :func:`shard_selector`)."""
+        owned = self.owned
+        if self._selector is None or self._selector[0] is not owned:
+            self._selector = (owned, shard_selector(owned, self.count))
+        return self._selector[1]
+
+    def applied(self, what: str, echo: str | None) -> None:
+        """
+        How the server has answered a listing with the selector: logged once per resource (and on changes).
+
+        ``echo`` is the selector that the server says it has applied (None if it says nothing).
+        """
+        confirmed = echo is not None
+        if self._modes.get(what) is confirmed:
+            return
+        self._modes[what] = confirmed
+        if confirmed:
+            logger.info(f'The API server filters the objects of {what} by the shards (shardSelector): '
+                        f'the other replicas\' objects do not reach this one.')
+        else:
+            logger.info(f'The API server does not confirm that it filters the objects of {what} by the '
+                        f'shards (no shardInfo in the listing; it might, without saying it, e.g. for custom '
+                        f'resources): the other replicas\' objects are filtered here.')
 
 
 class Handover(Protocol):

@@ -57,13 +57,16 @@ Indexing, and the wait for the operator's indices to be ready, are the :class:`.
 With the sharding (:mod:`kopf._core.engines.sharding`), the events of the objects of other replicas are
 dropped as the first thing (``owns``: a cached lookup by the uid), before anything is remembered of them;
 the objects given away meanwhile are not processed anymore (their pending events are dropped by their
-workers), and are not reported as deleted when a re-listing does not have them.
+workers), and are not reported as deleted when a re-listing does not have them. The watch-streams ask the
+server only for the objects of the shards held when they start (see :class:`Sharded`): the servers that
+can filter them do, so that most of the other replicas' events never come here.
 
 The processor is pluggable: see :class:`Processor`.
 """
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping
@@ -117,6 +120,19 @@ class Forgetter(Protocol):
     """
 
     def __call__(self, *, raw_event: RawEvent, resource: Resource) -> bool: ...
+
+
+class Sharded(Protocol):
+    """What the watchers need of the sharding (given by the reactor: the queueing knows no coordinators)."""
+
+    def owns(self, uid: str) -> bool:
+        """Whether the object (by its uid) is this replica's to handle now: called for every event."""
+
+    def selector(self) -> str | None:
+        """The server-side ``shardSelector`` of the objects handled now (None for all objects)."""
+
+    def applied(self, what: str, echo: str | None) -> None:
+        """What the server has said of the selector in a listing: what it has applied (None if nothing)."""
 
 
 class ObjectIdentity(NamedTuple):
@@ -674,15 +690,16 @@ async def watcher(
         readiness: IndexingReadiness | None = None,
         pacer: pacing.Pacer | None = None,
         forgetter: Forgetter | None = None,
-        owns: Callable[[str], bool] | None = None,
+        sharded: Sharded | None = None,
 ) -> None:
     """
     Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
 
     ``indexer`` (if the resource is indexed) and ``readiness`` (of the operator's indices): see above.
     ``forgetter``: the deleted objects without workers are forgotten by it at once, if it can (see above).
-    ``owns``: whether an object (by its uid) is this replica's to handle (the sharding); the events of
-    the others are dropped as the first thing, before anything is remembered of them.
+    ``sharded``: which objects are this replica's to handle (the sharding); the events of the others are
+    dropped as the first thing, before anything is remembered of them; the server is asked only for
+    the objects handled as of every (re)start of the watch-stream (the servers that can, filter them).
 
     The watch-stream survives the disconnects by itself; if it fails (e.g. HTTP 403 or 404), the failure
     is logged and the watching restarts after a delay from ``settings.queueing.error_delays``
@@ -695,15 +712,20 @@ async def watcher(
     streams = ObjectStreams(processor=processor, resource=resource, namespace=namespace,
                             settings=settings, limiter=limiter,
                             indexer=indexer, readiness=readiness, toggle=toggle, pacer=pacer,
-                            forgetter=forgetter, owns=owns)
+                            forgetter=forgetter, owns=sharded.owns if sharded is not None else None)
     logger.debug(f'Starting the watch-stream for {name} {scope}.')
     try:
         delays = iter_backoffs(settings.queueing.error_delays)
         last_delay: float = settings.watching.reconnect_backoff
         while True:
+            shard_selector = sharded.selector() if sharded is not None else None
+            on_shard_info = None
+            if sharded is not None and shard_selector is not None:
+                on_shard_info = functools.partial(sharded.applied, f'{name} {scope}')
             source = watching.infinite_watch(settings=settings, vault=vault, resource=resource,
                                              namespace=namespace, logger=logger,
-                                             on_interruption=streams.interrupted)
+                                             on_interruption=streams.interrupted,
+                                             shard_selector=shard_selector, on_shard_info=on_shard_info)
             try:
                 async with contextlib.aclosing(source):
                     async for item in source:

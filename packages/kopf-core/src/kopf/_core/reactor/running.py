@@ -33,7 +33,7 @@ import functools
 import importlib.metadata
 import logging
 import warnings
-from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping
+from collections.abc import Collection, Coroutine, Iterator, Mapping
 from typing import Any
 
 from kopf._clients.errors import describe_error
@@ -568,14 +568,14 @@ def _spawn_core_tasks(
         metering.meters.add_gauges(lambda: [('kopf_handling_paused', {}, 0.0 if gate.is_open else 1.0)])
     peering_resource = coordination.peering_resource(settings)
     rewatching: orchestration.Rewatching | None = None
-    owns: Callable[[str], bool] | None = None
+    sharded: queueing.Sharded | None = None
     if settings.sharding.name:  # instead of the election (both at once are refused with an error)
         rewatching = orchestration.Rewatching()
         handover = coordination.ShardingHandover(rewatching=rewatching, spawner=spawner, memories=memories,
                                                  indexers=indexers)
         shards = sharding.Sharding(settings=settings, vault=vault, identity=identity, handover=handover,
                                    blocker=gate.blocker(f'sharding {settings.sharding.name!r}'))  # checked
-        owns = shards.filter.owns
+        sharded = shards.filter
         tasks.coordinators.append(asyncio.create_task(coordination.run_sharding(shards), name='sharding'))
     elif settings.election.lease_name:
         blocker = gate.blocker(f'lease {settings.election.lease_name!r}')
@@ -589,7 +589,7 @@ def _spawn_core_tasks(
                                                          identity=identity, namespace=namespace)
         return queueing.watcher(settings=settings, vault=vault, resource=resource, namespace=namespace,
                                 processor=processor, limiter=limiter, readiness=readiness, pacer=pacer,
-                                forgetter=forgetter, owns=owns,
+                                forgetter=forgetter, sharded=sharded,
                                 indexer=indexer if registry.indexing.has_handlers(resource) else None)
 
     tasks.observers = [

@@ -15,7 +15,8 @@ GET/LIST (label & field selectors, pagination)/WATCH (history replay, bookmarks,
 timeouts)/POST/PUT/PATCH (merge, JSON, strategic, apply)/DELETE (finalizers, preconditions,
 collections); system metadata, ``generation``, one global ``resourceVersion``; the status
 subresource; CRDs registering their resources; namespace existence & termination; admission
-webhooks; Tables for ``kubectl get``; Status objects for all errors.
+webhooks; Tables for ``kubectl get``; Status objects for all errors; with ``feature_gates``, the
+server-side sharded lists & watches (``shardSelector``, see :mod:`kopf.testing.emulator.sharding`).
 
 Differences from a real API server, deliberately kept for simplicity:
 

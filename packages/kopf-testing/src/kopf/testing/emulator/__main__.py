@@ -32,7 +32,22 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         default=10_000,
         help='watch events retained per resource before 410 Gone (default: %(default)s)',
     )
+    parser.add_argument(
+        '--feature-gates',
+        default='',
+        help='the features off by default, as NAME=true,...: only ShardedListAndWatch (the shardSelector)',
+    )
     return parser.parse_args(argv)
+
+
+def _parse_feature_gates(text: str) -> dict[str, bool]:
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(','))):
+        name, sep, value = item.partition('=')
+        if not sep or value.lower() not in ('true', 'false'):
+            raise SystemExit(f'Error: a feature gate must be NAME=true or NAME=false, not {item!r}.')
+        gates[name] = value.lower() == 'true'
+    return gates
 
 
 async def _serve(arguments: argparse.Namespace) -> None:
@@ -46,6 +61,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
         kubeconfig_path=arguments.kubeconfig,
         bookmark_interval=arguments.bookmark_interval,
         history_limit=arguments.history_limit,
+        feature_gates=_parse_feature_gates(arguments.feature_gates),
     )
     async with emulator:
         print(
@@ -57,7 +73,10 @@ async def _serve(arguments: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    asyncio.run(_serve(_parse_arguments(argv)))
+    try:
+        asyncio.run(_serve(_parse_arguments(argv)))
+    except ValueError as e:  # e.g. an unknown feature gate: one line, no traceback
+        raise SystemExit(f'Error: {e}') from None
 
 
 if __name__ == '__main__':

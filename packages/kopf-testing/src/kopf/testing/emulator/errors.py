@@ -60,6 +60,8 @@ class ApiError(Exception):
             'reason': self.reason,
             'code': self.code,
         }
+        if not self.reason:  # e.g. the invalid shard selectors of real servers: 500 with no reason
+            del status['reason']
         if self.details:
             status['details'] = self.details
         return status

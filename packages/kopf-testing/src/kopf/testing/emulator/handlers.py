@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kopf.testing.emulator import errors, selectors, tables
+from kopf.testing.emulator import errors, selectors, sharding, tables
 from kopf.testing.emulator.faults import FaultInjector, RequestCounter, RequestKey
 from kopf.testing.emulator.operations import Operations, Outcome, decode_json_body, decode_yaml_body
 from kopf.testing.emulator.resources import ResourceInfo, ResourceRegistry
@@ -167,6 +167,7 @@ def _limit(query: Mapping[str, str]) -> int:
 class WatchSettings:
     bookmark_interval: float = 60.0
     default_timeout: float | None = None  # a server-side limit for watches that do not ask for one
+    feature_gates: dict[str, bool] = dataclasses.field(default_factory=dict)  # the emulator's, shared
 
 
 class ApiHandler:
@@ -492,6 +493,12 @@ class ApiHandler:
             raise errors.bad_request(str(e)) from None
         return label_selector, field_selector
 
+    def _shard_selector(self, query: Mapping[str, str]) -> sharding.ShardSelector | None:
+        """The shard selector of a list or a watch; ignored without the feature gate (as real servers do)."""
+        if not self.watch_settings.feature_gates.get(sharding.FEATURE_GATE, False):
+            return None
+        return sharding.parse_shard_selector(query.get('shardSelector', ''))
+
     # ----------------------------------------------------------------------------------------
     # Lists.
 
@@ -499,6 +506,7 @@ class ApiHandler:
         self, info: ResourceInfo, namespace: str | None, query: Mapping[str, str], accept: str
     ) -> bytes:
         label_selector, field_selector = self._selectors(info, query)
+        shard_selector = self._shard_selector(query)
         limit = _limit(query)
         start: tuple[str, str] | None = None
         token = query.get('continue')
@@ -519,6 +527,8 @@ class ApiHandler:
                 continue
             if field_selector and not selectors.fields_match(field_selector, stored.body):
                 continue
+            if shard_selector is not None and not shard_selector.matches(stored.body):
+                continue
             found.append(stored)
 
         list_metadata: dict[str, Any] = {'resourceVersion': str(self.store.last_resource_version)}
@@ -526,9 +536,11 @@ class ApiHandler:
             last = found[limit - 1]
             token_data = {'rv': self.store.last_resource_version, 'start': [last.namespace, last.name]}
             list_metadata['continue'] = base64.urlsafe_b64encode(json.dumps(token_data).encode()).decode()
-            if not label_selector and not field_selector:
+            if not label_selector and not field_selector and shard_selector is None:
                 list_metadata['remainingItemCount'] = len(found) - limit
             found = found[:limit]
+        if shard_selector is not None and not info.custom:  # as kube-apiserver 1.37: no echo for CRs
+            list_metadata['shardInfo'] = {'selector': shard_selector.render()}
         table_version = tables.table_version(accept)
         if table_version is not None:
             table = tables.make_table(
@@ -557,6 +569,7 @@ class ApiHandler:
     async def _watch(self, request: web.BaseRequest, info: ResourceInfo, route: Route) -> web.StreamResponse:
         query = request.query
         label_selector, field_selector = self._selectors(info, query)
+        shard_selector = self._shard_selector(query)
         if route.name is not None:
             field_selector += (selectors.FieldRequirement('metadata.name', False, route.name),)
         timeout_seconds = _integer(query, 'timeoutSeconds')
@@ -577,6 +590,7 @@ class ApiHandler:
             field_selector=field_selector,
             path=request.path_qs,
             transform=as_table if table_version is not None else None,
+            shard_selector=shard_selector,
         )
         state = self.store.state(info.storage_key)
 
@@ -585,6 +599,7 @@ class ApiHandler:
             for stored in self.store.objects(info.storage_key, route.namespace):
                 if not watcher.matches(stored.body):
                     continue
+                watcher.sent += 1
                 if watcher.transform is not None:
                     watcher.pending.append(watcher.render('ADDED', stored.body))
                 else:
@@ -628,6 +643,7 @@ class ApiHandler:
             logger.debug('The watcher has disconnected from %s', request.path_qs)
         finally:
             state.watchers.discard(watcher)
+            self.store.finished_watches.append((watcher.path, watcher.sent))
         return response
 
     async def _stream(

@@ -13,7 +13,7 @@ import socket
 import tempfile
 import threading
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import yaml
@@ -24,10 +24,12 @@ from kopf.testing.emulator.faults import FaultInjector, RequestCounter
 from kopf.testing.emulator.handlers import MAX_BODY_SIZE, ApiHandler, WatchSettings
 from kopf.testing.emulator.operations import Operations, now_rfc3339
 from kopf.testing.emulator.resources import NAMESPACES, ResourceRegistry
+from kopf.testing.emulator.sharding import FEATURE_GATE
 from kopf.testing.emulator.store import ObjectStore
 
 _T = TypeVar('_T')
 _CONTEXT_NAME = 'kopf-emulator'
+KNOWN_FEATURE_GATES = frozenset({FEATURE_GATE})
 
 
 class KubernetesEmulator:
@@ -66,6 +68,7 @@ class KubernetesEmulator:
         bookmark_interval: float = 60.0,
         history_limit: int = 10_000,
         watch_timeout: float | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
         """
         :param port: the port to listen on; 0 picks a free one (see :attr:`port` once started).
@@ -75,7 +78,18 @@ class KubernetesEmulator:
         :param history_limit: how many past events of each resource are kept for watches that
             start from an old resourceVersion; older ones get 410 Gone.
         :param watch_timeout: the server-side limit of watches that do not set ``timeoutSeconds``.
+        :param feature_gates: the features of kube-apiserver that are off by default, as in
+            :class:`~kopf.testing.KubernetesControlPlane`: only ``{'ShardedListAndWatch': True}`` (the
+            ``shardSelector`` of lists & watches; see :mod:`kopf.testing.emulator.sharding`). They can
+            also be changed later in :attr:`feature_gates` (for the new requests).
         """
+        unknown = sorted(set(feature_gates or {}) - KNOWN_FEATURE_GATES)
+        if unknown:
+            raise ValueError(f'Unknown feature gates of the emulator: {", ".join(unknown)}; '
+                             f'it knows only: {", ".join(sorted(KNOWN_FEATURE_GATES))}.')
+        self.feature_gates: dict[str, bool] = {
+            name: bool(value) for name, value in (feature_gates or {}).items()
+        }
         self.host = host
         self._requested_port = port
         self._requested_kubeconfig_path = (
@@ -89,7 +103,9 @@ class KubernetesEmulator:
         self.requests = RequestCounter()
         self.faults = FaultInjector()
         self.watch_settings = WatchSettings(
-            bookmark_interval=bookmark_interval, default_timeout=watch_timeout
+            bookmark_interval=bookmark_interval,
+            default_timeout=watch_timeout,
+            feature_gates=self.feature_gates,
         )
         self._handler = ApiHandler(
             registry=self.registry,
@@ -448,6 +464,25 @@ class KubernetesEmulator:
     def open_watches(self) -> int:
         """How many watch streams are open now."""
         return self._in_loop(lambda: sum(1 for watcher in self.store.watchers() if not watcher.closed))
+
+    @property
+    def open_watch_paths(self) -> list[str]:
+        """The URLs (with the query strings) of the watch streams open now."""
+        return self._in_loop(lambda: [w.path for w in self.store.watchers() if not w.closed])
+
+    def watch_events(self, *, path: str | None = None) -> int:
+        """
+        How many events of objects (not bookmarks) the emulator has sent to the watches so far, open or ended.
+
+        Only those of the watches whose URL (with the query string) matches ``path`` (a regexp), if given.
+        """
+        pattern = re.compile(path) if path is not None else None
+
+        def count() -> int:
+            watches = [*self.store.finished_watches, *((w.path, w.sent) for w in self.store.watchers())]
+            return sum(sent for url, sent in watches if pattern is None or pattern.search(url))
+
+        return self._in_loop(count)
 
     # ----------------------------------------------------------------------------------------
     # Inspection, without an API client.

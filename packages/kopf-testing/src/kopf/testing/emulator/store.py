@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from kopf.testing.emulator import selectors
 from kopf.testing.emulator.resources import ResourceInfo, StorageKey
+from kopf.testing.emulator.sharding import ShardSelector
 
 _orjson: ModuleType | None
 try:
@@ -120,8 +121,10 @@ class Watcher:
         field_selector: selectors.FieldSelector,
         path: str,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        shard_selector: ShardSelector | None = None,
     ) -> None:
         self.info = info
+        self.shard_selector = shard_selector
         self.transform = transform  # e.g. into a Table for kubectl: then every event is encoded separately
         self.api_version = info.api_version
         self.namespace = namespace
@@ -132,7 +135,9 @@ class Watcher:
         self.wakeup = asyncio.Event()
         self.closed = False
         self.aborted = False
-        self._filtered = bool(namespace is not None or label_selector or field_selector or transform)
+        self.sent = 0  # the events of objects queued for it (not the bookmarks): see watch_events()
+        self._filtered = bool(namespace is not None or label_selector or field_selector or transform
+                              or shard_selector is not None)
 
     def matches(self, body: dict[str, Any]) -> bool:
         metadata = body.get('metadata', {})
@@ -140,9 +145,17 @@ class Watcher:
             return False
         if self.label_selector and not selectors.labels_match(self.label_selector, metadata.get('labels')):
             return False
+        if self.shard_selector is not None and not self.shard_selector.matches(body):
+            return False
         return not self.field_selector or selectors.fields_match(self.field_selector, body)
 
     def push(self, line: bytes) -> None:
+        self.pending.append(line)
+        self.wakeup.set()
+
+    def send(self, line: bytes) -> None:
+        """Queue an event of an object (counted), not a service line (e.g. a bookmark)."""
+        self.sent += 1
         self.pending.append(line)
         self.wakeup.set()
 
@@ -150,24 +163,24 @@ class Watcher:
         """Queue the event as this watcher sees it: filters can turn it into ADDED or DELETED."""
         if not self._filtered:
             if event.body.get('apiVersion') == self.api_version:
-                self.push(event.line())
+                self.send(event.line())
             else:
-                self.push(event_line(event.type, with_api_version(event.body, self.api_version)))
+                self.send(event_line(event.type, with_api_version(event.body, self.api_version)))
             return
 
         matches_now = self.matches(event.body)
         matched_before = event.old_body is not None and self.matches(event.old_body)
         if event.type != 'MODIFIED':
             if matches_now:
-                self.push(self._line_for(event.type, event))
+                self.send(self._line_for(event.type, event))
         elif matches_now and matched_before:
-            self.push(self._line_for('MODIFIED', event))
+            self.send(self._line_for('MODIFIED', event))
         elif matches_now:
-            self.push(self._line_for('ADDED', event))
+            self.send(self._line_for('ADDED', event))
         elif matched_before and event.old_body is not None:
             # Like real API servers: the last state that matched, but at the new resourceVersion.
             last_seen = with_resource_version(event.old_body, event.resource_version)
-            self.push(self.render('DELETED', last_seen))
+            self.send(self.render('DELETED', last_seen))
 
     def _line_for(self, type: str, event: WatchEvent) -> bytes:
         if type == event.type and self.transform is None and event.body.get('apiVersion') == self.api_version:
@@ -211,6 +224,7 @@ class ObjectStore:
         self.history_limit = history_limit
         self.last_resource_version = 0
         self._states: dict[StorageKey, ResourceState] = {}
+        self.finished_watches: list[tuple[str, int]] = []  # (path, events sent) of the watches ended so far
         self._namespace_counts: collections.Counter[str] = collections.Counter()
         self._dependents: dict[str, set[ObjectRef]] = {}
         self._uids: set[str] = set()
