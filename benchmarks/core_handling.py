@@ -617,7 +617,7 @@ def main() -> None:
     parser.add_argument('--metrics', action='store_true',
                         help='also run this project with its metrics on (kopf run --metrics), interleaved')
     parser.add_argument('--uvloop', action='store_true',
-                        help="run every implementation on uvloop's event loop (uvloop installed in each Python)")
+                        help="run every implementation on uvloop's event loop (installed in each Python)")
     parser.add_argument('--floor-python', default=None,
                         help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
     parser.add_argument('--floor-concurrency', type=int, default=100,

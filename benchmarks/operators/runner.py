@@ -1,7 +1,8 @@
 """
 Run an operator file with `kopf.run()`: the same script works for Kopf and for this project.
 
-Usage: python runner.py OPERATOR_FILE [--metrics] [--uvloop]  (KUBECONFIG must point to the cluster or the emulator).
+Usage: python runner.py OPERATOR_FILE [--metrics] [--uvloop]
+(KUBECONFIG must point to the cluster or the emulator).
 With ``--metrics`` (this project only), the framework's metrics are on, served on a free port.
 With ``--uvloop``, the event loop is uvloop's (both frameworks make their loop by the policy).
 """
