@@ -5,9 +5,11 @@ The isolation fixtures are not autouse here: the areas that change process-wide 
 configuration, imported operator sources) opt in with an autouse fixture of their own.
 The helpers are fixtures, since the test modules cannot import each other (importlib mode).
 """
+import asyncio
 import functools
 import json
 import logging
+import os
 import pathlib
 import re
 import subprocess
@@ -25,6 +27,19 @@ from kopf.testing import eventually, eventually_async
 from kopf.testing.emulator import KubernetesEmulator
 
 WAIT_TIMEOUT = 10.0
+LOOP_ENV_VAR = 'KOPF_TEST_LOOP'  # 'uvloop': every event loop of the tests is uvloop's (tox's uvloop env)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The policy makes the loops of pytest-asyncio, of KopfRunner and of kopf.run() alike; `kopf run`
+    # subprocesses use uvloop whenever it is installed, with or without this.
+    loop = os.environ.get(LOOP_ENV_VAR, 'asyncio')
+    if loop == 'uvloop':
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    elif loop != 'asyncio':
+        raise pytest.UsageError(f'${LOOP_ENV_VAR}={loop!r} is neither asyncio nor uvloop.')
+
 LOGGERS_TO_RESTORE = ['asyncio', 'aiohttp', 'aiohttp.access', 'kopf', 'kopf.objects']
 
 

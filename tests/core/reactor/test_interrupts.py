@@ -8,6 +8,8 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -139,7 +141,47 @@ async def test_a_repeated_signal_too_late_for_the_loop_is_known_as_lost() -> Non
     assert supervision.repeated_signal_lost()
     supervision.reset_exit_requests()
     assert not supervision.repeated_signal_lost()
+    assert signal.getsignal(signum) is supervision._note_arrival  # noted only, while the loop runs
+    supervision.operator_is_over()
     assert signal.getsignal(signum) == handler_before
+
+
+# A repeated SIGINT after the operator has removed its loop's handlers, while its loop still runs (its last
+# steps, the closing of its async generators): Python's default handler would raise KeyboardInterrupt into the
+# loop, where uvloop loses it (the process then waited for the sync handlers' threads, asked twice to exit).
+# In a subprocess: the KeyboardInterrupt must not hit the test runner itself.
+SIGNAL_AFTER_REMOVAL = '''
+import asyncio, os, signal, sys
+from kopf._core.reactor import supervision
+
+async def main():
+    loop = asyncio.get_running_loop()
+    flag = asyncio.Event()
+    assert supervision.install_signal_handlers(loop, flag)
+    os.kill(os.getpid(), signal.SIGINT)
+    await flag.wait()  # the first one, taken by the loop
+    supervision.remove_signal_handlers(loop)
+    os.kill(os.getpid(), signal.SIGINT)  # the second one: too late for the operator, but the loop still runs
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    print('lost' if supervision.repeated_signal_lost() else 'not lost')
+    supervision.operator_is_over()
+    print('default' if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 'not default')
+
+if sys.argv[1] == 'uvloop':
+    import uvloop
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+asyncio.run(main())
+'''
+
+
+@pytest.mark.parametrize('loop', ['asyncio', 'uvloop'])
+def test_a_repeated_signal_while_the_loop_runs_on_is_noted_not_raised_into_it(loop: str) -> None:
+    if loop == 'uvloop':
+        pytest.importorskip('uvloop')
+    result = subprocess.run([sys.executable, '-c', SIGNAL_AFTER_REMOVAL, loop],
+                            capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout.split(), result.stderr) == (0, ['lost', 'default'], '')
 
 
 

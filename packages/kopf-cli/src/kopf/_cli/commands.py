@@ -335,6 +335,7 @@ def _sync_handlers_awaited() -> Iterator[None]:
     from kopf._core.actions import invocation
     from kopf._core.reactor import supervision
     supervision.reset_exit_requests()
+    token = supervision.defaults_restored_by_loop_owner.set(True)  # by _close_loop(), once the loop stops
     interrupted = False
     try:
         yield
@@ -342,6 +343,8 @@ def _sync_handlers_awaited() -> Iterator[None]:
         interrupted = True  # the caller exits at once: no waiting for the threads
         raise
     finally:
+        supervision.defaults_restored_by_loop_owner.reset(token)
+        supervision.restore_default_signal_handlers()  # also if the loop was not ours (then it may still run)
         if not interrupted and threading.current_thread() is threading.main_thread():
             if supervision.forced_exit_requested():
                 _exit_at_once(said=True)

@@ -184,7 +184,10 @@ async def operator(
         namespaces=namespaces, namespace=namespace, stop_flag=stop_flag, ready_flag=ready_flag,
         vault=vault, memo=memo, _command=_command,
     )
-    await run_tasks(tasks, ignored=existing_tasks)
+    try:
+        await run_tasks(tasks, ignored=existing_tasks)
+    finally:
+        supervision.operator_is_over()
 
 
 async def spawn_tasks(

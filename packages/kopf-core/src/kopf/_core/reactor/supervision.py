@@ -6,14 +6,18 @@ starts a graceful exit (and says which sync handlers it waits for: their threads
 interrupted). The next signal while the operator is still exiting makes it exit at once: what can
 be cancelled is cancelled (including the cleanup), the sync handlers' threads are abandoned
 (see :func:`forced_exit_requested`, which the ``kopf run`` command then honours). After the operator
-is over, the signals get Python's default reactions again; a repeated signal that comes right when the loop
-removes its handlers (asyncio would drop it silently) is noted at its arrival: :func:`repeated_signal_lost`.
+is over (or its loop has stopped, for ``kopf run``), the signals get Python's default reactions again;
+a repeated signal that comes after the loop has removed its handlers but while the loop still runs (asyncio
+would drop it silently, uvloop would lose the ``KeyboardInterrupt``) is noted at its arrival:
+:func:`repeated_signal_lost`.
 If a graceful exit takes longer than ``settings.process.ultimate_exiting_timeout``, the operator's remaining
 activities are cancelled.
 """
 import asyncio
+import contextvars
 import dataclasses
 import logging
+import os
 import signal
 import threading
 import time
@@ -27,11 +31,14 @@ from kopf._core.intents.configuration import OperatorSettings
 __all__ = [
     'FORCED_EXIT_CODE',
     'announce_sync_calls',
+    'defaults_restored_by_loop_owner',
     'describe_sync_calls',
     'forced_exit_requested',
     'install_signal_handlers',
+    'operator_is_over',
     'repeated_signal_lost',
     'reset_exit_requests',
+    'restore_default_signal_handlers',
     'stop_flag_checker',
 ]
 
@@ -45,6 +52,12 @@ _forced_exit = threading.Event()
 # iteration): asyncio drops the signals whose handlers are removed in between (e.g. at the operator's end).
 _arrived_signals = 0
 _taken_signals = 0
+
+
+# Set by the owner of the operator's loop (the ``kopf run`` command), which restores Python's default
+# reactions to the signals itself once its loop has stopped; else, they are restored at the operator's end.
+defaults_restored_by_loop_owner: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    'defaults_restored_by_loop_owner', default=False)
 
 
 def reset_exit_requests() -> None:
@@ -174,6 +187,8 @@ def _install(loop: asyncio.AbstractEventLoop, callback: Any, arg: Any) -> bool:
             signal.signal(signum, _note_arrival)
     except (NotImplementedError, RuntimeError, ValueError):  # e.g. non-Unix loops, or foreign loops.
         remove_signal_handlers(loop)
+        for signum in SIGNALS:  # not even noted: the operator cannot act on them at all
+            _restore_default(signum)
         return False
     return True
 
@@ -181,22 +196,62 @@ def _install(loop: asyncio.AbstractEventLoop, callback: Any, arg: Any) -> bool:
 def _note_arrival(signum: int, frame: object) -> None:
     global _arrived_signals
     _arrived_signals += 1
+    # Left installed when no loop runs anymore (e.g. a loop stopped by its owner before the operator's end):
+    # then Python's default reaction, as if ours were never there.
+    if asyncio._get_running_loop() is None:
+        _restore_default(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)
+
+
+def operator_is_over() -> None:
+    """The operator's end: Python's default reactions to the signals unless its loop's owner does it."""
+    if not defaults_restored_by_loop_owner.get():
+        restore_default_signal_handlers()
+
+
+def restore_default_signal_handlers() -> None:
+    """Python's default reactions to the signals, where ours are still installed."""
+    for signum in SIGNALS:
+        _restore_default(signum)
+
+
+def _restore_default(signum: int) -> None:
+    if signal.getsignal(signum) is _note_arrival:
+        try:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        except ValueError:  # not in the main thread: ours was never installed by this thread anyway
+            pass
 
 
 def remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
+    """
+    The loop stops acting on the signals; Python's default reactions come back once the loop has stopped.
+
+    While the loop still runs (the operator's last steps, the closing of its async generators), a signal
+    must not raise ``KeyboardInterrupt`` into the loop's machinery: uvloop loses it there, and the process
+    then waits for the sync handlers' threads although asked twice to exit. So the signals are only noted
+    at their arrival (see :func:`repeated_signal_lost`): till the operator's end if it is embedded into
+    a loop that runs on; till the loop's stop if the ``kopf run`` command owns the loop (it restores them).
+    """
+    running = loop.is_running()
     for signum in SIGNALS:
         try:
             loop.remove_signal_handler(signum)
         except (NotImplementedError, RuntimeError, ValueError):
             pass
-        # The standard loop restores the default handler; others (e.g. uvloop) leave ours, which only counts
-        # the signals: then, a repeated Ctrl+C after the operator's exit would not interrupt the process.
-        if signal.getsignal(signum) is _note_arrival:
-            default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        # The standard loop restores the default handler itself; others (e.g. uvloop) leave ours.
+        default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        current = signal.getsignal(signum)
+        if running and current in (_note_arrival, default):
             try:
-                signal.signal(signum, default)
+                signal.signal(signum, _note_arrival)
             except ValueError:  # not in the main thread: ours was never installed by this thread anyway
                 pass
+        elif not running:
+            _restore_default(signum)
+    # Restored at the operator's end (operator_is_over), or by the ``kopf run`` command after its loop's stop.
 
 
 def _on_signal(signalling: _Signalling, signum: signal.Signals) -> None:
