@@ -67,6 +67,8 @@ CASES = {
                   ('-n', 'NAMESPACE', '--standalone', '--lease=NAMESPACE/lead')),
     'sharding': Case('sharding', ('handlers-namespaced',),
                      ('-n', 'NAMESPACE', '--standalone', '--shards=NAMESPACE/split')),
+    'admission-managed': Case('admission-managed', ('handlers-namespaced',),
+                              ('-n', 'NAMESPACE', '--standalone')),
 }
 
 
@@ -82,6 +84,8 @@ def namespace(admin: Cluster) -> Iterator[str]:
     yield name
     admin.delete(f'/api/v1/namespaces/{name}')
     admin.delete(f'/apis/kopf.dev/v1/clusterkopfpeerings/{name}')
+    for kind in ('validatingwebhookconfigurations', 'mutatingwebhookconfigurations'):
+        admin.delete(f'/apis/admissionregistration.k8s.io/v1/{kind}/{name}.auto.kopf.dev')
 
 
 @pytest.fixture()
@@ -121,8 +125,18 @@ def grant(admin: Cluster, namespace: str, user: str, verbs: list[Verb]) -> None:
                 'roleRef': {'kind': 'ClusterRole', 'name': user, 'apiGroup': 'rbac.authorization.k8s.io'}})
 
 
-def make_registry() -> OperatorRegistry:
+def make_registry(case: Case, namespace: str) -> OperatorRegistry:
     registry = OperatorRegistry()
+
+    if case.feature == 'admission-managed':
+        @kopf.on.startup(registry=registry)
+        def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+            settings.admission.server = kopf.WebhookServer(host='127.0.0.1', addr='127.0.0.1', port=0)
+            settings.admission.managed = f'{namespace}.auto.kopf.dev'
+
+        @kopf.on.validate('kopfexamples', registry=registry)
+        def check(**_: Any) -> None:
+            pass
 
     @kopf.on.create('kopfexamples', registry=registry)
     def created(body: kopf.Body, **_: Any) -> str:
@@ -158,7 +172,7 @@ def run_operator(case: Case, verbs: list[Verb], admin: Cluster, namespace: str, 
     if case.feature == 'peering-cluster':
         admin.create('/apis/kopf.dev/v1/clusterkopfpeerings', {**peering, 'kind': 'ClusterKopfPeering'})
     args = ['run', '--verbose', *[arg.replace('NAMESPACE', namespace) for arg in case.args]]
-    with KopfRunner(args, registry=make_registry(), reraise=False, timeout=WAIT) as runner:
+    with KopfRunner(args, registry=make_registry(case, namespace), reraise=False, timeout=WAIT) as runner:
         admin.create(f'/apis/{KEX}/namespaces/{namespace}/kopfexamples',
                      {'apiVersion': KEX, 'kind': 'KopfExample', 'metadata': {'name': 'kex1'}})
         eventually(until, within=WAIT)
@@ -189,6 +203,10 @@ def test_the_rules_are_enough(name: str, admin: Cluster, namespace: str, crds: N
             held = [lease for lease in admin.items(leases, labelSelector='kopf.dev/sharding=split')
                     if lease['spec'].get('holderIdentity')]
             assert len(held) >= 32 + 1, held
+        if case.feature == 'admission-managed':  # the webhooks of the handlers, for the API server to call
+            configs = '/apis/admissionregistration.k8s.io/v1/{}/' + f'{namespace}.auto.kopf.dev'
+            assert admin.get(configs.format('validatingwebhookconfigurations'))['webhooks']
+            assert admin.get(configs.format('mutatingwebhookconfigurations')) is not None  # no webhooks
 
     run = run_operator(case, verbs, admin, namespace, k8s_control_plane, tmp_path, monkeypatch, until=worked)
     assert run.runner.exit_code == 0
@@ -213,6 +231,13 @@ PEERINGS = '{url}/apis/kopf.dev/v1/namespaces/{ns}/kopfpeerings'
 MANDATORY = ("Multidimensional multitasker has failed: The mandatory peering '{ns}' cannot be used: "
              'HTTP 403 Forbidden for GET ' + PEERINGS + '{path}: kopfpeerings.kopf.dev{name} is forbidden: '
              '{denial}; grant the operator "get, list, watch, patch" on kopfpeerings.kopf.dev in its RBAC.')
+ADMISSION_CREATE = ('Admission webhook manager has failed: HTTP 403 Forbidden for POST '
+                    '{url}/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations: '
+                    '{kind}webhookconfigurations.admissionregistration.k8s.io is forbidden: {cluster-denial}')
+ADMISSION_PATCH = ('Admission webhook manager has failed: HTTP 403 Forbidden for PATCH '
+                   '{url}/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/{ns}.auto.kopf.dev'
+                   ': {kind}webhookconfigurations.admissionregistration.k8s.io "{ns}.auto.kopf.dev" '
+                   'is forbidden: {cluster-denial}')
 CLUSTER_PEERINGS = '{url}/apis/kopf.dev/v1/clusterkopfpeerings'
 LEASES = '{url}/apis/coordination.k8s.io/v1/namespaces/{ns}/leases'
 
@@ -284,6 +309,14 @@ EXPECTED: dict[tuple[str, str], str] = {
     ('sharding', 'namespace:update:leases.coordination.k8s.io'):  # at the renewal or at the exit
         'Failed to release the lease {ns}/split-shard-{*}: HTTP 403 Forbidden for PUT ' + LEASES +
         '/split-shard-{*}: leases.coordination.k8s.io "split-shard-{*}" is forbidden: {denial}',
+    ('admission-managed', 'cluster:create:validatingwebhookconfigurations.admissionregistration.k8s.io'):
+        ADMISSION_CREATE.replace('{kind}', 'validating'),
+    ('admission-managed', 'cluster:patch:validatingwebhookconfigurations.admissionregistration.k8s.io'):
+        ADMISSION_PATCH.replace('{kind}', 'validating'),
+    ('admission-managed', 'cluster:create:mutatingwebhookconfigurations.admissionregistration.k8s.io'):
+        ADMISSION_CREATE.replace('{kind}', 'mutating'),
+    ('admission-managed', 'cluster:patch:mutatingwebhookconfigurations.admissionregistration.k8s.io'):
+        ADMISSION_PATCH.replace('{kind}', 'mutating'),
     ('sharding', 'namespace:delete:leases.coordination.k8s.io'):
         'Failed to delete the member lease {ns}/split-member-{*}: HTTP 403 Forbidden for DELETE ' + LEASES +
         '/split-member-{*}: leases.coordination.k8s.io "split-member-{*}" is forbidden: {denial}',
