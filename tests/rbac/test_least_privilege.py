@@ -7,7 +7,10 @@ plane (``add_user``) gets the feature's rules (with those of the features it bui
 (``KopfRunner`` with the user's kubeconfig), which must do its job: the rules are enough. Then, for every
 verb of the feature's rules, another user gets all the rules but that one verb: the operator must say,
 in one line without a traceback, which verb of which resource (and group) in which namespace
-(or cluster-wide) it lacks. It neither stalls silently nor crashes.
+(or cluster-wide) it lacks: exactly the line of ``EXPECTED``. It neither stalls silently nor crashes;
+if it gives up (e.g. on its lease), its last line is the ``Error:`` with the denial.
+
+One control plane for the session; a user, a namespace and an operator per test (about a second each).
 """
 import logging
 import pathlib
