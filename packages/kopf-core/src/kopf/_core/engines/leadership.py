@@ -199,16 +199,20 @@ class LeaseLock:
                                    namespace=self.namespace, name=self.name, body=body, backoffs=backoffs,
                                    logger=logger)
 
-    async def release_in_time(self) -> bool:
-        """Release the lease in :data:`RELEASE_TIMEOUT` (or give up: it expires then); whether released."""
+    async def release_in_time(self, *, failures: list[str] | None = None) -> bool:
+        """
+        Release the lease in :data:`RELEASE_TIMEOUT` (or give up: it expires then); whether released.
+
+        The failure is logged, or (with ``failures``) added there, for the caller to say them all in one line.
+        """
         try:
-            return await asyncio.wait_for(self.release(), timeout=RELEASE_TIMEOUT)
+            return await asyncio.wait_for(self.release(failures=failures), timeout=RELEASE_TIMEOUT)
         except TimeoutError:
-            logger.warning(f'Failed to release the lease {self} in {RELEASE_TIMEOUT}s; '
-                           f'the followers take it over when it expires.')
+            _fail(failures, f'Failed to release the lease {self} in {RELEASE_TIMEOUT}s; '
+                            f'the followers take it over when it expires.')
             return False
 
-    async def release(self) -> bool:
+    async def release(self, *, failures: list[str] | None = None) -> bool:
         """Give the lease away (no holder), so that another one takes it over at once; whether released."""
         for attempt in range(RELEASE_ATTEMPTS):
             try:
@@ -224,9 +228,9 @@ class LeaseLock:
             except errors.APIConflictError as e:
                 if attempt + 1 < RELEASE_ATTEMPTS:
                     continue  # e.g. renewed by us meanwhile: read the new record
-                logger.warning(f'Failed to release the lease {self}: {errors.describe_error(e)}')
+                _fail(failures, f'Failed to release the lease {self}: {errors.describe_error(e)}')
             except (errors.APIError, *TRANSIENT_ERRORS) as e:
-                logger.warning(f'Failed to release the lease {self}: {errors.describe_error(e)}')
+                _fail(failures, f'Failed to release the lease {self}: {errors.describe_error(e)}')
             else:
                 return True
             break
@@ -343,3 +347,10 @@ class LeaseElection:
         self._renewed_at = None
         self.blocker.block()
         logger.warning(f'Stopped leading the lease {self}: {reason}.')
+
+
+def _fail(failures: list[str] | None, message: str) -> None:
+    if failures is None:
+        logger.warning(message)
+    else:
+        failures.append(message)

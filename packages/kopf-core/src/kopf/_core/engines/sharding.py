@@ -293,7 +293,10 @@ class Sharding:
             await asyncio.wait(self._tasks)
         shards = list(self.held)
         locks = [self.held.pop(shard).lock for shard in shards]
-        await asyncio.gather(*(lock.release_in_time() for lock in locks), self._delete_member())
+        failures: list[str] = []
+        releases = [lock.release_in_time(failures=failures) for lock in locks]
+        await asyncio.gather(*releases, self._delete_member())
+        _report_release_failures(failures, len(locks))
         if shards:
             logger.info(f'Released the shards {_format_shards(shards)} of the sharding {self}: exiting.')
 
@@ -504,7 +507,9 @@ class Sharding:
         await self._forget(shards)
         locks = [self.held.pop(shard).lock for shard in sorted(shards) if shard in self.held]
         self.giving_up -= shards
-        released = await asyncio.gather(*(lock.release_in_time() for lock in locks))
+        failures: list[str] = []
+        released = await asyncio.gather(*(lock.release_in_time(failures=failures) for lock in locks))
+        _report_release_failures(failures, len(locks))
         logger.debug(f'Released {sum(released)} of {len(locks)} leases of the shards given up: '
                      f'{_format_shards(shards)}.')
 
@@ -549,3 +554,12 @@ def check_settings(settings: OperatorSettings) -> None:
     if sharding.renew_deadline >= sharding.lease_duration:
         raise ValueError(f'settings.sharding.renew_deadline ({sharding.renew_deadline}) must be less than '
                          f'settings.sharding.lease_duration ({sharding.lease_duration}).')
+
+
+def _report_release_failures(failures: list[str], total: int) -> None:
+    """One line for the shards' leases not released (e.g. all of them for a missing RBAC permission)."""
+    if len(failures) == 1:
+        logger.warning(failures[0])
+    elif failures:
+        logger.warning(f'{failures[0]} (and {len(failures) - 1} more of {total} leases of the shards; '
+                       f'the other replicas take them over when they expire)')

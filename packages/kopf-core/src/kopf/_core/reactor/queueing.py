@@ -638,13 +638,19 @@ class ObjectStreams:
         # said by the error itself, after a warning per failed attempt naming the request: the client's
         # insides add nothing but a traceback per object being handled at the moment.
         with_traceback = not isinstance(exc, (LoginError, NetworkError))
+        what = 'Processing has failed' if delay is None else f'Throttling for {delay} seconds'
+        if isinstance(exc, APIForbiddenError):
+            # Not a bug to trace: the operator's user lacks a permission (e.g. to patch the objects or their
+            # status), which the API's message names (the verb, the resource, the namespace): one line.
+            object_logger.error(f'{what}: the API has denied the access: {exc}; grant the RBAC permissions '
+                                f"to the operator's user or service account "
+                                f'(see https://docs.kopf.dev/en/stable/deployment/).')
+        elif delay is None:
+            object_logger.error(f'{what} with an unexpected error: {exc!r}', exc_info=with_traceback)
+        else:
+            object_logger.error(f'{what} due to an unexpected error: {exc!r}', exc_info=with_traceback)
         if delay is None:
-            object_logger.error(f'Processing has failed with an unexpected error: {exc!r}',
-                                exc_info=with_traceback)
             return
-
-        object_logger.error(f'Throttling for {delay} seconds due to an unexpected error: {exc!r}',
-                            exc_info=with_traceback)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(delay):
                 await self._closing.wait()
