@@ -1,6 +1,7 @@
 """
-The event loops: `kopf run` uses uvloop whenever it is installed (as Kopf does); the tests' own loops (of
-pytest-asyncio, of KopfRunner) are uvloop's in tox's ``uvloop`` env (``KOPF_TEST_LOOP=uvloop``), asyncio's otherwise.
+The event loops: `kopf run` uses uvloop whenever it is installed (as Kopf does); the tests' own loops
+(of pytest-asyncio, of KopfRunner) are uvloop's in tox's ``uvloop`` env (``KOPF_TEST_LOOP=uvloop``),
+asyncio's otherwise.
 """
 import asyncio
 import importlib.util
