@@ -264,16 +264,21 @@ async def test_slow_timer_functions_are_not_limited_by_the_calls_in_hands(
     running: set[str] = set()
     max_running = [0]
 
+    release = asyncio.Event()
+
     @kopf.timer('kopfexamples', registry=registry, interval=60)
     async def slow(name: str, **_: Any) -> None:
         running.add(name)
         max_running[0] = max(max_running[0], len(running))
-        await asyncio.sleep(1.0)  # long enough to leave the framework's hands for others
+        await release.wait()  # until all have started: they leave the framework's hands for others meanwhile
         running.discard(name)
 
     await asyncio.gather(*(cluster.create(f'kex{i}') for i in range(count)))
     async with operator(registry, settings):
-        await eventually(lambda: max_running[0] == count, within=10)
+        try:
+            await eventually(lambda: max_running[0] == count, within=10)
+        finally:
+            release.set()
 
 
 async def test_calls_of_one_timer_never_overlap(
