@@ -90,6 +90,13 @@ class WebhookServer(WebhookContextManager):
     ``context``: a ready SSL context instead of all the above.
     ``verify_mode``/``verify_cafile``/``verify_capath``/``verify_cadata``: for the client certificates
     (the handlers see them as ``sslpeer``).
+
+    Beyond Kopf's options (keyword-only, as all of them): ``client_ca`` (a PEM file's path, or PEM
+    bytes) requires every client to present a certificate signed by one of these CAs: the handshakes
+    without one or with another one fail before any request is read (for kube-apiserver, that needs
+    a kubeconfig for its webhook client: see the README). ``max_body_size`` (bytes; 413 above it),
+    ``handshake_timeout``, ``request_timeout`` and ``idle_timeout`` (seconds; see :mod:`kopf._webhooks.http`)
+    limit what one client can take. TLS is 1.2 or newer, also in a given ``context``.
     """
 
     DEFAULT_HOST: ClassVar[str | None] = None
@@ -113,6 +120,11 @@ class WebhookServer(WebhookContextManager):
     verify_cafile: str | os.PathLike[str] | None
     verify_capath: str | os.PathLike[str] | None
     verify_cadata: str | bytes | None
+    client_ca: str | os.PathLike[str] | bytes | None
+    max_body_size: int
+    handshake_timeout: float
+    request_timeout: float
+    idle_timeout: float
 
     def __init__(
             self,
@@ -134,6 +146,11 @@ class WebhookServer(WebhookContextManager):
             verify_cafile: str | os.PathLike[str] | None = None,
             verify_capath: str | os.PathLike[str] | None = None,
             verify_cadata: str | bytes | None = None,
+            client_ca: str | os.PathLike[str] | bytes | None = None,
+            max_body_size: int = MAX_REVIEW_SIZE,
+            handshake_timeout: float = http.HANDSHAKE_TIMEOUT,
+            request_timeout: float = http.REQUEST_TIMEOUT,
+            idle_timeout: float = http.IDLE_TIMEOUT,
     ) -> None:
         super().__init__()
         if (certfile is None) != (pkeyfile is None):
@@ -144,6 +161,21 @@ class WebhookServer(WebhookContextManager):
                              'certfile=/pkeyfile=/context= cannot be used with it.')
         if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
             raise ValueError(f'port= must be an integer in 0..65535 (0 for any free port), got {port!r}.')
+        if client_ca is not None and insecure:
+            raise ValueError('client_ca= verifies the clients\' certificates over TLS: '
+                             'it cannot be used with insecure=True (plain HTTP); drop one of them.')
+        if client_ca is not None and verify_mode not in (None, ssl.CERT_REQUIRED):
+            raise ValueError(f'client_ca= requires the client certificates: verify_mode={verify_mode!r} '
+                             f'contradicts it; drop verify_mode= (or use verify_cafile= for optional ones).')
+        if isinstance(client_ca, str) and '-----BEGIN' in client_ca:
+            raise ValueError('client_ca= as a string is a file path; give the PEM data as bytes: '
+                             'client_ca=pem.encode().')
+        if not isinstance(max_body_size, int) or max_body_size <= 0:
+            raise ValueError(f'max_body_size= must be a positive number of bytes, got {max_body_size!r}.')
+        for name, value in [('handshake_timeout', handshake_timeout), ('request_timeout', request_timeout),
+                            ('idle_timeout', idle_timeout)]:
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f'{name}= must be a positive number of seconds, got {value!r}.')
         if isinstance(extra_sans, str):
             raise TypeError(f'extra_sans= must be a collection of host names/addresses, '
                             f'not a string: {extra_sans!r}.')
@@ -164,6 +196,11 @@ class WebhookServer(WebhookContextManager):
         self.verify_cafile = verify_cafile
         self.verify_capath = verify_capath
         self.verify_cadata = verify_cadata
+        self.client_ca = client_ca
+        self.max_body_size = max_body_size
+        self.handshake_timeout = handshake_timeout
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, '
@@ -192,7 +229,9 @@ class WebhookServer(WebhookContextManager):
 
         handler = _RequestHandler(fn, root=root)
         listener = await http.start_server(
-            handler.handle, host=addr, port=port, ssl_context=context, max_body_size=MAX_REVIEW_SIZE)
+            handler.handle, host=addr, port=port, ssl_context=context, max_body_size=self.max_body_size,
+            handshake_timeout=self.handshake_timeout, request_timeout=self.request_timeout,
+            idle_timeout=self.idle_timeout)
         port = listener.port
         try:
             scheme = 'http' if context is None else 'https'
@@ -217,6 +256,7 @@ class WebhookServer(WebhookContextManager):
             if context is None:
                 context, selfsigned = self._build_context(hostnames=hostnames)
                 cadata = cadata if cadata is not None else selfsigned
+            _require_modern_tls(context)
             self._load_verification(context)
         if self.cadump is not None and cadata is not None:
             pathlib.Path(self.cadump).write_bytes(cadata)
@@ -256,10 +296,39 @@ class WebhookServer(WebhookContextManager):
             cadata = self.cadata.decode() if isinstance(self.cadata, bytes) else self.cadata
             context.load_verify_locations(cafile=self.cafile, cadata=cadata)
             verifying = True
-        if self.verify_mode is not None:
+        if self.client_ca is not None:
+            self._load_client_ca(context, self.client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        elif self.verify_mode is not None:
             context.verify_mode = self.verify_mode
         elif verifying:
             context.verify_mode = ssl.CERT_OPTIONAL  # the client certificates are welcome but not required
+
+    @staticmethod
+    def _load_client_ca(context: ssl.SSLContext, client_ca: str | os.PathLike[str] | bytes) -> None:
+        """The CAs of the required client certificates: from a file, or from PEM data."""
+        try:
+            if isinstance(client_ca, bytes):
+                context.load_verify_locations(cadata=client_ca.decode('ascii'))
+            else:
+                context.load_verify_locations(cafile=client_ca)
+        except (OSError, ValueError) as e:  # incl. ssl.SSLError & UnicodeDecodeError
+            source = 'the PEM data' if isinstance(client_ca, bytes) else f'the file {str(client_ca)!r}'
+            raise ValueError(f'client_ca= has no loadable CA certificates in {source} ({e}); give a PEM '
+                             f'file\'s path or PEM bytes with the CA that signs the clients.') from e
+
+
+def _require_modern_tls(context: ssl.SSLContext) -> None:
+    """TLS 1.2 or newer only: also in the users' contexts, which might allow the older versions."""
+    if context.maximum_version not in (ssl.TLSVersion.MAXIMUM_SUPPORTED, ssl.TLSVersion.TLSv1_2,
+                                       ssl.TLSVersion.TLSv1_3):
+        raise ValueError(f'The webhook server\'s SSL context allows only {context.maximum_version!r}: '
+                         f'TLS 1.2 or newer is required; set context.maximum_version to TLSv1_2 or above.')
+    if context.minimum_version not in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        if context.minimum_version != ssl.TLSVersion.MINIMUM_SUPPORTED:
+            logger.debug(f'Raising the SSL context\'s minimum_version from {context.minimum_version!r} '
+                         f'to TLS 1.2.')
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
 
 
 class _RequestHandler:
