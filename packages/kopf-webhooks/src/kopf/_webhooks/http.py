@@ -23,8 +23,9 @@ connections: no timer handles per connection or per request on the path of every
 
 What is worth an operator's attention is a warning, but at most one per minute of each kind (the rest
 are debug lines, counted in the next warning), so that a noisy or hostile client cannot flood the logs:
-a body above the limit (a review that the API server will never get answered), and a TLS client
-refused for its certificate (the API server without the client certificate that the server requires).
+a body above the limit (a review that the API server will never get answered), a TLS client refused
+for its certificate or for none (the API server without the client certificate that the server requires),
+and a plain-HTTP request to the HTTPS server (an ``http://`` URL somewhere).
 """
 import asyncio
 import contextlib
@@ -360,13 +361,19 @@ class _SocketTransport(asyncio.Transport):
         except (OSError, ssl.SSLError) as e:
             reason = getattr(e, 'reason', None)
             if isinstance(e, ssl.SSLCertVerificationError):
-                self._warnings.warn('client-cert', f'Refused a TLS client {_peer(sock)}: its certificate '
-                                    f'is not trusted ({e.verify_message}). If it is the API server, give it '
-                                    f'a client certificate signed by the CA of client_ca=.')
+                self._warnings.warn('client-cert', (
+                    f'Refused a TLS client {_peer(sock)}: its certificate is not trusted '
+                    f'({e.verify_message}). If it is the API server, give it a client certificate '
+                    f'signed by the CA of verify_cafile=/verify_cadata=.'))
             elif reason in _NO_CLIENT_CERTIFICATE:
-                self._warnings.warn('client-cert', f'Refused a TLS client {_peer(sock)}: it has presented '
-                                    f'no certificate. If it is the API server, give it a client certificate '
-                                    f'via its admission kubeconfig (see the README).')
+                self._warnings.warn('no-client-cert', (
+                    f'Refused a TLS client {_peer(sock)}: it has presented no certificate, but '
+                    f'verify_mode=CERT_REQUIRED. If it is the API server, give it a client certificate '
+                    f'(see the README of kopf-webhooks).'))
+            elif reason == 'HTTP_REQUEST':
+                self._warnings.warn('plain-http', (
+                    f'Refused a plain-HTTP request from {_peer(sock)}: the webhook server serves only HTTPS; '
+                    f'use https:// URLs.'))
             else:
                 logger.debug(f'A TLS handshake has failed: {e}')
             self._close(e, notify=False)

@@ -89,12 +89,14 @@ class WebhookServer(WebhookContextManager):
     trust chain; ``cadump``: a file to save the clients' CA bundle to (e.g. for ``curl --cacert``).
     ``context``: a ready SSL context instead of all the above.
     ``verify_mode``/``verify_cafile``/``verify_capath``/``verify_cadata``: for the client certificates
-    (the handlers see them as ``sslpeer``).
-
-    Beyond Kopf's options (keyword-only, as all of them): ``client_ca`` (a PEM file's path, or PEM
-    bytes) requires every client to present a certificate signed by one of these CAs: the handshakes
+    (the handlers see them as ``sslpeer``). Only these CAs are trusted for the client certificates
+    (or ``cafile``/``cadata`` if none of them is given), never the system's public ones.
+    ``verify_mode=ssl.CERT_REQUIRED`` makes a client certificate signed by them a must: the handshakes
     without one or with another one fail before any request is read (for kube-apiserver, that needs
-    a kubeconfig for its webhook client: see the README). ``max_body_size`` (bytes; 413 above it),
+    a kubeconfig for its webhook client: see the README of kopf-webhooks). Without ``verify_mode``,
+    the client certificates are verified if presented, but not required.
+
+    Beyond Kopf's options (keyword-only, as all of them): ``max_body_size`` (bytes; 413 above it),
     ``handshake_timeout``, ``request_timeout`` and ``idle_timeout`` (seconds; see :mod:`kopf._webhooks.http`)
     limit what one client can take. TLS is 1.2 or newer, also in a given ``context``.
     """
@@ -120,7 +122,6 @@ class WebhookServer(WebhookContextManager):
     verify_cafile: str | os.PathLike[str] | None
     verify_capath: str | os.PathLike[str] | None
     verify_cadata: str | bytes | None
-    client_ca: str | os.PathLike[str] | bytes | None
     max_body_size: int
     handshake_timeout: float
     request_timeout: float
@@ -146,7 +147,6 @@ class WebhookServer(WebhookContextManager):
             verify_cafile: str | os.PathLike[str] | None = None,
             verify_capath: str | os.PathLike[str] | None = None,
             verify_cadata: str | bytes | None = None,
-            client_ca: str | os.PathLike[str] | bytes | None = None,
             max_body_size: int = MAX_REVIEW_SIZE,
             handshake_timeout: float = http.HANDSHAKE_TIMEOUT,
             request_timeout: float = http.REQUEST_TIMEOUT,
@@ -161,15 +161,18 @@ class WebhookServer(WebhookContextManager):
                              'certfile=/pkeyfile=/context= cannot be used with it.')
         if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
             raise ValueError(f'port= must be an integer in 0..65535 (0 for any free port), got {port!r}.')
-        if client_ca is not None and insecure:
-            raise ValueError('client_ca= verifies the clients\' certificates over TLS: '
-                             'it cannot be used with insecure=True (plain HTTP); drop one of them.')
-        if client_ca is not None and verify_mode not in (None, ssl.CERT_REQUIRED):
-            raise ValueError(f'client_ca= requires the client certificates: verify_mode={verify_mode!r} '
-                             f'contradicts it; drop verify_mode= (or use verify_cafile= for optional ones).')
-        if isinstance(client_ca, str) and '-----BEGIN' in client_ca:
-            raise ValueError('client_ca= as a string is a file path; give the PEM data as bytes: '
-                             'client_ca=pem.encode().')
+        verifying = [name for name, value in [
+            ('verify_mode', verify_mode), ('verify_cafile', verify_cafile),
+            ('verify_capath', verify_capath), ('verify_cadata', verify_cadata),
+        ] if value is not None]
+        if insecure and verifying:
+            raise ValueError(f'insecure=True serves plain HTTP, where no client certificates are verified: '
+                             f'drop {"=/".join(verifying)}= or insecure=True.')
+        no_cas = all(ca is None for ca in [verify_cafile, verify_capath, verify_cadata, cafile, cadata])
+        if verify_mode in (ssl.CERT_REQUIRED, ssl.CERT_OPTIONAL) and context is None and no_cas:
+            raise ValueError(f'verify_mode={verify_mode!r} verifies the client certificates, but no CA '
+                             f'is given to verify them with: add verify_cafile=, verify_capath= or '
+                             f'verify_cadata=.')
         if not isinstance(max_body_size, int) or max_body_size <= 0:
             raise ValueError(f'max_body_size= must be a positive number of bytes, got {max_body_size!r}.')
         for name, value in [('handshake_timeout', handshake_timeout), ('request_timeout', request_timeout),
@@ -196,7 +199,6 @@ class WebhookServer(WebhookContextManager):
         self.verify_cafile = verify_cafile
         self.verify_capath = verify_capath
         self.verify_cadata = verify_cadata
-        self.client_ca = client_ca
         self.max_body_size = max_body_size
         self.handshake_timeout = handshake_timeout
         self.request_timeout = request_timeout
@@ -237,6 +239,10 @@ class WebhookServer(WebhookContextManager):
             scheme = 'http' if context is None else 'https'
             url = f'{scheme}://{_url_host(url_host)}:{port}{root if root != "/" else ""}'
             logger.debug(f'Listening for webhooks at {url}')
+            if context is None and not _is_loopback(addr):
+                logger.warning(f'The webhook server serves plain HTTP (insecure=True) on {addr}: '
+                               f'anyone who can reach it can send reviews; listen on localhost (addr=) '
+                               f'unless this is meant.')
             config = WebhookClientConfig(url=url)
             if cadata is not None:
                 config['caBundle'] = base64.b64encode(cadata).decode('ascii')
@@ -264,7 +270,7 @@ class WebhookServer(WebhookContextManager):
 
     def _build_context(self, *, hostnames: Collection[str]) -> tuple[ssl.SSLContext, bytes | None]:
         """The server's SSL context: with the given certificate, or a new self-signed one (also returned)."""
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # without the system's CAs (CERT_NONE)
         if self.certfile is not None and self.pkeyfile is not None:
             context.load_cert_chain(self.certfile, self.pkeyfile, password=self.password)
             return context, None
@@ -284,38 +290,32 @@ class WebhookServer(WebhookContextManager):
 
         ``verify_cafile``/``verify_capath``/``verify_cadata`` are for that. Without them, the clients'
         CA bundle (``cafile``/``cadata``) is used, as in the docs' example of the authentication
-        (a self-signed client certificate as the CA). The clients without certificates are served too.
+        (a self-signed client certificate as the CA). The clients without certificates are served too,
+        unless ``verify_mode`` is ``ssl.CERT_REQUIRED``.
         """
         sources = (self.verify_cafile, self.verify_capath, self.verify_cadata)
         verifying = any(source is not None for source in sources)
         if verifying:
-            cadata = self.verify_cadata
-            cadata = cadata.decode() if isinstance(cadata, bytes) else cadata
-            context.load_verify_locations(cafile=self.verify_cafile, capath=self.verify_capath, cadata=cadata)
+            _load_cas(context, 'verify_cafile=/verify_capath=/verify_cadata=',
+                      cafile=self.verify_cafile, capath=self.verify_capath, cadata=self.verify_cadata)
         elif self.cafile is not None or self.cadata is not None:
-            cadata = self.cadata.decode() if isinstance(self.cadata, bytes) else self.cadata
-            context.load_verify_locations(cafile=self.cafile, cadata=cadata)
+            _load_cas(context, 'cafile=/cadata=', cafile=self.cafile, cadata=self.cadata)
             verifying = True
-        if self.client_ca is not None:
-            self._load_client_ca(context, self.client_ca)
-            context.verify_mode = ssl.CERT_REQUIRED
-        elif self.verify_mode is not None:
+        if self.verify_mode is not None:
             context.verify_mode = self.verify_mode
         elif verifying:
             context.verify_mode = ssl.CERT_OPTIONAL  # the client certificates are welcome but not required
 
-    @staticmethod
-    def _load_client_ca(context: ssl.SSLContext, client_ca: str | os.PathLike[str] | bytes) -> None:
-        """The CAs of the required client certificates: from a file, or from PEM data."""
-        try:
-            if isinstance(client_ca, bytes):
-                context.load_verify_locations(cadata=client_ca.decode('ascii'))
-            else:
-                context.load_verify_locations(cafile=client_ca)
-        except (OSError, ValueError) as e:  # incl. ssl.SSLError & UnicodeDecodeError
-            source = 'the PEM data' if isinstance(client_ca, bytes) else f'the file {str(client_ca)!r}'
-            raise ValueError(f'client_ca= has no loadable CA certificates in {source} ({e}); give a PEM '
-                             f'file\'s path or PEM bytes with the CA that signs the clients.') from e
+
+def _load_cas(context: ssl.SSLContext, names: str, *, cafile: str | os.PathLike[str] | None = None,
+              capath: str | os.PathLike[str] | None = None, cadata: str | bytes | None = None) -> None:
+    """The CAs of the client certificates, with a clear error if they are not there or not PEM."""
+    try:
+        context.load_verify_locations(cafile=cafile, capath=capath,
+                                      cadata=cadata.decode('ascii') if isinstance(cadata, bytes) else cadata)
+    except (OSError, ValueError) as e:  # incl. ssl.SSLError & UnicodeDecodeError
+        raise ValueError(f'The CA certificates of {names} cannot be loaded ({e}): give PEM files or data '
+                         f'with the CA that signs the client certificates.') from e
 
 
 def _require_modern_tls(context: ssl.SSLContext) -> None:
@@ -362,6 +362,15 @@ class _RequestHandler:
 
 def _text(status: int, message: str, *, extra: str = '') -> http.HTTPResponse:
     return status, 'text/plain; charset=utf-8', f'{message}\n'.encode(), extra
+
+
+def _is_loopback(addr: str) -> bool:
+    if addr == 'localhost':
+        return True
+    try:
+        return ipaddress.ip_address(addr.strip('[]')).is_loopback
+    except ValueError:
+        return False
 
 
 def _url_host(host: str) -> str:
