@@ -20,6 +20,12 @@ A TLS handshake must finish in time, a request must arrive in full in time since
 (else 408 and the close), and an idle keep-alive connection is closed quietly after a while. The
 deadlines are checked by one sweeper per server, waking up about once a second while there are
 connections: no timer handles per connection or per request on the path of every review.
+
+What is worth an operator's attention is a warning, but at most one per minute of each kind (the rest
+are debug lines, counted in the next warning), so that a noisy or hostile client cannot flood the logs:
+a body above the limit (a review that the API server will never get answered), a TLS client refused
+for its certificate or for none (the API server without the client certificate that the server requires),
+and a plain-HTTP request to the HTTPS server (an ``http://`` URL somewhere).
 """
 import asyncio
 import contextlib
@@ -56,6 +62,9 @@ REQUEST_TIMEOUT = 30.0
 # a margin above the 90 s and still frees the sockets of the clients that never close them.
 IDLE_TIMEOUT = 120.0
 
+# How often a kind of warning can be logged as a warning (the others are debug lines meanwhile).
+WARNING_INTERVAL = 60.0
+
 # How often the sweeper checks the deadlines (or more often if the timeouts are shorter, e.g. in tests).
 SWEEP_INTERVAL = 1.0
 
@@ -72,6 +81,36 @@ _new_fields: Callable[[], CIMultiDict[str]] = CIMultiDict
 
 # status, content type, body, extra headers (already formatted lines, each ending with CRLF).
 HTTPResponse = tuple[int, str, bytes, str]
+
+
+class _Warnings:
+    """The warnings of one server, at most one per kind per interval; the others are debug lines."""
+
+    def __init__(self, interval: float = WARNING_INTERVAL) -> None:
+        super().__init__()
+        self._loop = asyncio.get_running_loop()
+        self._interval = interval
+        self._last: dict[str, float] = {}
+        self._muted: dict[str, int] = {}
+
+    def warn(self, kind: str, message: str) -> None:
+        now = self._loop.time()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._interval:
+            self._muted[kind] = self._muted.get(kind, 0) + 1
+            logger.debug(message)
+            return
+        muted = self._muted.pop(kind, 0)
+        self._last[kind] = now
+        logger.warning(message + (f' ({muted} more like this since the last warning.)' if muted else ''))
+
+
+def _peer(sock: socket.socket) -> str:
+    try:
+        address = sock.getpeername()
+    except OSError:
+        return 'a client'
+    return f'{address[0]}:{address[1]}' if isinstance(address, tuple) else 'a local client'
 
 
 class Request:
@@ -110,9 +149,10 @@ class _HTTPProtocol(asyncio.Protocol):
     """
 
     def __init__(self, handler: Handler, max_body_size: int, *,
-                 request_timeout: float, idle_timeout: float) -> None:
+                 request_timeout: float, idle_timeout: float, warnings: _Warnings) -> None:
         super().__init__()
         self._loop = asyncio.get_running_loop()
+        self._warnings = warnings
         self._handler = handler
         self._max_body_size = max_body_size
         self._parser = http1.RequestParser(fields=_new_fields, max_body_size=max_body_size,
@@ -157,6 +197,10 @@ class _HTTPProtocol(asyncio.Protocol):
         try:
             parsed = self._parser.take(self._buffer)
         except http1.MalformedMessage as e:
+            if e.status == 413:
+                sock = transport.get_extra_info('socket')
+                hint = 'If the reviews are this big, raise WebhookServer(max_body_size=...).'
+                self._warnings.warn('413', f'Refused a webhook request from {_peer(sock)}: {e} {hint}')
             self._refuse(e.status, str(e))
             return
         if parsed is None:
@@ -219,6 +263,10 @@ class _HTTPProtocol(asyncio.Protocol):
         self._buffer.clear()
 
 
+# The reasons of OpenSSL's handshake failures when a client certificate is required but not given.
+_NO_CLIENT_CERTIFICATE = frozenset({'PEER_DID_NOT_RETURN_A_CERTIFICATE', 'NO_CERTIFICATE_RETURNED'})
+
+
 class _SocketTransport(asyncio.Transport):
     """
     A connection's transport over a non-blocking socket (plain or TLS), driven by the loop's readiness.
@@ -229,9 +277,10 @@ class _SocketTransport(asyncio.Transport):
     """
 
     def __init__(self, sock: socket.socket, protocol: _HTTPProtocol, *,
-                 handshaking: bool, handshake_timeout: float) -> None:
+                 handshaking: bool, handshake_timeout: float, warnings: _Warnings) -> None:
         super().__init__()
         self._loop = asyncio.get_running_loop()
+        self._warnings = warnings
         self._sock = sock
         self._fd = sock.fileno()
         self._protocol = protocol
@@ -310,7 +359,23 @@ class _SocketTransport(asyncio.Transport):
             self._loop.add_writer(self._fd, self._on_writable)
             return
         except (OSError, ssl.SSLError) as e:
-            logger.debug(f'A TLS handshake has failed: {e}')
+            reason = getattr(e, 'reason', None)
+            if isinstance(e, ssl.SSLCertVerificationError):
+                self._warnings.warn('client-cert', (
+                    f'Refused a TLS client {_peer(sock)}: its certificate is not trusted '
+                    f'({e.verify_message}). If it is the API server, give it a client certificate '
+                    f'signed by the CA of verify_cafile=/verify_cadata=.'))
+            elif reason in _NO_CLIENT_CERTIFICATE:
+                self._warnings.warn('no-client-cert', (
+                    f'Refused a TLS client {_peer(sock)}: it has presented no certificate, but '
+                    f'verify_mode=CERT_REQUIRED. If it is the API server, give it a client certificate '
+                    f'(see the README of kopf-webhooks).'))
+            elif reason == 'HTTP_REQUEST':
+                self._warnings.warn('plain-http', (
+                    f'Refused a plain-HTTP request from {_peer(sock)}: the webhook server serves only HTTPS; '
+                    f'use https:// URLs.'))
+            else:
+                logger.debug(f'A TLS handshake has failed: {e}')
             self._close(e, notify=False)
             return
         self._handshaking = False
@@ -381,9 +446,10 @@ class Listener:
 
     def __init__(self, sockets: list[socket.socket], factory: Callable[[], _HTTPProtocol],
                  ssl_context: ssl.SSLContext | None, *,
-                 handshake_timeout: float, sweep_interval: float) -> None:
+                 handshake_timeout: float, sweep_interval: float, warnings: _Warnings) -> None:
         super().__init__()
         self._loop = asyncio.get_running_loop()
+        self._warnings = warnings
         self.sockets = sockets
         self._factory = factory
         self._ssl_context = ssl_context
@@ -414,7 +480,7 @@ class Listener:
             if self._ssl_context is not None:
                 sock = self._ssl_context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
             transport = _SocketTransport(sock, self._factory(), handshaking=self._ssl_context is not None,
-                                         handshake_timeout=self._handshake_timeout)
+                                         handshake_timeout=self._handshake_timeout, warnings=self._warnings)
             self.transports.add(transport)
             if self._sweeper is None:
                 self._sweeper = self._loop.call_later(self._sweep_interval, self._sweep)
@@ -506,14 +572,16 @@ async def start_server(
             raise ValueError(f'The webhook server\'s {name} must be a positive number of seconds, '
                              f'not {value!r}.')
 
+    warnings = _Warnings()
+
     def factory() -> _HTTPProtocol:
-        return _HTTPProtocol(handler, max_body_size,
-                             request_timeout=request_timeout, idle_timeout=idle_timeout)
+        return _HTTPProtocol(handler, max_body_size, request_timeout=request_timeout,
+                             idle_timeout=idle_timeout, warnings=warnings)
 
     # The deadlines are checked with a precision of the interval: a fraction of the shortest timeout.
     sweep_interval = min(SWEEP_INTERVAL, min(timeouts.values()) / 4)
     return Listener(_bind(host, port), factory, ssl_context,
-                    handshake_timeout=handshake_timeout, sweep_interval=sweep_interval)
+                    handshake_timeout=handshake_timeout, sweep_interval=sweep_interval, warnings=warnings)
 
 
 async def stop_server(listener: Listener) -> None:

@@ -89,7 +89,16 @@ class WebhookServer(WebhookContextManager):
     trust chain; ``cadump``: a file to save the clients' CA bundle to (e.g. for ``curl --cacert``).
     ``context``: a ready SSL context instead of all the above.
     ``verify_mode``/``verify_cafile``/``verify_capath``/``verify_cadata``: for the client certificates
-    (the handlers see them as ``sslpeer``).
+    (the handlers see them as ``sslpeer``). Only these CAs are trusted for the client certificates
+    (or ``cafile``/``cadata`` if none of them is given), never the system's public ones.
+    ``verify_mode=ssl.CERT_REQUIRED`` makes a client certificate signed by them a must: the handshakes
+    without one or with another one fail before any request is read (for kube-apiserver, that needs
+    a kubeconfig for its webhook client: see the README of kopf-webhooks). Without ``verify_mode``,
+    the client certificates are verified if presented, but not required.
+
+    Beyond Kopf's options (keyword-only, as all of them): ``max_body_size`` (bytes; 413 above it),
+    ``handshake_timeout``, ``request_timeout`` and ``idle_timeout`` (seconds; see :mod:`kopf._webhooks.http`)
+    limit what one client can take. TLS is 1.2 or newer, also in a given ``context``.
     """
 
     DEFAULT_HOST: ClassVar[str | None] = None
@@ -113,6 +122,10 @@ class WebhookServer(WebhookContextManager):
     verify_cafile: str | os.PathLike[str] | None
     verify_capath: str | os.PathLike[str] | None
     verify_cadata: str | bytes | None
+    max_body_size: int
+    handshake_timeout: float
+    request_timeout: float
+    idle_timeout: float
 
     def __init__(
             self,
@@ -134,6 +147,10 @@ class WebhookServer(WebhookContextManager):
             verify_cafile: str | os.PathLike[str] | None = None,
             verify_capath: str | os.PathLike[str] | None = None,
             verify_cadata: str | bytes | None = None,
+            max_body_size: int = MAX_REVIEW_SIZE,
+            handshake_timeout: float = http.HANDSHAKE_TIMEOUT,
+            request_timeout: float = http.REQUEST_TIMEOUT,
+            idle_timeout: float = http.IDLE_TIMEOUT,
     ) -> None:
         super().__init__()
         if (certfile is None) != (pkeyfile is None):
@@ -144,6 +161,24 @@ class WebhookServer(WebhookContextManager):
                              'certfile=/pkeyfile=/context= cannot be used with it.')
         if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
             raise ValueError(f'port= must be an integer in 0..65535 (0 for any free port), got {port!r}.')
+        verifying = [name for name, value in [
+            ('verify_mode', verify_mode), ('verify_cafile', verify_cafile),
+            ('verify_capath', verify_capath), ('verify_cadata', verify_cadata),
+        ] if value is not None]
+        if insecure and verifying:
+            raise ValueError(f'insecure=True serves plain HTTP, where no client certificates are verified: '
+                             f'drop {"=/".join(verifying)}= or insecure=True.')
+        no_cas = all(ca is None for ca in [verify_cafile, verify_capath, verify_cadata, cafile, cadata])
+        if verify_mode in (ssl.CERT_REQUIRED, ssl.CERT_OPTIONAL) and context is None and no_cas:
+            raise ValueError(f'verify_mode={verify_mode!r} verifies the client certificates, but no CA '
+                             f'is given to verify them with: add verify_cafile=, verify_capath= or '
+                             f'verify_cadata=.')
+        if not isinstance(max_body_size, int) or max_body_size <= 0:
+            raise ValueError(f'max_body_size= must be a positive number of bytes, got {max_body_size!r}.')
+        for name, value in [('handshake_timeout', handshake_timeout), ('request_timeout', request_timeout),
+                            ('idle_timeout', idle_timeout)]:
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f'{name}= must be a positive number of seconds, got {value!r}.')
         if isinstance(extra_sans, str):
             raise TypeError(f'extra_sans= must be a collection of host names/addresses, '
                             f'not a string: {extra_sans!r}.')
@@ -164,6 +199,10 @@ class WebhookServer(WebhookContextManager):
         self.verify_cafile = verify_cafile
         self.verify_capath = verify_capath
         self.verify_cadata = verify_cadata
+        self.max_body_size = max_body_size
+        self.handshake_timeout = handshake_timeout
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
 
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, '
@@ -192,12 +231,18 @@ class WebhookServer(WebhookContextManager):
 
         handler = _RequestHandler(fn, root=root)
         listener = await http.start_server(
-            handler.handle, host=addr, port=port, ssl_context=context, max_body_size=MAX_REVIEW_SIZE)
+            handler.handle, host=addr, port=port, ssl_context=context, max_body_size=self.max_body_size,
+            handshake_timeout=self.handshake_timeout, request_timeout=self.request_timeout,
+            idle_timeout=self.idle_timeout)
         port = listener.port
         try:
             scheme = 'http' if context is None else 'https'
             url = f'{scheme}://{_url_host(url_host)}:{port}{root if root != "/" else ""}'
             logger.debug(f'Listening for webhooks at {url}')
+            if context is None and not _is_loopback(addr):
+                logger.warning(f'The webhook server serves plain HTTP (insecure=True) on {addr}: '
+                               f'anyone who can reach it can send reviews; listen on localhost (addr=) '
+                               f'unless this is meant.')
             config = WebhookClientConfig(url=url)
             if cadata is not None:
                 config['caBundle'] = base64.b64encode(cadata).decode('ascii')
@@ -217,6 +262,7 @@ class WebhookServer(WebhookContextManager):
             if context is None:
                 context, selfsigned = self._build_context(hostnames=hostnames)
                 cadata = cadata if cadata is not None else selfsigned
+            _require_modern_tls(context)
             self._load_verification(context)
         if self.cadump is not None and cadata is not None:
             pathlib.Path(self.cadump).write_bytes(cadata)
@@ -224,7 +270,7 @@ class WebhookServer(WebhookContextManager):
 
     def _build_context(self, *, hostnames: Collection[str]) -> tuple[ssl.SSLContext, bytes | None]:
         """The server's SSL context: with the given certificate, or a new self-signed one (also returned)."""
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # without the system's CAs (CERT_NONE)
         if self.certfile is not None and self.pkeyfile is not None:
             context.load_cert_chain(self.certfile, self.pkeyfile, password=self.password)
             return context, None
@@ -244,22 +290,45 @@ class WebhookServer(WebhookContextManager):
 
         ``verify_cafile``/``verify_capath``/``verify_cadata`` are for that. Without them, the clients'
         CA bundle (``cafile``/``cadata``) is used, as in the docs' example of the authentication
-        (a self-signed client certificate as the CA). The clients without certificates are served too.
+        (a self-signed client certificate as the CA). The clients without certificates are served too,
+        unless ``verify_mode`` is ``ssl.CERT_REQUIRED``.
         """
         sources = (self.verify_cafile, self.verify_capath, self.verify_cadata)
         verifying = any(source is not None for source in sources)
         if verifying:
-            cadata = self.verify_cadata
-            cadata = cadata.decode() if isinstance(cadata, bytes) else cadata
-            context.load_verify_locations(cafile=self.verify_cafile, capath=self.verify_capath, cadata=cadata)
+            _load_cas(context, 'verify_cafile=/verify_capath=/verify_cadata=',
+                      cafile=self.verify_cafile, capath=self.verify_capath, cadata=self.verify_cadata)
         elif self.cafile is not None or self.cadata is not None:
-            cadata = self.cadata.decode() if isinstance(self.cadata, bytes) else self.cadata
-            context.load_verify_locations(cafile=self.cafile, cadata=cadata)
+            _load_cas(context, 'cafile=/cadata=', cafile=self.cafile, cadata=self.cadata)
             verifying = True
         if self.verify_mode is not None:
             context.verify_mode = self.verify_mode
         elif verifying:
             context.verify_mode = ssl.CERT_OPTIONAL  # the client certificates are welcome but not required
+
+
+def _load_cas(context: ssl.SSLContext, names: str, *, cafile: str | os.PathLike[str] | None = None,
+              capath: str | os.PathLike[str] | None = None, cadata: str | bytes | None = None) -> None:
+    """The CAs of the client certificates, with a clear error if they are not there or not PEM."""
+    try:
+        context.load_verify_locations(cafile=cafile, capath=capath,
+                                      cadata=cadata.decode('ascii') if isinstance(cadata, bytes) else cadata)
+    except (OSError, ValueError) as e:  # incl. ssl.SSLError & UnicodeDecodeError
+        raise ValueError(f'The CA certificates of {names} cannot be loaded ({e}): give PEM files or data '
+                         f'with the CA that signs the client certificates.') from e
+
+
+def _require_modern_tls(context: ssl.SSLContext) -> None:
+    """TLS 1.2 or newer only: also in the users' contexts, which might allow the older versions."""
+    if context.maximum_version not in (ssl.TLSVersion.MAXIMUM_SUPPORTED, ssl.TLSVersion.TLSv1_2,
+                                       ssl.TLSVersion.TLSv1_3):
+        raise ValueError(f'The webhook server\'s SSL context allows only {context.maximum_version!r}: '
+                         f'TLS 1.2 or newer is required; set context.maximum_version to TLSv1_2 or above.')
+    if context.minimum_version not in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):
+        if context.minimum_version != ssl.TLSVersion.MINIMUM_SUPPORTED:
+            logger.debug(f'Raising the SSL context\'s minimum_version from {context.minimum_version!r} '
+                         f'to TLS 1.2.')
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
 
 
 class _RequestHandler:
@@ -293,6 +362,15 @@ class _RequestHandler:
 
 def _text(status: int, message: str, *, extra: str = '') -> http.HTTPResponse:
     return status, 'text/plain; charset=utf-8', f'{message}\n'.encode(), extra
+
+
+def _is_loopback(addr: str) -> bool:
+    if addr == 'localhost':
+        return True
+    try:
+        return ipaddress.ip_address(addr.strip('[]')).is_loopback
+    except ValueError:
+        return False
 
 
 def _url_host(host: str) -> str:
