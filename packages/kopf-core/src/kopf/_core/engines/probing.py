@@ -180,7 +180,7 @@ class HealthReporter:
             logger.info(f'Serving the liveness endpoint at {self.url}')
 
     def add_status(self, key: str, source: Callable[[], Any]) -> None:
-        """Report the framework's state (the source's JSON-serialisable value) under the key in every report."""
+        """Add the framework's state (the source's JSON-serialisable value) under the key to every report."""
         self._statuses[key] = source
 
     def add_route(self, path: str, handler: Handler) -> None:
