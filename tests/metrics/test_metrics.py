@@ -425,7 +425,7 @@ SHARDED_OPERATOR = '''
 '''
 
 
-def liveness(url: str) -> dict[str, object]:
+def liveness(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=WAIT) as response:
         assert response.status == 200
         return json.loads(response.read())  # type: ignore[no-any-return]
