@@ -2,8 +2,11 @@
 The framework's Prometheus metrics: served by ``kopf run --metrics URL`` and scraped during a real
 operator run against the emulator; their counts, histograms and text format; their bad input.
 """
+import json
+import os
 import pathlib
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -11,6 +14,7 @@ import textwrap
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import hypothesis
 import hypothesis.strategies as st
@@ -401,3 +405,92 @@ def test_instruments_expose_as_prometheus_clients_own(observations: list[tuple[s
         return sorted(line for line in lines if '_created' not in line)
 
     assert text(ours) == text(theirs)
+
+
+SHARDED_OPERATOR = '''
+    import kopf
+
+    @kopf.on.startup()
+    def configure(settings, **_):
+        settings.sharding.count = 4
+        settings.sharding.lease_duration = 2
+        settings.sharding.renew_deadline = 1.2
+        settings.sharding.retry_period = 0.2
+        settings.sharding.handover_timeout = 2
+        settings.posting.enabled = False
+
+    @kopf.on.create('kopfexamples')
+    def create_fn(**_):
+        pass
+'''
+
+
+def liveness(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=WAIT) as response:
+        assert response.status == 200
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def test_shards_are_measured_and_reported_by_the_liveness_of_each_replica(
+        cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    # Two real replicas: this process's one (the metrics are per process) and a `kopf run` subprocess.
+    path = tmp_path / 'sharded_operator.py'
+    path.write_text(textwrap.dedent(SHARDED_OPERATOR))
+    ports = [free_port(), free_port()]
+    metrics = [f'http://127.0.0.1:{port}/metrics' for port in ports]
+    probes = [f'http://127.0.0.1:{port}/healthz' for port in ports]
+    name = {'name': 'default/metered'}
+
+    def args(index: int) -> list[str]:
+        return ['run', '-n', 'default', '--shards', 'default/metered', f'--metrics={metrics[index]}',
+                f'--liveness={probes[index]}', str(path)]
+
+    with KopfRunner(args(0), registry=kopf.OperatorRegistry(), timeout=WAIT) as runner:
+        def alone() -> None:
+            samples = scrape(metrics[0])
+            assert value(samples, 'kopf_shards_held', **name) == 4
+            assert value(samples, 'kopf_shard_members', **name) == 1
+            assert value(samples, 'kopf_shard_handovers_total', **name, direction='taken') == 4
+            report = liveness(probes[0])['kopf.sharding']
+            assert isinstance(report, dict) and report.pop('identity')
+            assert report == {'name': 'default/metered', 'count': 4, 'shards': [0, 1, 2, 3],
+                              'giving_up': [], 'members': 1, 'share': 4}
+
+        eventually(alone, within=WAIT)
+
+        env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig_path))
+        with open(tmp_path / 'other.log', 'w') as output:
+            other = subprocess.Popen([sys.executable, '-m', 'kopf', *args(1)], env=env,
+                                     stdout=output, stderr=subprocess.STDOUT)
+        try:
+            def split() -> tuple[Samples, Samples, list[Any]]:
+                try:
+                    ours, theirs = scrape(metrics[0]), scrape(metrics[1])
+                    reports = [liveness(url)['kopf.sharding'] for url in probes]
+                except urllib.error.URLError as e:  # the subprocess is not serving (or not ready) yet
+                    raise AssertionError(str(e)) from None
+                assert [value(samples, 'kopf_shards_held', **name) for samples in [ours, theirs]] == [2, 2]
+                assert [value(samples, 'kopf_shard_members', **name) for samples in [ours, theirs]] == [2, 2]
+                assert [report['members'] for report in reports] == [2, 2]
+                assert sorted(reports[0]['shards'] + reports[1]['shards']) == [0, 1, 2, 3]
+                return ours, theirs, reports
+
+            ours, theirs, reports = eventually(split, within=WAIT * 2)
+            assert value(ours, 'kopf_shard_handovers_total', **name, direction='given') == 2
+            assert value(theirs, 'kopf_shard_handovers_total', **name, direction='taken') == 2
+            assert reports[0]['identity'] != reports[1]['identity']
+            other.send_signal(signal.SIGTERM)  # a graceful exit: its shards are released, ours take them
+            assert other.wait(WAIT * 2) == 0, (tmp_path / 'other.log').read_text()
+
+            def back() -> None:
+                samples = scrape(metrics[0])
+                assert value(samples, 'kopf_shards_held', **name) == 4
+                assert value(samples, 'kopf_shard_members', **name) == 1
+                assert value(samples, 'kopf_shard_handovers_total', **name, direction='taken') == 6
+
+            eventually(back, within=WAIT)
+        finally:
+            if other.poll() is None:
+                other.kill()
+                other.wait(WAIT)
+    assert runner.exit_code == 0, runner.output

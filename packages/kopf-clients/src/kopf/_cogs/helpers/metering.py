@@ -228,6 +228,12 @@ class Meters:
             'kopf_timer_lateness_seconds', 'How late the timers\' calls start after they are due.',
             ['resource'], buckets=_BUCKETS, registry=registry)
 
+        # The sharding (--shards): the shards taken, given up, and lost (to others or by failed renewals).
+        self.shard_handovers = Counter(
+            'kopf_shard_handovers', 'Shards changing hands in this replica, by the sharding\'s name and '
+            'direction (taken, given: released to others, lost: taken by others or not renewed in time).',
+            ['name', 'direction'], registry=registry)
+
         # The gauges of the current state, read when scraped (nothing to do per event).
         self._gauges = _GaugeCollector(self._gauge_sources)
         registry.register(self._gauges)
@@ -290,6 +296,8 @@ class _GaugeCollector:
         'kopf_daemons_running': 'Daemons running now, by resource.',
         'kopf_timers': 'The objects\' timers by resource: scheduled (waiting for their deadline) or running.',
         'kopf_leader_election_master_status': '1 if this replica holds the Lease, 0 if it waits for it.',
+        'kopf_shards_held': 'The shards whose objects this replica handles now (--shards), by sharding.',
+        'kopf_shard_members': 'The live replicas of the sharding as of the latest round (this one included).',
         'kopf_handling_paused': '1 if the handling is paused (by peering, a freeze, a Lease of another).',
     }
 

@@ -14,6 +14,9 @@ for the actual one) and answers ``GET`` (and ``HEAD``) on the URL's path only; o
 * If any probe fails (see :func:`kopf._core.engines.activities.run_probes` for what it means),
   the answer is ``500`` with ``{"error": "...", "failures": {"id": "Error: message"}, "results": {...}}``.
   The failure itself is logged by the probe's logger (``kopf.activities.probe``) with its traceback.
+* The framework's own state is added under the keys of :meth:`HealthReporter.add_status` (both in
+  the successes and the failures): e.g. ``kopf.sharding`` with the shards held by this replica
+  (``kopf run --shards``). The keys have a dot, so they do not clash with the probes' ids (function names).
 
 The report (a success or a failure) is cached for :data:`PROBES_CACHE_PERIOD` seconds since it
 was made, so that frequent or mass requests do not overload the operator with probing;
@@ -145,6 +148,7 @@ class HealthReporter:
         self._report: LivenessReport | None = None
         self._reported_at = 0.0
         self._probing: asyncio.Task[LivenessReport] | None = None
+        self._statuses: dict[str, Callable[[], Any]] = {}
 
     @property
     def ready(self) -> bool:
@@ -174,6 +178,10 @@ class HealthReporter:
         self.url = f'http://{netloc}{self.endpoint.path}'
         if self.what == 'liveness endpoint':
             logger.info(f'Serving the liveness endpoint at {self.url}')
+
+    def add_status(self, key: str, source: Callable[[], Any]) -> None:
+        """Add the framework's state (the source's JSON-serialisable value) under the key to every report."""
+        self._statuses[key] = source
 
     def add_route(self, path: str, handler: Handler) -> None:
         """Serve another path on the same server (e.g. the metrics on the liveness endpoint's port)."""
@@ -226,15 +234,19 @@ class HealthReporter:
                              for handler_id, outcome in e.outcomes.items() if outcome.exception is None}
                 names = ', '.join(repr(handler_id) for handler_id in failures)
                 report = LivenessReport(500, _dumps({'error': f'Some probes have failed: {names}.',
-                                                     'failures': failures, 'results': succeeded}))
+                                                     'failures': failures, 'results': succeeded,
+                                                     **self._status()}))
             else:
-                report = LivenessReport(200, _dumps(results))
+                report = LivenessReport(200, _dumps({**results, **self._status()}))
         except Exception as e:  # e.g. unserialisable results: not a reason to crash the server.
             logger.exception(f'The liveness probing has failed: {e}')
             report = LivenessReport(500, _dumps({'error': f'The liveness probing has failed: {e}'}))
         self._report = report
         self._reported_at = self._now()
         return report
+
+    def _status(self) -> dict[str, Any]:
+        return {key: source() for key, source in self._statuses.items()}
 
     def _now(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()

@@ -34,19 +34,22 @@ leader of the Lease election (:mod:`.leadership`). The rules:
   When shards are lost, the objects' memories are forgotten (their daemons & timers stopped).
 
 All the sharding's leases are labelled ``kopf.dev/sharding=NAME``: one listing per round sees them all,
-and ``kubectl get leases -l kopf.dev/sharding=NAME`` shows who holds what.
+and ``kubectl get leases -l kopf.dev/sharding=NAME`` shows who holds what. A replica reports its part
+in its metrics (``kopf_shards_held``, ``kopf_shard_members``, ``kopf_shard_handovers_total``) and in its
+liveness endpoint's JSON (under ``kopf.sharding``: see :meth:`Sharding.status`).
 """
 import asyncio
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from types import EllipsisType
 from typing import Any, Protocol
 
 from kopf._clients import coordination, deleting, errors
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits import aiotasks
+from kopf._cogs.helpers import metering
 from kopf._core.engines.gating import GateBlocker
 from kopf._core.engines.leadership import LEASE_RESOURCE, TRANSIENT_ERRORS, LeaseLock
 from kopf._core.intents.configuration import OperatorSettings, ShardingSettings
@@ -275,17 +278,36 @@ class Sharding:
     async def run(self) -> None:
         """Take, keep, and give up the shards until cancelled; then release them and leave."""
         loop = asyncio.get_running_loop()
+        meters = metering.meters  # the shards held & the members seen as gauges, read when scraped
+        unmeter = meters.add_gauges(self._gauges) if meters is not None else None
         try:
             while True:
                 started = loop.time()
                 await self._round()
                 await asyncio.sleep(max(0.0, started + self._sharding.retry_period - loop.time()))
         finally:
+            if unmeter is not None:
+                unmeter()
             # Cancelled after the watchers & the daemons are stopped: nothing is handled anymore.
             for task in self._tasks:
                 task.cancel()
             self.filter.owned = frozenset()
             await aiotasks.finish_uninterrupted(self._leave())
+
+    def _gauges(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        yield 'kopf_shards_held', {'name': str(self)}, len(self.filter.owned)
+        yield 'kopf_shard_members', {'name': str(self)}, len(self.members)
+
+    def _count_handovers(self, direction: str, shards: Collection[int]) -> None:
+        meters = metering.meters
+        if meters is not None and shards:
+            meters.child(meters.shard_handovers, str(self), direction).inc(len(shards))
+
+    def status(self) -> dict[str, Any]:
+        """This replica's part now, as the liveness endpoint reports it (JSON-serialisable)."""
+        return {'name': str(self), 'identity': self.identity, 'count': self.count,
+                'shards': sorted(self.filter.owned), 'giving_up': sorted(self.giving_up),
+                'members': len(self.members), 'share': self.share}
 
     async def _leave(self) -> None:
         """Release the shards (others take them at once) and delete the member lease (others rebalance)."""
@@ -458,6 +480,7 @@ class Sharding:
         taken = {shard for shard, result in zip(candidates, results, strict=True) if result}
         if taken:
             self.filter.owned = self.filter.owned | taken
+            self._count_handovers('taken', taken)
             logger.info(f'Took the shards {_format_shards(taken)} of the sharding {self}: '
                         f'handling {len(self.filter.owned)} of {self.count} shards now.')
             if self._started:
@@ -485,6 +508,7 @@ class Sharding:
         shards = set(shards)
         self.giving_up |= shards
         self.filter.owned = self.filter.owned - shards
+        self._count_handovers('given', shards)
         logger.info(f'Giving up the shards {_format_shards(shards)} of the sharding {self} '
                     f'(the fair share is {self.share} of {self.count} for {len(self.members)} replicas): '
                     f'handling {len(self.filter.owned)} of {self.count} shards now.')
@@ -498,6 +522,7 @@ class Sharding:
         handled = shards - self.giving_up
         self.giving_up -= shards
         self.filter.owned = self.filter.owned - shards
+        self._count_handovers('lost', handled)
         if handled:
             logger.warning(f'Lost the shards {_format_shards(handled)} of the sharding {self}: {reason}; '
                            f'handling {len(self.filter.owned)} of {self.count} shards now.')

@@ -33,7 +33,7 @@ import functools
 import importlib.metadata
 import logging
 import warnings
-from collections.abc import Collection, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping
 from typing import Any
 
 from kopf._clients.errors import describe_error
@@ -393,6 +393,9 @@ async def _run_operator(
             clusterwide=clusterwide, namespaces=namespaces, command=command, event_queue=event_queue,
             identity=identity if identity is not None else peering.detect_own_id(manual=False),
         )
+        if reporter is not None:
+            for key, source in core_tasks.statuses.items():
+                reporter.add_status(key, source)
 
         # Ready means: the startup is over, and the objects are being watched (or the command can run).
         ready = asyncio.create_task(
@@ -477,6 +480,7 @@ class CoreTasks:
     observers: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     others: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
     reported: set[asyncio.Task[None]] = dataclasses.field(default_factory=set, init=False)  # failures
+    statuses: dict[str, Callable[[], Any]] = dataclasses.field(default_factory=dict)  # for the liveness
 
     def __iter__(self) -> Iterator[asyncio.Task[None]]:
         yield self.authenticator
@@ -580,6 +584,7 @@ def _spawn_core_tasks(
                                    blocker=gate.blocker(f'sharding {settings.sharding.name!r}'))  # checked
         sharded = shards.filter
         tasks.coordinators.append(asyncio.create_task(coordination.run_sharding(shards), name='sharding'))
+        tasks.statuses['kopf.sharding'] = shards.status
     elif settings.election.lease_name:
         blocker = gate.blocker(f'lease {settings.election.lease_name!r}')
         tasks.coordinators.append(asyncio.create_task(coordination.lease_election(
