@@ -332,29 +332,42 @@ def _sync_handlers_awaited() -> Iterator[None]:
 
     Only in the main thread (where the signals arrive): the in-process runners do not exit the process.
     """
-    from kopf._core.actions import invocation
     from kopf._core.reactor import supervision
     supervision.reset_exit_requests()
-    token = supervision.defaults_restored_by_loop_owner.set(True)  # by _close_loop(), once the loop stops
+    # Till the end of this block, a signal after the operator's loop is only noted, never raised (a
+    # KeyboardInterrupt at a random place of the exit can be lost, e.g. in uvloop's C callbacks): checked.
+    token = supervision.defaults_restored_by_loop_owner.set(True)
     interrupted = False
     try:
-        yield
-    except KeyboardInterrupt:
-        interrupted = True  # the caller exits at once: no waiting for the threads
-        raise
+        try:
+            yield
+        except KeyboardInterrupt:
+            interrupted = True  # the caller exits at once: no waiting for the threads
+            raise
+        finally:
+            if not interrupted and threading.current_thread() is threading.main_thread():
+                _await_sync_handlers()
     finally:
         supervision.defaults_restored_by_loop_owner.reset(token)
-        supervision.restore_default_signal_handlers()  # also if the loop was not ours (then it may still run)
-        if not interrupted and threading.current_thread() is threading.main_thread():
-            if supervision.forced_exit_requested():
-                _exit_at_once(said=True)
-            if supervision.repeated_signal_lost():  # too late for the operator's loop, as if a moment later
-                _exit_at_once()
-            calls = invocation.running_sync_calls()
-            if calls:
-                supervision.announce_sync_calls(calls, once=True)
-                while invocation.running_sync_calls():  # a Ctrl+C interrupts the sleep: see the caller
-                    time.sleep(0.1)
+        supervision.restore_default_signal_handlers()
+    if threading.current_thread() is threading.main_thread() and supervision.signal_after_operator():
+        _exit_at_once()  # right before Python's defaults were back: as if it came a moment later
+
+
+def _await_sync_handlers() -> None:
+    """Wait for the sync handlers' threads, but exit at once when a signal comes (checked on every step)."""
+    from kopf._core.actions import invocation
+    from kopf._core.reactor import supervision
+    while True:
+        if supervision.forced_exit_requested():  # by a repeated signal while the loop was still running
+            _exit_at_once(said=True)
+        if supervision.signal_after_operator():  # too late for the operator's loop: as if a moment later
+            _exit_at_once()
+        calls = invocation.running_sync_calls()
+        if not calls:
+            break
+        supervision.announce_sync_calls(calls, once=True)
+        time.sleep(0.1)  # the signals are only noted meanwhile (they do not interrupt it): checked above
 
 
 def _exit_at_once(*, said: bool = False) -> NoReturn:

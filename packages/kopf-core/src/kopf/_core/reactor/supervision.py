@@ -39,6 +39,7 @@ __all__ = [
     'repeated_signal_lost',
     'reset_exit_requests',
     'restore_default_signal_handlers',
+    'signal_after_operator',
     'stop_flag_checker',
 ]
 
@@ -55,7 +56,8 @@ _taken_signals = 0
 
 
 # Set by the owner of the operator's loop (the ``kopf run`` command), which restores Python's default
-# reactions to the signals itself once its loop has stopped; else, they are restored at the operator's end.
+# reactions to the signals itself at its own end, and till then polls signal_after_operator(); else, the
+# defaults are restored at the operator's end.
 defaults_restored_by_loop_owner: contextvars.ContextVar[bool] = contextvars.ContextVar(
     'defaults_restored_by_loop_owner', default=False)
 
@@ -82,6 +84,17 @@ def repeated_signal_lost() -> bool:
     would have been acted on a moment later: it exits at once.
     """
     return _arrived_signals >= 2 and _taken_signals < _arrived_signals
+
+
+def signal_after_operator() -> bool:
+    """
+    Whether a signal has arrived that the operator's loop has not taken (e.g. after the loop's end).
+
+    For the owner of the loop (see :data:`defaults_restored_by_loop_owner`), which polls it till its own end:
+    such a signal would have raised ``KeyboardInterrupt`` with Python's default handler, at a random place
+    of the exit where it can be lost (a finalizer, a loop's callback in C); the owner acts on it instead.
+    """
+    return _taken_signals < _arrived_signals
 
 
 def describe_sync_calls(calls: Iterable[invocation.RunningCall]) -> str:
@@ -197,8 +210,8 @@ def _note_arrival(signum: int, frame: object) -> None:
     global _arrived_signals
     _arrived_signals += 1
     # Left installed when no loop runs anymore (e.g. a loop stopped by its owner before the operator's end):
-    # then Python's default reaction, as if ours were never there.
-    if asyncio._get_running_loop() is None:
+    # then Python's default reaction, as if ours were never there; unless the owner checks the signals itself.
+    if asyncio._get_running_loop() is None and not defaults_restored_by_loop_owner.get():
         _restore_default(signum)
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
@@ -244,7 +257,7 @@ def remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
         # The standard loop restores the default handler itself; others (e.g. uvloop) leave ours.
         default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
         current = signal.getsignal(signum)
-        if running and current in (_note_arrival, default):
+        if (running or defaults_restored_by_loop_owner.get()) and current in (_note_arrival, default):
             try:
                 signal.signal(signum, _note_arrival)
             except ValueError:  # not in the main thread: ours was never installed by this thread anyway
