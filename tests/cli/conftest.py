@@ -58,6 +58,7 @@ def _isolated(restore_logging: None, restore_imports: None) -> None:
 # A log line of the "full" format: "[timestamp] logger [LEVEL] message".
 LOG_LINE = re.compile(r'^\[[^]]+\] (?P<logger>\S+)\s+\[(?P<level>\w+)\s*\] (?P<message>.*)$')
 PROCESS_TIMEOUT = 30.0
+LAST_LINES = 20  # of the output, shown when a process does not exit in time
 
 
 class KopfProcess:
@@ -108,7 +109,14 @@ class KopfProcess:
         return message
 
     def wait(self) -> int:
-        code = self.popen.wait(self.timeout)
+        """Wait for the exit; if it does not come in time, fail with the last lines printed (the why)."""
+        try:
+            code = self.popen.wait(self.timeout)
+        except subprocess.TimeoutExpired:
+            with self._changed:
+                last = self.lines[-LAST_LINES:]
+            pytest.fail(f'The process has not exited in {self.timeout} seconds; its last lines:\n'
+                        + '\n'.join(last), pytrace=False)
         self._reader.join(self.timeout)
         return code
 

@@ -106,6 +106,20 @@ def test_run_stops_on_signals(
         assert not any('Traceback' in line for line in process.lines)
 
 
+def test_a_process_not_exiting_in_time_fails_with_its_last_lines(
+        kopf_process: Any, started_processes: list[Process]) -> None:
+    # The helper of these tests: a hang shows what the process has said, not only a TimeoutExpired.
+    code = 'import sys, time; print("The last words.", file=sys.stderr, flush=True); time.sleep(60)'
+    process = kopf_process([sys.executable, '-c', code], dict(os.environ), timeout=TIMEOUT)
+    started_processes.append(process)
+    process.wait_for_line('The last words.')
+    process.timeout = 0.1
+    with pytest.raises(pytest.fail.Exception, match=r'has not exited in 0\.1 seconds; its last lines:\n'
+                                                    r'The last words\.$'):
+        process.wait()
+    process.timeout = TIMEOUT  # for the cleanup's wait after the kill
+
+
 def test_failing_source_exits_with_1_and_no_framework_traceback(
         write_source: Callable[..., pathlib.Path]) -> None:
     path = write_source('failing_subprocess_operator.py', 'raise ValueError("the operator is broken")\n')
