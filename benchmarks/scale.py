@@ -25,6 +25,7 @@ Usage (from the repository root):
 
     python benchmarks/scale.py --objects 1000,100000 --repeat 2 [--no-floor] [--profile DIR]
 
+``--chunk-size 500`` paginates our listing too (``settings.watching.chunk_size``).
 ``--profile DIR`` runs ours under cProfile (``DIR/ours-N.prof``; slower: for finding costs, not timing).
 """
 import argparse
@@ -137,7 +138,7 @@ def burst_done(emulator: KubernetesEmulator, burst: int) -> bool:
 
 
 def measure(name: str, python: str, count: int, *, burst: int, settle: float, timeout: float,
-            profile: pathlib.Path | None = None) -> dict[str, Any]:
+            profile: pathlib.Path | None = None, chunk_size: int | None = None) -> dict[str, Any]:
     hook = Hook()
     emulator = KubernetesEmulator(history_limit=max(10_000, burst * 20))
     emulator._handler = hook.wrap(emulator._handler)  # type: ignore[assignment]
@@ -152,7 +153,8 @@ def measure(name: str, python: str, count: int, *, burst: int, settle: float, ti
         else:
             command = [python, str(HERE / 'floor_client.py'), '--server', emulator.url, '--scenario', 'scale']
         with Operator(python, 'update_only', emulator.kubeconfig_path, command=command,
-                      env={'SCALE_METRICS_PORT': str(port)}) as operator:
+                      env={'SCALE_METRICS_PORT': str(port),
+                           **({'SCALE_CHUNK_SIZE': str(chunk_size)} if chunk_size else {})}) as operator:
             seen_at: float | None = None
             deadline = time.monotonic() + timeout
             while seen_at is None:
@@ -207,6 +209,8 @@ def main() -> None:
     parser.add_argument('--timeout', type=float, default=900.0)
     parser.add_argument('--ours-python', default=sys.executable)
     parser.add_argument('--floor-python', default=sys.executable)
+    parser.add_argument('--chunk-size', type=int, default=None,
+                        help="ours: settings.watching.chunk_size (the listing's limit per page; default: all at once)")
     parser.add_argument('--no-floor', action='store_true')
     parser.add_argument('--no-ours', action='store_true')
     parser.add_argument('--profile', type=pathlib.Path, default=None, metavar='DIR',
@@ -225,7 +229,7 @@ def main() -> None:
                 if profile:
                     profile.parent.mkdir(parents=True, exist_ok=True)
                 result = measure(name, pythons[name], count, burst=args.burst, settle=args.settle,
-                                 timeout=args.timeout, profile=profile)
+                                 timeout=args.timeout, profile=profile, chunk_size=args.chunk_size)
                 results.append(result)
                 print(f'[{repeat + 1}] {json.dumps(result)}', flush=True)
     print()
