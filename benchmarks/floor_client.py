@@ -452,7 +452,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument('--scenario', choices=['handling', 'scale'], default='handling',
                         help='handling (create/delete/timer, as above), or scale (an update handler only, '
                              'a paginated listing, SEEN printed: see the module docs)')
-    parser.add_argument('--page-size', type=int, default=500, help='with --scenario scale: the limit per page')
+    parser.add_argument('--page-size', type=int, default=500, help='--scenario scale: the limit per page')
     args = parser.parse_args()
     if not args.server and not args.kubeconfig:
         parser.error('Either --server or --kubeconfig is needed.')

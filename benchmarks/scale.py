@@ -149,7 +149,8 @@ def measure(name: str, python: str, count: int, *, burst: int, settle: float, ti
         port = free_port()
         if name == OURS_NAME:
             wrapper = [python, '-m', 'cProfile', '-o', str(profile)] if profile else [python]
-            command = [*wrapper, str(HERE / 'operators' / 'runner.py'), str(HERE / 'operators' / 'update_only.py')]
+            command = [*wrapper, str(HERE / 'operators' / 'runner.py'),
+                       str(HERE / 'operators' / 'update_only.py')]
         else:
             command = [python, str(HERE / 'floor_client.py'), '--server', emulator.url, '--scenario', 'scale']
         with Operator(python, 'update_only', emulator.kubeconfig_path, command=command,
@@ -196,21 +197,23 @@ def measure(name: str, python: str, count: int, *, burst: int, settle: float, ti
             'start_patches': start_patches, 'burst_patches': hook.patches - start_patches,
             'peak_seen_mb': peak_seen, 'idle_mb': idle_rss, 'peak_mb': peak_rss,
             'burst_seconds': burst_seconds, 'events_per_second': burst / burst_seconds,
-            'lists': sorted(set(re.sub(r'continue=[^&]*', 'continue=…', q) for q in hook.lists))[:4],
+            'lists': sorted({re.sub(r'continue=[^&]*', 'continue=…', q) for q in hook.lists})[:4],
             'populate_seconds': populate_seconds}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--objects', default='1000,100000', help='object counts, comma-separated')
     parser.add_argument('--repeat', type=int, default=1)
     parser.add_argument('--burst', type=int, default=1000, help='objects changed at once after all are seen')
-    parser.add_argument('--settle', type=float, default=8.0, help='seconds after all seen before the idle RSS')
+    parser.add_argument('--settle', type=float, default=8.0, help='seconds from all seen to the idle RSS')
     parser.add_argument('--timeout', type=float, default=900.0)
     parser.add_argument('--ours-python', default=sys.executable)
     parser.add_argument('--floor-python', default=sys.executable)
     parser.add_argument('--chunk-size', type=int, default=None,
-                        help="ours: settings.watching.chunk_size (the listing's limit per page; default: all at once)")
+                        help="ours: settings.watching.chunk_size (the listing's limit per page; "
+                             "default: all at once)")
     parser.add_argument('--no-floor', action='store_true')
     parser.add_argument('--no-ours', action='store_true')
     parser.add_argument('--profile', type=pathlib.Path, default=None, metavar='DIR',
@@ -233,7 +236,8 @@ def main() -> None:
                 results.append(result)
                 print(f'[{repeat + 1}] {json.dumps(result)}', flush=True)
     print()
-    print('| N | implementation | all seen, s | peak RSS, MB | idle RSS, MB | burst events/s | start PATCHes |')
+    print('| N | implementation | all seen, s | peak RSS, MB | idle RSS, MB | burst events/s '
+          '| start PATCHes |')
     print('|---|---|---|---|---|---|---|')
     medians: dict[tuple[str, int], dict[str, float]] = {}
     for count in counts:
@@ -256,7 +260,8 @@ def main() -> None:
         if OURS_NAME in names and FLOOR_NAME in names:
             for count in counts:
                 ours, floor = medians[(OURS_NAME, count)], medians[(FLOOR_NAME, count)]
-                print(f'N={count:,}: all seen ours/floor = {ours["seen_seconds"] / floor["seen_seconds"]:.2f}')
+                seen_ratio = ours['seen_seconds'] / floor['seen_seconds']
+                print(f'N={count:,}: all seen ours/floor = {seen_ratio:.2f}')
 
 
 if __name__ == '__main__':

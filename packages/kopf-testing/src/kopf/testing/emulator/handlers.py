@@ -20,7 +20,14 @@ from kopf.testing.emulator import errors, selectors, sharding, tables
 from kopf.testing.emulator.faults import FaultInjector, RequestCounter, RequestKey
 from kopf.testing.emulator.operations import Operations, Outcome, decode_json_body, decode_yaml_body
 from kopf.testing.emulator.resources import ResourceInfo, ResourceRegistry
-from kopf.testing.emulator.store import ObjectStore, Watcher, encode, event_line, with_api_version
+from kopf.testing.emulator.store import (
+    ObjectStore,
+    StoredObject,
+    Watcher,
+    encode,
+    event_line,
+    with_api_version,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -518,7 +525,7 @@ class ApiHandler:
                 raise errors.bad_request('continue key is not valid: the token is malformed') from None
 
         api_version = info.api_version
-        found = []
+        found: list[StoredObject] = []
         for stored in self.store.objects(info.storage_key, namespace, after=start):
             if limit and len(found) > limit:
                 break  # one more than a page: there is a next page (the rest is counted without a scan)

@@ -275,7 +275,7 @@ class ObjectStore:
                 continue
             by_name = state.objects.get(found_namespace, {})
             names = state.names_in(found_namespace)
-            start = bisect.bisect_right(names, after[1]) if after is not None and found_namespace == after[0] else 0
+            start = _start_of(names, found_namespace, after)
             for name in names[start:]:
                 stored = by_name.get(name)
                 if stored is not None:
@@ -292,7 +292,7 @@ class ObjectStore:
             if after is not None and found_namespace < after[0]:
                 continue
             names = state.names_in(found_namespace)
-            start = bisect.bisect_right(names, after[1]) if after is not None and found_namespace == after[0] else 0
+            start = _start_of(names, found_namespace, after)
             total += len(names) - start
         return total
 
@@ -395,6 +395,11 @@ def _owner_uids(body: dict[str, Any] | None) -> frozenset[str]:
         for reference in references
         if isinstance(reference, dict) and reference.get('uid')
     )
+
+
+def _start_of(names: list[str], namespace: str, after: tuple[str, str] | None) -> int:
+    """Where the sorted names of a namespace go past ``after`` (a namespace and a name)."""
+    return bisect.bisect_right(names, after[1]) if after is not None and namespace == after[0] else 0
 
 
 def parse_number(text: str) -> int | float:
