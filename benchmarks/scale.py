@@ -62,6 +62,12 @@ class Hook:
         self.first_bench_at: float | None = None
         self.lists: list[str] = []  # the query strings of the operator's GETs of the collection
 
+    def reset_burst(self) -> None:
+        self.first_bench_at = None
+
+    def burst_started_at(self) -> float | None:
+        return self.first_bench_at
+
     def wrap(self, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
         async def hooked(request: Any) -> Any:
             if request.headers.get(BENCH_HEADER):
@@ -175,9 +181,9 @@ def measure(name: str, python: str, count: int, *, burst: int, settle: float, ti
             time.sleep(settle)
             idle_rss = operator.rss_mb()
             start_patches = hook.patches
-            hook.first_bench_at = None
+            hook.reset_burst()
             asyncio.run(change(emulator.url, burst))
-            first_at = hook.first_bench_at
+            first_at = hook.burst_started_at()
             checked: float | None = None
             while True:
                 operator.check_alive(f'{name}: the burst')
