@@ -34,6 +34,14 @@ a timer: its first tick ``--initial-delay`` seconds after the object is seen (li
 into the status (``status.tick``: 1, 2, 3, ...). The ticks are due in a heap (one loop wake-up at a time),
 and at most ``--concurrency`` of them are in flight at once (a second fixed pool of workers).
 
+**The scale scenario** (``--scenario scale``, for ``scale.py``): as an operator with only an update handler
+over objects that were handled before. The listing is paginated (``--page-size``, 500: ``limit`` +
+``continue``), every object is parsed and looked at by a worker (its diff-base annotation compared with
+its essence: equal, so nothing is done); once all objects of the listing are looked at, it prints
+``SEEN <count> <time.monotonic()>`` (the benchmark reads it from its log), then watches. An object whose
+essence differs from its diff-base gets the "update handler": a merge-patch of the new diff-base
+annotation and a merge-patch of the result into the status (``status.update_fn``), as the framework does.
+
 Usage: ``python floor_client.py --server http://127.0.0.1:PORT [--delete-handler]`` (or with ``--timer 60
 --initial-delay 5`` instead of ``--delete-handler``); it runs until interrupted (SIGINT or SIGTERM).
 On a real API server, ``--kubeconfig PATH`` instead of ``--server``: the current context's server, its CA,
@@ -57,6 +65,8 @@ import signal
 import ssl
 import sys
 import tempfile
+import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -156,8 +166,13 @@ class Floor:
 
     def __init__(self, client: AiohttpClient | LeanClient, collection: str, *,
                  delete_handler: bool, status_subresource: bool, concurrency: int,
-                 timer: float | None = None, initial_delay: float = 0.0) -> None:
+                 timer: float | None = None, initial_delay: float = 0.0,
+                 scale: bool = False, page_size: int = 500) -> None:
         self.client = client
+        self.scale = scale  # the scale scenario: an update handler only, a paginated listing
+        self.page_size = page_size
+        self.unseen: int | None = None  # in the scale scenario: the listed objects not looked at yet
+        self.listed = 0
         self.collection = collection  # e.g. /apis/kopf.dev/v1/namespaces/default/kopfexamples
         self.delete_handler = delete_handler or timer is not None
         self.status_subresource = status_subresource
@@ -196,7 +211,7 @@ class Floor:
             body = self.latest.pop(name, None)
             try:
                 if body is not None:
-                    await self.react(body)
+                    await (self.react_to_update(body) if self.scale else self.react(body))
             except Exception as e:  # no retries: the benchmark fails and shows this in the log's tail
                 print(f'The floor failed to process {name}: {e!r}', file=sys.stderr, flush=True)
             finally:
@@ -230,6 +245,38 @@ class Floor:
                 await self.patch(f'{url}/status', {'status': {'create_fn': result}})
             else:
                 await self.patch(url, {'metadata': annotations, 'status': {'create_fn': result}})
+
+    async def react_to_update(self, body: dict[str, Any]) -> None:
+        metadata = body['metadata']
+        if self.unseen is not None:
+            self.unseen -= 1
+            if self.unseen == 0:
+                print(f'SEEN {self.listed} {time.monotonic():.6f}', flush=True)
+        if metadata.get('deletionTimestamp'):
+            return
+        new_essence = essence(body)
+        if metadata.get('annotations', {}).get(LAST_HANDLED) != new_essence:
+            url = f'{self.collection}/{metadata["name"]}'
+            await self.patch(url, {'metadata': {'annotations': {LAST_HANDLED: new_essence}}})
+            await self.patch(f'{url}/status', {'status': {'update_fn': {'message': 'updated'}}})
+
+    async def list_pages(self) -> str:
+        """List page by page (``limit`` + ``continue``), accept every object; the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            query = f'?limit={self.page_size}' + (f'&continue={urllib.parse.quote(token)}' if token else '')
+            page = await self.client.get(self.collection + query)
+            items.extend(page['items'])
+            token = page['metadata'].get('continue')
+            if not token:
+                break
+        self.unseen = self.listed = len(items)
+        if not items:
+            print(f'SEEN 0 {time.monotonic():.6f}', flush=True)
+        for item in items:
+            self.accept('ADDED', item)
+        return str(page['metadata']['resourceVersion'])
 
     async def patch(self, url: str, patch: dict[str, Any]) -> None:
         await self.client.patch(url, patch)  # a 409 (changed meanwhile): its newer event will come
@@ -269,10 +316,13 @@ class Floor:
         if self.timer is not None:
             workers += [asyncio.create_task(self.tick()) for _ in range(self.concurrency)]
         try:
-            listing = await self.client.get(self.collection)
-            for item in listing['items']:
-                self.accept('ADDED', item)
-            version = listing['metadata']['resourceVersion']
+            if self.scale:
+                version = await self.list_pages()
+            else:
+                listing = await self.client.get(self.collection)
+                for item in listing['items']:
+                    self.accept('ADDED', item)
+                version = listing['metadata']['resourceVersion']
             while True:  # the stream may end (a server's timeout): resume from the last version
                 version = await self.watch(version)
         finally:
@@ -366,7 +416,8 @@ async def main(args: argparse.Namespace) -> None:
 async def serve(client: AiohttpClient | LeanClient, collection: str, args: argparse.Namespace) -> None:
     floor = Floor(client, collection, delete_handler=args.delete_handler,
                   status_subresource=not args.no_status_subresource, concurrency=args.concurrency,
-                  timer=args.timer, initial_delay=args.initial_delay)
+                  timer=args.timer, initial_delay=args.initial_delay,
+                  scale=args.scenario == 'scale', page_size=args.page_size)
     task = asyncio.create_task(floor.run())
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -398,6 +449,10 @@ def parse_arguments() -> argparse.Namespace:
                         help='a timer per object (with the finalizer) that patches a counter into the status')
     parser.add_argument('--initial-delay', type=float, default=0.0,
                         help="with --timer: the first tick's delay after the object is seen (0)")
+    parser.add_argument('--scenario', choices=['handling', 'scale'], default='handling',
+                        help='handling (create/delete/timer, as above), or scale (an update handler only, '
+                             'a paginated listing, SEEN printed: see the module docs)')
+    parser.add_argument('--page-size', type=int, default=500, help='--scenario scale: the limit per page')
     args = parser.parse_args()
     if not args.server and not args.kubeconfig:
         parser.error('Either --server or --kubeconfig is needed.')

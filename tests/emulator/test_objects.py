@@ -359,3 +359,25 @@ async def test_non_ascii_and_big_integers_are_stored_and_sent_as_they_are(api, c
         fetched = await api.get(f'{KEXES}/{name}')
         assert spec['text'].encode() in fetched.raw
         assert fetched.body['spec'] == spec
+
+
+async def test_pagination_sees_the_names_that_come_and_go_between_pages(api) -> None:
+    # The names are sorted once per change of the set of names (not per page): a name that comes or goes
+    # between the pages must be seen or missed as in the live store, in every namespace of a cluster-wide list.
+    for namespace in ['default', 'kube-system']:
+        for index in range(4):
+            await api.post(f'/api/v1/namespaces/{namespace}/configmaps', configmap(f'cm{index}'))
+    first = await api.get('/api/v1/configmaps?limit=3')
+    assert [item['metadata']['name'] for item in first.body['items']] == ['cm0', 'cm1', 'cm2']
+    assert first.body['metadata']['remainingItemCount'] == 5
+    await api.post(CMS, configmap('cm25'))  # after the token's position: seen
+    await api.post(CMS, configmap('cm15'))  # before it: not seen
+    await api.delete(f'{CMS}/cm3')  # not listed yet: not seen
+    await api.post('/api/v1/namespaces/kube-system/configmaps', configmap('cm9'))
+    token = first.body['metadata']['continue']
+    rest = await api.get(f'/api/v1/configmaps?limit=100&continue={token}')
+    assert [(item['metadata']['namespace'], item['metadata']['name']) for item in rest.body['items']] == [
+        ('default', 'cm25'),
+        *[('kube-system', f'cm{index}') for index in [0, 1, 2, 3, 9]],
+    ]
+    assert 'continue' not in rest.body['metadata']

@@ -20,7 +20,14 @@ from kopf.testing.emulator import errors, selectors, sharding, tables
 from kopf.testing.emulator.faults import FaultInjector, RequestCounter, RequestKey
 from kopf.testing.emulator.operations import Operations, Outcome, decode_json_body, decode_yaml_body
 from kopf.testing.emulator.resources import ResourceInfo, ResourceRegistry
-from kopf.testing.emulator.store import ObjectStore, Watcher, encode, event_line, with_api_version
+from kopf.testing.emulator.store import (
+    ObjectStore,
+    StoredObject,
+    Watcher,
+    encode,
+    event_line,
+    with_api_version,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -518,10 +525,10 @@ class ApiHandler:
                 raise errors.bad_request('continue key is not valid: the token is malformed') from None
 
         api_version = info.api_version
-        found = []
-        for stored in self.store.objects(info.storage_key, namespace):
-            if start is not None and (stored.namespace, stored.name) <= start:
-                continue
+        found: list[StoredObject] = []
+        for stored in self.store.objects(info.storage_key, namespace, after=start):
+            if limit and len(found) > limit:
+                break  # one more than a page: there is a next page (the rest is counted without a scan)
             metadata = stored.body['metadata']
             if label_selector and not selectors.labels_match(label_selector, metadata.get('labels')):
                 continue
@@ -537,7 +544,9 @@ class ApiHandler:
             token_data = {'rv': self.store.last_resource_version, 'start': [last.namespace, last.name]}
             list_metadata['continue'] = base64.urlsafe_b64encode(json.dumps(token_data).encode()).decode()
             if not label_selector and not field_selector and shard_selector is None:
-                list_metadata['remainingItemCount'] = len(found) - limit
+                list_metadata['remainingItemCount'] = (
+                    self.store.count_after(info.storage_key, namespace, start) - limit
+                )
             found = found[:limit]
         if shard_selector is not None and not info.custom:  # as kube-apiserver 1.37: no echo for CRs
             list_metadata['shardInfo'] = {'selector': shard_selector.render()}

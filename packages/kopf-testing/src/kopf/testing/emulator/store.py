@@ -10,6 +10,7 @@ atomic with regard to the others and the events are always delivered in resource
 """
 
 import asyncio
+import bisect
 import collections
 import json
 from collections.abc import Callable, Iterator
@@ -207,6 +208,15 @@ class ResourceState:
         self.replayable_after = 0  # all events with resourceVersion above it are still in the history
         self.watchers: set[Watcher] = set()
         self.count = 0
+        # The sorted names of each namespace, made on the first listing after a name came or went (not on
+        # every page of a paginated listing: that made a listing of N objects by pages cost O(N²)).
+        self.sorted_names: dict[str, list[str]] = {}
+
+    def names_in(self, namespace: str) -> list[str]:
+        names = self.sorted_names.get(namespace)
+        if names is None:
+            names = self.sorted_names[namespace] = sorted(self.objects.get(namespace, {}))
+        return names
 
     def remember(self, event: WatchEvent) -> None:
         history = self.history
@@ -248,20 +258,43 @@ class ObjectStore:
             return None
         return state.objects.get(namespace or '', {}).get(name)
 
-    def objects(self, key: StorageKey, namespace: str | None = None) -> Iterator[StoredObject]:
-        """The current objects, sorted by namespace and name (the order of lists and continue tokens)."""
+    def objects(
+        self, key: StorageKey, namespace: str | None = None, *, after: tuple[str, str] | None = None
+    ) -> Iterator[StoredObject]:
+        """
+        The current objects, sorted by namespace and name (the order of lists and continue tokens).
+
+        With ``after`` (a namespace and a name, as in a continue token), only those that sort after it.
+        """
         state = self._states.get(key)
         if state is None:
             return
-        if namespace is not None:
-            by_name = state.objects.get(namespace, {})
-            for name in sorted(by_name):
-                yield by_name[name]
-        else:
-            for found_namespace in sorted(state.objects):
-                by_name = state.objects[found_namespace]
-                for name in sorted(by_name):
-                    yield by_name[name]
+        namespaces = [namespace] if namespace is not None else sorted(state.objects)
+        for found_namespace in namespaces:
+            if after is not None and found_namespace < after[0]:
+                continue
+            by_name = state.objects.get(found_namespace, {})
+            names = state.names_in(found_namespace)
+            start = _start_of(names, found_namespace, after)
+            for name in names[start:]:
+                stored = by_name.get(name)
+                if stored is not None:
+                    yield stored
+
+    def count_after(self, key: StorageKey, namespace: str | None, after: tuple[str, str] | None) -> int:
+        """How many objects :meth:`objects` yields with the same arguments (without going through them)."""
+        state = self._states.get(key)
+        if state is None:
+            return 0
+        namespaces = [namespace] if namespace is not None else list(state.objects)
+        total = 0
+        for found_namespace in namespaces:
+            if after is not None and found_namespace < after[0]:
+                continue
+            names = state.names_in(found_namespace)
+            start = _start_of(names, found_namespace, after)
+            total += len(names) - start
+        return total
 
     def count(self, key: StorageKey) -> int:
         state = self._states.get(key)
@@ -285,6 +318,7 @@ class ObjectStore:
         state = self.state(key)
         by_name = state.objects.setdefault(namespace, {})
         if name not in by_name:
+            state.sorted_names.pop(namespace, None)
             state.count += 1
             if namespace:
                 self._namespace_counts[namespace] += 1
@@ -306,6 +340,7 @@ class ObjectStore:
         state = self.state(key)
         by_name = state.objects.get(namespace, {})
         if by_name.pop(name, None) is not None:
+            state.sorted_names.pop(namespace, None)
             state.count -= 1
             if namespace:
                 self._namespace_counts[namespace] -= 1
@@ -360,6 +395,11 @@ def _owner_uids(body: dict[str, Any] | None) -> frozenset[str]:
         for reference in references
         if isinstance(reference, dict) and reference.get('uid')
     )
+
+
+def _start_of(names: list[str], namespace: str, after: tuple[str, str] | None) -> int:
+    """Where the sorted names of a namespace go past ``after`` (a namespace and a name)."""
+    return bisect.bisect_right(names, after[1]) if after is not None and namespace == after[0] else 0
 
 
 def parse_number(text: str) -> int | float:

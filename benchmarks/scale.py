@@ -1,0 +1,274 @@
+"""
+Scale (#39): N objects of a CRD watched with no handler due, then a burst of changes; ours vs the floor.
+
+N objects (``kex-0``, ``kex-1``, ...) are pre-created in the emulator (in this process, its own thread)
+as already handled: their diff-base annotation (``kopf.zalando.org/last-handled-configuration``) matches
+their spec, as a restarted operator sees them. The operator (``operators/update_only.py``: one update
+handler) runs in a subprocess; the floor is ``floor_client.py --scenario scale`` (aiohttp, a paginated
+listing: ``limit=500`` + ``continue``). Per run:
+
+* **all seen**: from spawning the process to the moment it has processed every object of the listing.
+  Ours: the operator serves its metrics (``SCALE_METRICS_PORT``), polled every 0.1 s until
+  ``kopf_objects{state="known"}`` == N and ``kopf_workqueue_depth`` == 0 (every listed object is known
+  to the queueing and none of them waits to be processed); the poll's interval bounds the error.
+  The floor: it prints the monotonic time (system-wide) when its workers have looked at every listed object.
+* that no handler was due: the operator's PATCHes before the burst (must be 0);
+* **RSS**: the peak (``VmHWM``) after all are seen, and the idle one (``VmRSS``) ``--settle`` seconds
+  later (after the workers' idle timeout, 5 s by default); per object = the difference between the
+  largest and the smallest N divided by the difference of N;
+* **burst**: then ``--burst`` objects (``kex-0`` ...) get a new spec at once (merge-patches by this
+  process, 50 at a time, marked by a header so that the emulator's hook tells them from the
+  operator's); events/s = burst / (from the first of these changes to the operator's last PATCH, both
+  timed by the emulator's request hook), once every changed object has its new diff-base stored.
+
+Usage (from the repository root):
+
+    python benchmarks/scale.py --objects 1000,100000 --repeat 2 [--no-floor] [--profile DIR]
+
+``--chunk-size 500`` paginates our listing too (``settings.watching.chunk_size``).
+``--profile DIR`` runs ours under cProfile (``DIR/ours-N.prof``; slower: for finding costs, not timing).
+"""
+import argparse
+import asyncio
+import json
+import pathlib
+import re
+import socket
+import statistics
+import sys
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from _harness import CRD, HERE, OURS_NAME, Operator, create_crd
+from floor_client import LAST_HANDLED, essence
+
+from kopf.testing import KubernetesEmulator
+
+COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'
+BENCH_HEADER = 'X-Scale-Benchmark'
+FLOOR_NAME = 'the floor'
+QUIET_SECONDS = 0.5
+
+
+class Hook:
+    """The emulator's request hook: the operator's PATCHes (not the benchmark's) and its listing requests."""
+
+    def __init__(self) -> None:
+        self.patches = 0
+        self.last_patch_at: float | None = None
+        self.first_bench_at: float | None = None
+        self.lists: list[str] = []  # the query strings of the operator's GETs of the collection
+
+    def reset_burst(self) -> None:
+        self.first_bench_at = None
+
+    def burst_started_at(self) -> float | None:
+        return self.first_bench_at
+
+    def wrap(self, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def hooked(request: Any) -> Any:
+            if request.headers.get(BENCH_HEADER):
+                if self.first_bench_at is None:
+                    self.first_bench_at = time.monotonic()
+            elif request.method == 'PATCH':
+                self.patches += 1
+                self.last_patch_at = time.monotonic()
+            elif request.method == 'GET' and request.path == COLLECTION:
+                self.lists.append(request.query_string)
+            return await handler(request)
+        return hooked
+
+
+def handled_body(i: int) -> dict[str, Any]:
+    body: dict[str, Any] = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
+                            'metadata': {'name': f'kex-{i}'}, 'spec': {'field': f'value-{i}'}}
+    body['metadata']['annotations'] = {LAST_HANDLED: essence(body)}
+    return body
+
+
+async def populate(url: str, count: int, concurrency: int = 50) -> None:
+    """The CRD and ``count`` objects as handled before (the diff-base matches the spec)."""
+    async with aiohttp.ClientSession(base_url=url, headers={BENCH_HEADER: '1'}) as session:
+        await create_crd(session, CRD)
+        semaphore = asyncio.Semaphore(concurrency)
+
+        async def create(i: int) -> None:
+            async with semaphore, session.post(COLLECTION, json=handled_body(i)) as r:
+                r.raise_for_status()
+
+        await asyncio.gather(*(create(i) for i in range(count)))
+
+
+async def change(url: str, count: int, concurrency: int = 50) -> None:
+    async with aiohttp.ClientSession(base_url=url, headers={BENCH_HEADER: '1'}) as session:
+        semaphore = asyncio.Semaphore(concurrency)
+        headers = {'Content-Type': 'application/merge-patch+json'}
+
+        async def patch(i: int) -> None:
+            body = json.dumps({'spec': {'field': f'changed-{i}'}})
+            async with semaphore, session.patch(f'{COLLECTION}/kex-{i}', data=body, headers=headers) as r:
+                r.raise_for_status()
+
+        await asyncio.gather(*(patch(i) for i in range(count)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return int(s.getsockname()[1])
+
+
+def read_gauges(port: int) -> tuple[float, float] | None:
+    """``kopf_objects{state="known"}`` and ``kopf_workqueue_depth``, or None if not served yet."""
+    try:
+        with urllib.request.urlopen(f'http://127.0.0.1:{port}/metrics', timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    known = re.search(r'^kopf_objects\{[^}]*state="known"[^}]*\} (\S+)', text, re.MULTILINE)
+    depth = re.search(r'^kopf_workqueue_depth\{[^}]*\} (\S+)', text, re.MULTILINE)
+    if known is None or depth is None:
+        return None
+    return float(known.group(1)), float(depth.group(1))
+
+
+def burst_done(emulator: KubernetesEmulator, burst: int) -> bool:
+    for i in range(burst):
+        obj = emulator.get_object('kopfexamples.kopf.dev', f'kex-{i}', namespace='default')
+        if obj is None or f'changed-{i}' not in obj['metadata'].get('annotations', {}).get(LAST_HANDLED, ''):
+            return False
+    return True
+
+
+def measure(name: str, python: str, count: int, *, burst: int, settle: float, timeout: float,
+            profile: pathlib.Path | None = None, chunk_size: int | None = None) -> dict[str, Any]:
+    hook = Hook()
+    emulator = KubernetesEmulator(history_limit=max(10_000, burst * 20))
+    emulator._handler = hook.wrap(emulator._handler)  # type: ignore[assignment]
+    with emulator:
+        populating_at = time.monotonic()
+        asyncio.run(populate(emulator.url, count))
+        populate_seconds = time.monotonic() - populating_at
+        port = free_port()
+        if name == OURS_NAME:
+            wrapper = [python, '-m', 'cProfile', '-o', str(profile)] if profile else [python]
+            command = [*wrapper, str(HERE / 'operators' / 'runner.py'),
+                       str(HERE / 'operators' / 'update_only.py')]
+        else:
+            command = [python, str(HERE / 'floor_client.py'), '--server', emulator.url, '--scenario', 'scale']
+        with Operator(python, 'update_only', emulator.kubeconfig_path, command=command,
+                      env={'SCALE_METRICS_PORT': str(port),
+                           **({'SCALE_CHUNK_SIZE': str(chunk_size)} if chunk_size else {})}) as operator:
+            seen_at: float | None = None
+            deadline = time.monotonic() + timeout
+            while seen_at is None:
+                operator.check_alive(f'{name}: all seen')
+                if time.monotonic() > deadline:
+                    operator.fail(f'{name}: not all {count} seen in {timeout:.0f}s')
+                if name == OURS_NAME:
+                    gauges = read_gauges(port)
+                    if gauges is not None and gauges[0] >= count and gauges[1] == 0:
+                        seen_at = time.monotonic()
+                else:
+                    found = re.search(r'^SEEN (\d+) (\S+)$', operator.log_path.read_text(), re.MULTILINE)
+                    if found:
+                        seen_at = float(found.group(2))
+                time.sleep(0.1)
+            peak_seen = operator.peak_rss_mb()
+            time.sleep(settle)
+            idle_rss = operator.rss_mb()
+            start_patches = hook.patches
+            hook.reset_burst()
+            asyncio.run(change(emulator.url, burst))
+            first_at = hook.burst_started_at()
+            checked: float | None = None
+            while True:
+                operator.check_alive(f'{name}: the burst')
+                last = hook.last_patch_at
+                if last is not None and last != checked and time.monotonic() - last > QUIET_SECONDS:
+                    if burst_done(emulator, burst):
+                        break
+                    checked = last
+                if time.monotonic() > deadline + timeout:
+                    operator.fail(f'{name}: the burst of {burst} not handled in {timeout:.0f}s')
+                time.sleep(0.05)
+            assert first_at is not None and hook.last_patch_at is not None
+            burst_seconds = hook.last_patch_at - first_at
+            peak_rss = operator.peak_rss_mb()
+            started_at = operator.started_at
+    return {'name': name, 'objects': count, 'seen_seconds': seen_at - started_at,
+            'start_patches': start_patches, 'burst_patches': hook.patches - start_patches,
+            'peak_seen_mb': peak_seen, 'idle_mb': idle_rss, 'peak_mb': peak_rss,
+            'burst_seconds': burst_seconds, 'events_per_second': burst / burst_seconds,
+            'lists': sorted({re.sub(r'continue=[^&]*', 'continue=…', q) for q in hook.lists})[:4],
+            'populate_seconds': populate_seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--objects', default='1000,100000', help='object counts, comma-separated')
+    parser.add_argument('--repeat', type=int, default=1)
+    parser.add_argument('--burst', type=int, default=1000, help='objects changed at once after all are seen')
+    parser.add_argument('--settle', type=float, default=8.0, help='seconds from all seen to the idle RSS')
+    parser.add_argument('--timeout', type=float, default=900.0)
+    parser.add_argument('--ours-python', default=sys.executable)
+    parser.add_argument('--floor-python', default=sys.executable)
+    parser.add_argument('--chunk-size', type=int, default=None,
+                        help="ours: settings.watching.chunk_size (the listing's limit per page; "
+                             "default: all at once)")
+    parser.add_argument('--no-floor', action='store_true')
+    parser.add_argument('--no-ours', action='store_true')
+    parser.add_argument('--profile', type=pathlib.Path, default=None, metavar='DIR',
+                        help='run ours under cProfile, the stats to DIR/ours-N.prof')
+    args = parser.parse_args()
+    counts = [int(item) for item in args.objects.split(',') if item.strip()]
+    if any(count < args.burst for count in counts):
+        parser.error(f'--burst {args.burst} is more than the smallest --objects.')
+    names = ([] if args.no_ours else [OURS_NAME]) + ([] if args.no_floor else [FLOOR_NAME])
+    pythons = {OURS_NAME: args.ours_python, FLOOR_NAME: args.floor_python}
+    results: list[dict[str, Any]] = []
+    for repeat in range(args.repeat):
+        for count in counts:
+            for name in names:
+                profile = args.profile / f'ours-{count}.prof' if args.profile and name == OURS_NAME else None
+                if profile:
+                    profile.parent.mkdir(parents=True, exist_ok=True)
+                result = measure(name, pythons[name], count, burst=args.burst, settle=args.settle,
+                                 timeout=args.timeout, profile=profile, chunk_size=args.chunk_size)
+                results.append(result)
+                print(f'[{repeat + 1}] {json.dumps(result)}', flush=True)
+    print()
+    print('| N | implementation | all seen, s | peak RSS, MB | idle RSS, MB | burst events/s '
+          '| start PATCHes |')
+    print('|---|---|---|---|---|---|---|')
+    medians: dict[tuple[str, int], dict[str, float]] = {}
+    for count in counts:
+        for name in names:
+            runs = [r for r in results if r['name'] == name and r['objects'] == count]
+            m = {key: statistics.median(r[key] for r in runs)
+                 for key in ('seen_seconds', 'peak_mb', 'idle_mb', 'events_per_second', 'start_patches')}
+            medians[(name, count)] = m
+            print(f"| {count:,} | {name} | {m['seen_seconds']:.2f} | {m['peak_mb']:.1f} | {m['idle_mb']:.1f} "
+                  f"| {m['events_per_second']:.0f} | {m['start_patches']:.0f} |")
+    if len(counts) >= 2:
+        small, big = min(counts), max(counts)
+        print()
+        for name in names:
+            a, b = medians[(name, small)], medians[(name, big)]
+            per = {key: (b[key] - a[key]) * 1024 * 1024 / (big - small) for key in ('peak_mb', 'idle_mb')}
+            print(f"{name}: per object (N={small:,}..{big:,}): peak {per['peak_mb'] / 1024:.2f} KB, "
+                  f"idle {per['idle_mb'] / 1024:.2f} KB; burst events/s {big:,}/{small:,}: "
+                  f"{b['events_per_second'] / a['events_per_second']:.2f}")
+        if OURS_NAME in names and FLOOR_NAME in names:
+            for count in counts:
+                ours, floor = medians[(OURS_NAME, count)], medians[(FLOOR_NAME, count)]
+                seen_ratio = ours['seen_seconds'] / floor['seen_seconds']
+                print(f'N={count:,}: all seen ours/floor = {seen_ratio:.2f}')
+
+
+if __name__ == '__main__':
+    main()
