@@ -363,7 +363,8 @@ async def test_non_ascii_and_big_integers_are_stored_and_sent_as_they_are(api, c
 
 async def test_pagination_sees_the_names_that_come_and_go_between_pages(api) -> None:
     # The names are sorted once per change of the set of names (not per page): a name that comes or goes
-    # between the pages must be seen or missed as in the live store, in every namespace of a cluster-wide list.
+    # between the pages must be seen or missed as in the live store, in every namespace of a cluster-wide
+    # list.
     for namespace in ['default', 'kube-system']:
         for index in range(4):
             await api.post(f'/api/v1/namespaces/{namespace}/configmaps', configmap(f'cm{index}'))
