@@ -7,6 +7,7 @@ Serve a real Kubernetes control plane until SIGINT/SIGTERM.
 import argparse
 import signal
 import sys
+import time
 import types
 from typing import NoReturn
 
@@ -52,12 +53,15 @@ def _parse_feature_gates(text: str) -> dict[str, bool]:
     return gates
 
 
+CHECK_INTERVAL = 1.0  # seconds between the checks that etcd and kube-apiserver are alive
+
+
 def _stop_by_signal(signum: int, frame: types.FrameType | None) -> NoReturn:
     raise _Stopped(signal.Signals(signum).name)
 
 
 def _ignore(signum: int, frame: types.FrameType | None) -> None:
-    pass  # only to interrupt signal.pause() when a child exits
+    pass  # only to interrupt the sleep when a child exits
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,7 +94,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f'Use it: export KUBECONFIG={control_plane.kubeconfig_path}  (Ctrl+C to stop)',
                   file=sys.stderr, flush=True)
             while True:
-                signal.pause()  # until a stop signal, or a child process exits
+                # Checked every interval (a stop signal interrupts the sleep at once: its handler raises);
+                # signal.pause() missed a child's exit between the check and the pause forever (seen in CI).
+                time.sleep(CHECK_INTERVAL)
                 control_plane.check_alive()
         finally:
             control_plane.stop()
