@@ -11,6 +11,7 @@ import time
 import types
 from typing import NoReturn
 
+from kopf.testing._featuregates import parse_feature_gates
 from kopf.testing.apiserver.controlplane import KubernetesControlPlane
 from kopf.testing.apiserver.errors import ControlPlaneError
 
@@ -43,16 +44,6 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _parse_feature_gates(text: str) -> dict[str, bool]:
-    gates: dict[str, bool] = {}
-    for item in filter(None, (part.strip() for part in text.split(','))):
-        name, sep, value = item.partition('=')
-        if not sep or value.lower() not in ('true', 'false'):
-            raise SystemExit(f'Error: a feature gate must be NAME=true or NAME=false, not {item!r}.')
-        gates[name] = value.lower() == 'true'
-    return gates
-
-
 CHECK_INTERVAL = 1.0  # seconds between the checks that etcd and kube-apiserver are alive
 
 
@@ -73,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         port=arguments.port,
         etcd_port=arguments.etcd_port,
         authorization_mode=arguments.authorization_mode,
-        feature_gates=_parse_feature_gates(arguments.feature_gates),
+        feature_gates=parse_feature_gates(arguments.feature_gates),
         apiserver_args=arguments.apiserver_arg,
         start_timeout=arguments.timeout,
     )

@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sys
 
+from kopf.testing._featuregates import parse_feature_gates
 from kopf.testing.emulator.server import KubernetesEmulator
 
 
@@ -40,16 +41,6 @@ def _parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _parse_feature_gates(text: str) -> dict[str, bool]:
-    gates: dict[str, bool] = {}
-    for item in filter(None, (part.strip() for part in text.split(','))):
-        name, sep, value = item.partition('=')
-        if not sep or value.lower() not in ('true', 'false'):
-            raise SystemExit(f'Error: a feature gate must be NAME=true or NAME=false, not {item!r}.')
-        gates[name] = value.lower() == 'true'
-    return gates
-
-
 async def _serve(arguments: argparse.Namespace) -> None:
     stopped = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -61,7 +52,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
         kubeconfig_path=arguments.kubeconfig,
         bookmark_interval=arguments.bookmark_interval,
         history_limit=arguments.history_limit,
-        feature_gates=_parse_feature_gates(arguments.feature_gates),
+        feature_gates=parse_feature_gates(arguments.feature_gates),
     )
     async with emulator:
         print(
