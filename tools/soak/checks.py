@@ -10,6 +10,8 @@ import itertools
 import re
 from typing import TYPE_CHECKING, Any
 
+from tools.soak import sampling
+
 if TYPE_CHECKING:
     from tools.soak.driver import Soak
 
@@ -333,6 +335,14 @@ def check_all(soak: 'Soak', final_state: list[dict[str, Any]], final_namespaces:
     growth = f'{(after / warm - 1) * 100:+.1f}%' if warm and after else 'unknown'
     results.append(Result('RSS after the run within 20% of after the warm-up', rss_holds,
                           f'{warm} kB after the warm-up, {after} kB after the run ({growth})'))
+
+    summary = (sampling.summarize(sampling.load(soak.samples_path), warmed_up_at=soak.warmed_up_at)
+               if soak.warmed_up_at is not None and soak.samples_path.exists() else None)
+    if summary is None:
+        results.append(Result('open fds flat after the warm-up', True, 'not sampled (--sample-interval 0, '
+                              'or no samples on both sides of the warm-up)', applicable=False))
+    else:
+        results.append(Result('open fds flat after the warm-up', summary.fds_flat, summary.figures()))
 
     terminated = [i for i in soak.incarnations if i.ended_by in ('sigterm', 'sigint')]
     honoured = [i for i in terminated if i.exit_code == 0 and i.exited_at is not None

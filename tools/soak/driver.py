@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 import yaml
-from tools.soak import checks
+from tools.soak import checks, sampling
 from tools.soak.substrates import API_CHOICES, Connection, EmulatorSubstrate, Substrate, make_substrate
 
 from kopf.testing.emulator import KubernetesEmulator
@@ -169,7 +169,7 @@ class Journal:
 
 class Soak:
     def __init__(self, *, profile: Profile, duration: float, objects: int, seed: int,
-                 workdir: pathlib.Path, api: str = 'emulator') -> None:
+                 workdir: pathlib.Path, api: str = 'emulator', sample_interval: float = 10.0) -> None:
         self.profile = profile
         self.duration = duration
         self.objects = objects
@@ -190,6 +190,9 @@ class Soak:
         self.churn_over = asyncio.Event()
         self.rss_after_warmup: int | None = None
         self.rss_after_run: int | None = None
+        self.sample_interval = sample_interval  # 0 for no samples
+        self.samples_path = workdir / 'samples.jsonl'
+        self.warmed_up_at: float | None = None  # the wall-clock time of the last incarnation's warm-up end
 
     @property
     def token(self) -> str:
@@ -273,6 +276,9 @@ class Soak:
                 '--debug' if debug else '--verbose', str(OPERATOR_PATH)]
         env = {**os.environ, 'KUBECONFIG': str(self.kubeconfig_path),
                'SOAK_JOURNAL': str(self.journal.path), 'SOAK_EXIT_TIMEOUT': str(EXIT_TIMEOUT)}
+        if self.sample_interval > 0:
+            env['SOAK_TASKS'] = str(self.tasks_path(number))
+            env['SOAK_TASKS_INTERVAL'] = str(max(1.0, self.sample_interval / 2))
         if self.substrate.operator_backoffs is not None:
             env['SOAK_ERROR_BACKOFFS'] = self.substrate.operator_backoffs
         with log_path.open('wb') as log:
@@ -283,6 +289,24 @@ class Soak:
         flags = ', --debug' if debug else ''
         print(f'[{self.elapsed:6.1f}s] operator #{number} started (pid {popen.pid}{flags})', flush=True)
         return incarnation
+
+    def tasks_path(self, number: int) -> pathlib.Path:
+        return self.workdir / f'tasks-{number}.txt'
+
+    def write_sample(self) -> None:
+        """A JSON line of the running incarnation's RSS, fds, threads and asyncio tasks (if it runs)."""
+        incarnation = self.current
+        sample = sampling.sample_process(incarnation.popen.pid, self.tasks_path(incarnation.number))
+        if sample is not None and incarnation.popen.poll() is None:
+            with self.samples_path.open('a') as out:
+                out.write(json.dumps({'time': time.time(), 'elapsed': round(self.elapsed, 1),
+                                      'incarnation': incarnation.number, 'pid': incarnation.popen.pid,
+                                      **sample}) + '\n')
+
+    async def sample_periodically(self) -> None:
+        while True:
+            self.write_sample()
+            await asyncio.sleep(self.sample_interval)
 
     @property
     def current(self) -> Incarnation:
@@ -351,6 +375,7 @@ class Soak:
             self.start_operator()
             tasks = [asyncio.create_task(coro) for coro in [self.churn(), self.write_concurrently()]]
             faults = asyncio.create_task(self.inject_faults())
+            samples = [asyncio.create_task(self.sample_periodically())] if self.sample_interval > 0 else []
             try:
                 await self.run_schedule()
                 await asyncio.gather(*tasks)
@@ -360,11 +385,15 @@ class Soak:
                     self.emulator.clear_faults()
                 await self.settle()
                 self.rss_after_run = checks.rss_of(self.current.popen.pid)
+                for task in samples:  # the samples end with the run, not with the final stop
+                    task.cancel()
+                if self.sample_interval > 0:
+                    self.write_sample()
                 final_state, final_namespaces = await self.list_final_state()
                 events = await self.list_objects('/api/v1/events')
                 await self.terminate_operator()
             finally:
-                for task in [*tasks, faults]:
+                for task in [*tasks, faults, *samples]:
                     task.cancel()
                 for incarnation in self.incarnations:
                     if incarnation.popen.poll() is None:
@@ -414,6 +443,9 @@ class Soak:
         # The last incarnation warms up (its initial listing and the backlog), then its memory is taken.
         await asyncio.sleep(max(0.0, min(self.profile.warmup, self.duration - self.elapsed)))
         self.rss_after_warmup = checks.rss_of(self.current.popen.pid)
+        if self.sample_interval > 0:
+            self.write_sample()  # the warm-up's last sample, whatever the interval
+        self.warmed_up_at = time.time()
         print(f'[{self.elapsed:6.1f}s] RSS after the warm-up: {self.rss_after_warmup} kB', flush=True)
         await asyncio.sleep(max(0.0, self.duration - self.elapsed))
 
@@ -645,12 +677,17 @@ def main(argv: list[str] | None = None) -> int:
                              'README for what is left out there)')
     parser.add_argument('--workdir', type=pathlib.Path, default=None,
                         help='where the journal and the logs go (a new temporary directory by default)')
+    parser.add_argument('--sample-interval', type=float, default=10.0,
+                        help="seconds between the samples of the operator's RSS, fds, threads and asyncio "
+                             'tasks (WORKDIR/samples.jsonl; 0 for none)')
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     duration = args.duration if args.duration is not None else profile.duration
     objects = args.objects if args.objects is not None else profile.objects
     if duration < 20:
         parser.error(f'--duration={duration} is too short for the kills and restarts: use 20 or more.')
+    if args.sample_interval < 0:
+        parser.error(f'--sample-interval={args.sample_interval} must be 0 (no samples) or positive.')
     if objects < 1:
         parser.error(f'--objects={objects} must be positive.')
     workdir = args.workdir or pathlib.Path(tempfile.mkdtemp(prefix='kopf-soak-'))
@@ -661,5 +698,5 @@ def main(argv: list[str] | None = None) -> int:
     print(f'Soak: profile={args.profile} api={args.api} duration={duration}s objects={objects} '
           f'seed={args.seed} workdir={workdir}', flush=True)
     soak = Soak(profile=profile, duration=duration, objects=objects, seed=args.seed, workdir=workdir,
-                api=args.api)
+                api=args.api, sample_interval=args.sample_interval)
     return asyncio.run(soak.run())

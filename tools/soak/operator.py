@@ -12,11 +12,17 @@ calls (threads, and even processes) never interleave.
 
 Objects with ``spec.failures: N`` fail their creation N times (``TemporaryError``, a 0.5 s delay)
 before it succeeds: the soak deletes some of them while the creation is still retrying.
+
+With ``SOAK_TASKS`` (a file path), the operator counts its asyncio tasks alive every
+``SOAK_TASKS_INTERVAL`` seconds (5 by default) and writes ``COUNT TIME`` there, for the soak's samples:
+a daemon thread (one more thread in the figures) schedules the count in the event loop, which runs it
+between its tasks' steps, and stops when the loop is closed.
 """
 
 import asyncio
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -57,6 +63,32 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = 15
     settings.watching.client_timeout = 45
     settings.posting.loggers = True  # the log messages become k8s-events: the credentials check covers them
+
+
+@kopf.on.startup()
+async def count_tasks(**_: Any) -> None:
+    path = os.environ.get('SOAK_TASKS')
+    if path:
+        interval = float(os.environ.get('SOAK_TASKS_INTERVAL', '5'))
+        thread = threading.Thread(target=_tasks_counter, args=(asyncio.get_running_loop(), path, interval),
+                                  name='soak-tasks-counter', daemon=True)
+        thread.start()
+
+
+def _tasks_counter(loop: asyncio.AbstractEventLoop, path: str, interval: float) -> None:
+    while True:
+        try:
+            loop.call_soon_threadsafe(_write_tasks_count, path)
+        except RuntimeError:  # the loop is closed: the operator is exiting
+            return
+        time.sleep(interval)
+
+
+def _write_tasks_count(path: str) -> None:
+    count = len(asyncio.all_tasks())
+    with open(f'{path}.tmp', 'w') as f:
+        f.write(f'{count} {time.time()}\n')
+    os.replace(f'{path}.tmp', path)  # the soak never reads a half-written file
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
