@@ -58,6 +58,11 @@ def main() -> None:
     if not samples:
         parser.error(f'{args.samples}: no samples.')
     log = parse_log(args.log) if args.log is not None else None
+    if log is not None and not all('incarnation' in sample for sample in samples):
+        # The sampler samples every soak's operator on the machine: only this run's (its pids) are drawn.
+        samples = [sample for sample in samples if sample['pid'] in log['started']]
+        if not samples:
+            parser.error(f'{args.samples}: no samples of the operators started in {args.log}.')
 
     # The x axis: seconds since the soak's start (the soak's samples have them; the sampler's get them from
     # the log: the first sample of an incarnation comes within an interval after its start), else since
