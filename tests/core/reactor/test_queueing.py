@@ -84,7 +84,7 @@ def settings() -> OperatorSettings:
 
 
 class Forgetter:
-    """A forgetter of the deleted objects without workers: it remembers whom it got, and answers as told."""
+    """A finisher of the deleted & listed objects with no workers: remembers whom it got, answers as told."""
 
     def __init__(self, *, forgets: bool = True, fails: bool = False) -> None:
         self.forgets = forgets
@@ -93,7 +93,7 @@ class Forgetter:
 
     def __call__(self, *, raw_event: RawEvent, resource: Resource) -> bool:
         assert resource == KEX
-        assert raw_event['type'] == 'DELETED'
+        assert raw_event['type'] in ('DELETED', None)
         self.names.append(raw_event['object']['metadata']['name'])
         if self.fails:
             raise RuntimeError('boom')
@@ -439,6 +439,45 @@ async def test_deleted_objects_not_forgotten_without_workers_go_to_the_workers(
     assert forgetter.names == ['kex1']
     assert [type for _, _, type, _ in recorder.calls] == ['DELETED']
     assert streams.active_count == 0
+    await streams.close()
+
+
+async def test_listed_objects_that_need_nothing_get_no_workers(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the objects handled before the operator's restart, unchanged since then: most of them at the start.
+    recorder = Recorder()
+    forgetter = Forgetter()
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    tasks_before = asyncio.all_tasks()
+    streams.feed(event('kex1', 'x', type=None))
+    streams.feed(event('kex2', 'x', type=None))
+    streams.feed(Bookmark.LISTED)
+    assert forgetter.names == ['kex1', 'kex2']  # at once, not by a worker
+    assert asyncio.all_tasks() == tasks_before
+    assert streams.active_count == 0
+    assert streams.known_count == 2  # known all the same: not "vanished" at the next listing's end
+    await asyncio.sleep(1)
+    assert recorder.calls == []
+
+    # Their next events go to the workers as usual.
+    streams.feed(event('kex1', 'y'))
+    await asyncio.sleep(1)
+    assert [(name, value, type) for _, name, type, value in recorder.calls] == [('kex1', 'y', 'MODIFIED')]
+    await streams.close()
+
+
+@pytest.mark.parametrize('forgetter', [
+    pytest.param(Forgetter(forgets=False), id='more-than-nothing'),
+    pytest.param(Forgetter(fails=True), id='failed-dismissal'),
+])
+async def test_listed_objects_that_need_something_go_to_the_workers(
+        settings: OperatorSettings, looptime: float, forgetter: Forgetter) -> None:
+    recorder = Recorder()
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    streams.feed(event('kex1', 'x', type=None))
+    await asyncio.sleep(1)
+    assert forgetter.names == ['kex1']
+    assert [type for _, _, type, _ in recorder.calls] == [None]
     await streams.close()
 
 

@@ -206,18 +206,35 @@ class ChangingRegistry(ResourceRegistry[ChangingHandler]):
     ) -> tuple[tuple[ChangingHandler, ...], tuple[ChangingHandler, ...] | None] | None:
         if not isinstance(cause, ResourceChangingCause):
             return None
-        key = (cause.resource, cause.reason, cause.initial)
+        return self._candidates_by_reason(cause.resource, cause.reason, cause.initial)
+
+    def _candidates_by_reason(
+            self, resource: Resource, reason: Reason, initial: bool,
+    ) -> tuple[tuple[ChangingHandler, ...], tuple[ChangingHandler, ...] | None]:
+        key = (resource, reason, initial)
         try:
             return self._by_reason[key]
         except KeyError:
             pass
         handlers = tuple(
-            handler for handler in self.get_resource_handlers(cause.resource)
-            if matches_reason(handler, reason=cause.reason, initial=cause.initial)
+            handler for handler in self.get_resource_handlers(resource)
+            if matches_reason(handler, reason=reason, initial=initial)
         )
         matching = tuple(deduplicated(handlers)) if all(map(filters.matches_all, handlers)) else None
         candidates = self._by_reason[key] = (handlers, matching)
         return candidates
+
+    def resumes_nothing(self, resource: Resource) -> bool:
+        """Whether no handler is due for an unchanged object seen for the first time (no resuming ones)."""
+        return not self._candidates_by_reason(resource, Reason.RESUME, True)[0]
+
+    def finalizer_regardless_of_objects(self, resource: Resource) -> bool | None:
+        """
+        Whether our finalizer is needed for every object or for none (as :meth:`requires_finalizer` says);
+        None if it depends on the object: some handlers filter the objects.
+        """
+        unfiltered = self._unfiltered_of(resource)
+        return unfiltered.requires_finalizer if unfiltered.prematch else None
 
     def get_handlers(self, cause: ResourceCause) -> list[ChangingHandler]:
         # Asked for every event: usually, no handler filters the objects, and no handler is checked then.

@@ -7,6 +7,8 @@ The event goes one way through the stages, each in its own module:
 
 1. here: the echoes known to need nothing are dropped by their versions (:mod:`.versions`); the deleted
    objects with nothing else to do are only forgotten; the event takes a seat of the pacer (:mod:`.pacing`);
+   (before all this, the queueing asks :func:`finish_unattended` about the events of the objects with no
+   worker: the deleted objects are forgotten, and the listed ones that need nothing are not even processed);
 2. here: the ``@kopf.on.event`` handlers (their results go to the status; errors are ignored), then
    the daemons & timers are started or stopped as the object is now (the spawning engine);
 3. :mod:`.cycles`: the handling cycle of the change handlers, or, for the resources with only daemons &
@@ -21,19 +23,21 @@ import time
 from typing import TYPE_CHECKING
 
 from kopf._cogs.helpers import metering, tracing
+from kopf._cogs.structs import diffs
 from kopf._cogs.structs.bodies import Body, RawEvent
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import execution, lifecycles, loggers, progression
 from kopf._core.intents import causes
-from kopf._core.persistence import finalizers
+from kopf._core.intents.handlers import Reason
+from kopf._core.persistence import finalizers, progress
 from kopf._core.reactor import cycles, pacing, versions
 from kopf._core.reactor.contexts import Delivery, ObjectEvent, OperatorScope
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-__all__ = ['forget_deleted', 'process_event']
+__all__ = ['dismiss_listed', 'finish_unattended', 'forget_deleted', 'process_event']
 
 
 async def process_event(delivery: Delivery, *, scope: OperatorScope) -> bool:
@@ -107,6 +111,88 @@ def _measure_arrival(meters: metering.Meters, delivery: Delivery) -> None:
 
 def _name_of(resource: Resource) -> str:
     return f'{resource.plural}.{resource.group}' if resource.group else resource.plural
+
+
+def finish_unattended(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
+    """
+    Finish an event of an object with no worker, if it needs no processing (see :class:`.queueing.Forgetter`).
+
+    The deleted objects are forgotten (:func:`forget_deleted`); the listed ones are dismissed if their
+    handling cycle would find nothing to do (:func:`dismiss_listed`). Returns whether it is done so.
+    """
+    event_type = raw_event['type']
+    if event_type == 'DELETED':
+        return forget_deleted(raw_event=raw_event, resource=resource, scope=scope)
+    if event_type is None:
+        return dismiss_listed(raw_event=raw_event, resource=resource, scope=scope)
+    return False
+
+
+def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
+    """
+    Whether a listed object needs nothing now: its processing would make no request and call no function.
+
+    E.g. every object of a restarted operator that was handled before, and has not changed since then:
+    most of the objects at the start (100,000 of them in a big cluster). Their processing would take a
+    worker, a seat, a memory, a cycle each only to find that nothing is due. The decision is the general
+    path's own, for a new object (no memory) of the initial listing, and only where it is cheap:
+
+    * only change handlers (no event handlers, daemons, timers, which see every object), none of them
+      filtering the objects (so our finalizer is needed for all or for none) nor resuming them;
+    * our finalizer as it must be (:func:`.cycles.finalizer_decision`: no change), no deletion;
+    * the diff-base equal to the object's essence (no change since it was handled), no progress records
+      of the handlers and no "touch" (nothing left to purge or untouch).
+
+    Then the cycle would detect a ``RESUME`` with no handlers due, and end with an empty patch.
+    The only difference: no memory is made for the object until its next event (then, it is made as for a
+    new object: its ``initial`` flag is only for the resuming handlers, which this resource has none of).
+    Not with tracing or debug logs (kept as they are). The metrics count the event and its cycle as processed.
+    Tested against the general path (``tests/core/reactor/processing/test_dismissal.py``).
+    """
+    if tracing.tracer is not None or loggers.object_logger.isEnabledFor(logging.DEBUG):
+        return False  # the general path has a span and a debug line ("Resuming is in progress") for each
+    raw_body = raw_event['object']
+    registry = scope.registry
+    kinds = registry.get_handler_kinds(resource)
+    if kinds.watching or kinds.spawning or not kinds.changing:
+        return False
+    if not registry.changing.resumes_nothing(resource):
+        return False
+    if scope.memories.get(raw_body) is not None:
+        return False  # a relisting of a known object: the versions and the cycles of its memory matter
+    if finalizers.is_deletion_ongoing(raw_body):
+        return False
+    persistence = scope.settings.persistence
+    requires = registry.changing.finalizer_regardless_of_objects(resource)
+    if requires is None:
+        return False
+    if cycles.finalizer_decision(raw_body, persistence.finalizer, requires=requires) is not None:
+        return False
+    body = Body._wrapping(raw_body)
+    storage = persistence.progress_storage
+    handlers = registry.changing.get_resource_handlers(resource)
+    if not progress.holds_no_records(storage, keys=[handler.id for handler in handlers], body=body):
+        return False
+    if not storage.holds_no_touch(body=body):
+        return False
+    try:
+        old = persistence.diffbase_storage.fetch(body=body)
+    except Exception:
+        return False  # the general path reports an unreadable diff-base
+    if old is None or type(old) is not dict:
+        return False
+    extra_fields = registry.changing.get_extra_fields(resource)
+    new = persistence.diffbase_storage.build(body=body, extra_fields=extra_fields)
+    old = progress.without_records(storage, essence=old)
+    new = progress.without_records(storage, essence=new)
+    if diffs.diff(old, new):
+        return False
+    meters = metering.meters
+    if meters is not None:
+        name = _name_of(resource)
+        meters.child(meters.events, name).inc()
+        meters.child(meters.changes_handled, name, Reason.RESUME).inc()
+    return True
 
 
 def forget_deleted(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:

@@ -110,12 +110,14 @@ class Processor(Protocol):
 
 class Forgetter(Protocol):
     """
-    The finishing of a deleted object without a worker, if nothing is to be done for it but forgetting it.
+    The finishing of an object's event without a worker, if the object needs nothing else.
 
     Called for the ``DELETED`` events of the objects that have no worker at that moment (usually,
-    their workers have left before the echo of the finalizer's removal came): it returns whether
-    the object is done with. If not (e.g. the event handlers or the daemons must see the deletion),
-    the event goes to a worker and to the processor, as all the other events do.
+    their workers have left before the echo of the finalizer's removal came), and for the listed objects
+    (type ``None``) that have none: it returns whether the event is done with: the deleted object is
+    forgotten, or the listed one needs nothing now (e.g. it was handled before a restart and has not changed
+    since then). If not (e.g. the event handlers or the daemons must see the deletion), the event goes to a
+    worker and to the processor, as all the other events do.
     Synchronous: it must not wait for anything. Whatever it needs is bound in advance, as for the processor.
     """
 
@@ -228,6 +230,10 @@ class _Stream:
     events: int = 0  # how many events have arrived so far (to tell them from the timers' wake-ups)
     received_at: float = 0.0  # when the pending event has arrived (the loop's time)
     returning: bool = False  # its previous worker left within the idle timeout: this one waits for it
+
+
+# The events of the objects with no worker that may need no processing (see :class:`Forgetter`).
+_UNATTENDED: frozenset[str | None] = frozenset({'DELETED', None})
 
 
 def _is_final(stream: _Stream) -> bool:
@@ -368,11 +374,11 @@ class ObjectStreams:
             self._gate.listing_finished()
 
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
-        now = asyncio.get_running_loop().time()
         stream = self._streams.get(key)
+        if stream is None and raw_event['type'] in _UNATTENDED and self._forget(key, raw_event):
+            return
+        now = asyncio.get_running_loop().time()
         if stream is None:
-            if raw_event['type'] == 'DELETED' and self._forget(key, raw_event):
-                return
             stream = _Stream(pressure=_Pressure(), returning=self._is_returning(key, now))
             self._streams[key] = stream
             if self._backlog.crowded:
@@ -386,19 +392,23 @@ class ObjectStreams:
 
     def _forget(self, key: Hashable, raw_event: RawEvent) -> bool:
         """
-        Finish a deleted object without a worker if it needs nothing else (see :class:`Forgetter`).
+        Finish a deleted or listed object without a worker if it needs nothing else (see :class:`Forgetter`).
 
         A worker would cost more than the forgetting itself: its task, its stack of coroutines, its stream.
         E.g. in a mass deletion, the echoes of the finalizers' removals (the objects' final ``DELETED``
-        events) come after the workers have left, since the watch-stream is held back by the back-pressure.
+        events) come after the workers have left, since the watch-stream is held back by the back-pressure;
+        at a restart, most listed objects have been handled before and need nothing.
         """
         if self._forgetter is None:
             return False
+        deleted = raw_event['type'] == 'DELETED'
+        if not deleted and key in self._throttles:
+            return False  # it has failed lately: its worker retries it in time
         try:
             forgotten = self._forgetter(raw_event=raw_event, resource=self._resource)
         except Exception:
             return False  # the worker processes it as any other event: it logs the error and retries
-        if forgotten:
+        if forgotten and deleted:
             self._throttles.pop(key, None)
             self._partings.discard(key)  # a deleted uid never returns
         return forgotten
@@ -702,7 +712,7 @@ async def watcher(
     Watch one resource in one namespace (or cluster-wide) and process its objects until cancelled.
 
     ``indexer`` (if the resource is indexed) and ``readiness`` (of the operator's indices): see above.
-    ``forgetter``: the deleted objects without workers are forgotten by it at once, if it can (see above).
+    ``forgetter``: finishes the deleted & listed objects with no worker at once if it can (see above).
     ``sharded``: which objects are this replica's to handle (the sharding); the events of the others are
     dropped as the first thing, before anything is remembered of them; the server is asked only for
     the objects handled as of every (re)start of the watch-stream (the servers that can, filter them).

@@ -562,7 +562,7 @@ def _spawn_core_tasks(
                           lifecycle=lifecycle, indices=indices if indices is not None else {}, pacer=pacer,
                           spawner=spawner)
     processor: queueing.Processor = functools.partial(processing.process_event, scope=scope)
-    forgetter: queueing.Forgetter = functools.partial(processing.forget_deleted, scope=scope)
+    forgetter: queueing.Forgetter = functools.partial(processing.finish_unattended, scope=scope)
     tasks.others.append(asyncio.create_task(spawning.daemon_killer(spawner), name='daemon killer'))
     indexer = make_indexer(indexers=indexers, memories=memories, registry=registry,
                            settings=settings, memo=memo)
