@@ -510,3 +510,33 @@ async def test_daemons_and_timers_get_the_operator_indices(
                          == {'kex1': ['value']})
         await eventually(lambda: {key: list(values) for key, values in seen['timer'].items()}
                          == {'kex1': ['value']})
+
+
+async def test_daemon_sees_its_own_writes_during_a_watch_outage(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        emulator: Any, operator: Operator, eventually: Eventually) -> None:
+    # Issue #40: a daemon re-called after its patch (here: by its own retries) sees that patch in its
+    # live body even while the watch-stream is down (no echoes come), not the object as it was before.
+    outage = asyncio.Event()
+    seen: list[int] = []
+
+    @kopf.daemon('kopfexamples', registry=registry, backoff=0.05)
+    async def counter(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        if outage.is_set():
+            value = body.get('status', {}).get('counter', 0)
+            seen.append(value)
+            patch.status['counter'] = value + 1
+        raise kopf.TemporaryError('again', delay=0.05)
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: cluster.finalizers() == [FINALIZER])
+        emulator.fail_requests(None, status=503, verb='watch', path='kopfexamples')
+        emulator.fail_requests(None, status=503, verb='list', path='kopfexamples')
+        assert emulator.drop_watches(path='kopfexamples') == 1
+        outage.set()
+        await eventually(lambda: len(seen) >= 4)
+        assert cluster.status().get('counter', 0) >= 3
+        emulator.clear_faults()
+
+    assert seen[:4] == [0, 1, 2, 3]  # before: [0, 1, 1, 1] (the state before its own last patch)

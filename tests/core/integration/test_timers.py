@@ -444,3 +444,31 @@ def test_bad_daemon_options_fail_at_decoration_time(
     with pytest.raises(error, match=message):
         kopf.daemon('kopfexamples', registry=registry, **kwargs)
     assert not registry.spawning
+
+
+async def test_timer_sees_its_own_writes_during_a_watch_outage(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        emulator: Any, operator: Operator, eventually: Eventually) -> None:
+    # Issue #40: while the watch-stream is down (no echoes of the patches come), every call still sees
+    # the object as the previous call's patch has made it (as the API has answered), not as it was before.
+    outage = asyncio.Event()
+    seen: list[int] = []
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.05)
+    async def counter(status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
+        if outage.is_set():
+            seen.append(status.get('counter', 0))
+            patch.status['counter'] = status.get('counter', 0) + 1
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: cluster.finalizers() == [FINALIZER])
+        emulator.fail_requests(None, status=503, verb='watch', path='kopfexamples')
+        emulator.fail_requests(None, status=503, verb='list', path='kopfexamples')
+        assert emulator.drop_watches(path='kopfexamples') == 1
+        outage.set()
+        await eventually(lambda: len(seen) >= 4)
+        assert cluster.status().get('counter', 0) >= 3
+        emulator.clear_faults()
+
+    assert seen[:4] == [0, 1, 2, 3]  # before: [0, 1, 1, 1] (the state before its own last patch)

@@ -21,8 +21,9 @@ from typing import Any
 from kopf._clients.errors import APIConflictError, APIError, APIUnprocessableEntityError
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers.typedefs import Logger
-from kopf._cogs.structs.bodies import Body
-from kopf._cogs.structs.patches import PatchFn
+from kopf._cogs.structs import dicts
+from kopf._cogs.structs.bodies import Body, RawBody
+from kopf._cogs.structs.patches import Patch, PatchFn
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import application, execution, loggers
 from kopf._core.actions.progression import HandlerState, Outcome
@@ -38,6 +39,7 @@ __all__ = [
     'Timer',
     'execute_and_apply',
     'initial_delay_of',
+    'is_older_than_live',
 ]
 
 
@@ -262,6 +264,7 @@ async def execute_and_apply(
         daemon: Daemon | None = None,
         calling: Callable[[], None] | None = None,
         called: Callable[[], None] | None = None,
+        live: Body | None = None,
 ) -> Outcome:
     """
     Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
@@ -269,6 +272,9 @@ async def execute_and_apply(
     ``calling`` is notified right before the function is called; ``called`` when the function is over,
     before its patch is applied (e.g. for the timers to measure their intervals from the function's end,
     not from the API's answer, and to know when the call is in the framework's own steps).
+
+    ``live`` is the object's live body (the daemons' & timers' view of it): once the patch is applied, the
+    patched fields as the API has stored them go into the live body's state if newer (``_take_own_write``).
 
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object
@@ -297,8 +303,10 @@ async def execute_and_apply(
     execution.deliver_results(outcomes={handler.id: outcome}, patch=patch)
     if patch:
         try:
-            await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
-                                          body=cause.body, patch=patch, logger=logger)
+            latest = await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
+                                                   body=cause.body, patch=patch, logger=logger)
+            if live is not None and latest is not None:
+                _take_own_write(live, patch, latest)  # the object writer never modifies the patch
         except (APIConflictError, APIUnprocessableEntityError) as e:
             if patch.fns:
                 logger.warning(f'The patch of {handler.id!r} has failed; its transformation functions '
@@ -313,3 +321,62 @@ async def execute_and_apply(
         patch.clear()
         patch.fns.clear()
     return outcome
+
+
+def _version_of(raw_body: Mapping[str, Any]) -> str | None:
+    meta = raw_body.get('metadata')
+    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
+    return str(version) if version else None
+
+
+def _is_newer(version: str | None, than: str | None) -> bool:
+    # The versions are opaque strings by the API's contract, but in practice (etcd) they are growing
+    # integers (as the reactor's consistency checks also assume); if they are not, nothing is newer.
+    return (version is not None and than is not None and version.isdigit() and than.isdigit() and
+            int(version) > int(than))
+
+
+def _take_own_write(live: Body, patch: Patch, latest: RawBody) -> None:
+    """
+    Let the next calls see the object as a daemon's or timer's own patch has made it (issue #40).
+
+    The API's response to the patch is the object as stored: if it is newer than the live body's state,
+    the patched fields (and the new ``resourceVersion``) are taken from it into the live body, so that the
+    next call sees at least its own writes even if the watch-stream lags or is down. Only the dicts on
+    the patched fields' paths are new (e.g. the top level, ``metadata``, ``status``): the rest of the state
+    is shared with the event it came from, and the response is dropped. The echo of the patch, or any newer
+    event, replaces the state as usual (see :func:`is_older_than_live`). With transformation functions in
+    the patch (their fields are unknown in advance), the whole response replaces the state.
+    """
+    raw = dicts.raw_mapping(live)
+    if not _is_newer(_version_of(latest), _version_of(raw)):
+        return
+    if patch.fns:
+        live._replace_with(latest)
+        return
+    fields = {**patch, 'metadata': {**(patch.get('metadata') or {}), 'resourceVersion': None}}
+    live._replace_with(_overlay(raw, latest, fields))
+
+
+def _overlay(base: Mapping[str, Any], source: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A shallow copy of ``base`` with the ``fields`` (a merge-patch's tree) as ``source`` has them."""
+    result = dict(base)
+    for key, value in fields.items():
+        old, new = result.get(key), source.get(key)
+        if type(value) is dict and value and isinstance(old, Mapping) and isinstance(new, Mapping):
+            result[key] = _overlay(old, new, value)
+        elif key in source:
+            result[key] = new
+        else:
+            result.pop(key, None)
+    return result
+
+
+def is_older_than_live(live: Body, raw_body: Mapping[str, Any]) -> bool:
+    """
+    Whether an event's state is older than what the live body shows (taken from our own patch's response).
+
+    Such a state came late (e.g. the watch-stream lagged behind our patch): it must not roll back the live
+    body to a state before the patch (the calls would see their own writes undone until the echo comes).
+    """
+    return _is_newer(_version_of(dicts.raw_mapping(live)), _version_of(raw_body))
