@@ -225,7 +225,7 @@ class Daemons:
                 try:
                     outcome = await execute_and_apply(settings=self.settings, vault=self.vault,
                                                       handler=handler, cause=cause, state=state,
-                                                      logger=logger, daemon=daemon, live=spawns.body)
+                                                      logger=logger, daemon=daemon, spawns=spawns)
                 except Exception as e:  # not the function's failures (they are outcomes), but the framework's
                     logger.exception(f'{title} has failed unexpectedly: {e}')
                     backoff = handler.backoff

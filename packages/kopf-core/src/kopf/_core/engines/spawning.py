@@ -31,7 +31,7 @@ from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import loggers
 from kopf._core.engines.daemons import Daemons
-from kopf._core.engines.spawns import DaemonStoppingReason, ObjectSpawns, is_older_than_live
+from kopf._core.engines.spawns import DaemonStoppingReason, ObjectSpawns
 from kopf._core.engines.timers import Timers
 from kopf._core.intents.causes import ResourceSpawningCause
 from kopf._core.intents.configuration import OperatorSettings
@@ -116,8 +116,7 @@ class SpawningEngine:
             memory.spawns = spawns
             self._objects[id(spawns)] = spawns
         else:
-            if not is_older_than_live(spawns.body, raw_body):  # not to undo our own writes (see spawns)
-                spawns.body._replace_with(raw_body)
+            spawns.notice_state(raw_body)
             spawns.changed_at = now
 
         if deleted:

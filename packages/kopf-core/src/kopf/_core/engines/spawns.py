@@ -16,7 +16,7 @@ import asyncio
 import enum
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from kopf._clients.errors import APIConflictError, APIError, APIUnprocessableEntityError
 from kopf._clients.vault import Vault
@@ -39,7 +39,6 @@ __all__ = [
     'Timer',
     'execute_and_apply',
     'initial_delay_of',
-    'is_older_than_live',
 ]
 
 
@@ -110,12 +109,15 @@ class ObjectSpawns:
     ``body`` is the live view given to the daemons & timers: it is replaced in place with every new
     state of the object, so that they always see the latest one (no copies are made).
     ``changed_at`` is when the object has changed last time (the loop's time): for the timers' idling.
+    ``own_write`` is the latest patch of its daemons & timers whose echo has not come yet: its version (as the
+    API has answered) and its fields, to be seen by their next call even if the echo is late (issue #40).
     ``owner`` is the engine that keeps the record (only compared: the records of other engines are not used,
     e.g. in the memories shared with a previous operator). The finished daemons & timers stay in the records
     (so that they are not started again) until the object stops matching their filters.
     """
 
-    __slots__ = ('body', 'changed_at', 'daemons', 'memo', 'owner', 'resource', 'timers', 'waiters')
+    __slots__ = ('body', 'changed_at', 'daemons', 'memo', 'own_write', 'owner', 'resource', 'timers',
+                 'waiters')
 
     def __init__(self, *, owner: object, body: Body, resource: Resource, memo: Any,
                  changed_at: float) -> None:
@@ -128,6 +130,7 @@ class ObjectSpawns:
         self.daemons: dict[HandlerId, Daemon] = {}
         self.timers: dict[HandlerId, Timer] = {}
         self.waiters: list[asyncio.Future[None]] | None = None
+        self.own_write: tuple[str, Mapping[str, Any], bool] | None = None  # version, fields, whole?
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} daemons={list(self.daemons)} timers={list(self.timers)}>'
@@ -147,6 +150,46 @@ class ObjectSpawns:
         for every idle object with a timer. A transient body's views go away with the call.
         """
         return Body(self.body)
+
+    def remember_own_write(self, patch: Patch, latest: RawBody) -> None:
+        """
+        Remember the patch of a daemon or timer as the API has answered it, until its echo comes (issue #40).
+
+        Only its version and fields are kept (the patch's own dicts), not the response: until the echo, which
+        usually comes within milliseconds, and then nothing has to be done at all. With transformation
+        functions in the patch (their fields are unknown in advance), the response is kept instead.
+        """
+        version = _version_of(latest)  # if the echo has come already, the next call finds it not newer
+        if version is not None:
+            self.own_write = (version, latest, True) if patch.fns else (version, dict(patch), False)
+
+    def notice_state(self, raw_body: Mapping[str, Any]) -> None:
+        """A new state of the object has arrived (an event): the own write is in it unless it is older."""
+        self.body._replace_with(raw_body)
+        if self.own_write is not None and not _is_newer(self.own_write[0], _version_of(raw_body)):
+            self.own_write = None
+
+    def see_own_write(self) -> None:
+        """
+        Before a call: if the echo of the latest own patch has not come (e.g. the watch-stream is down or
+        lags), the live body gets the patched fields (and the version) the patch has made (issue #40).
+
+        Only the dicts on the patched fields' paths are new (e.g. the top level, ``metadata``, ``status``):
+        the rest is shared with the state of the latest event.
+        """
+        if self.own_write is None:
+            return
+        version, fields, whole = self.own_write  # kept until the echo: a late older event may come first
+        raw = dicts.raw_mapping(self.body)
+        if not _is_newer(version, _version_of(raw)):
+            return
+        if whole:  # the response as it is (the transformation functions' fields are unknown)
+            self.body._replace_with(cast(RawBody, fields))
+            return
+        metadata = fields.get('metadata')
+        merged = {**fields, 'metadata': {**(metadata if isinstance(metadata, Mapping) else {}),
+                                         'resourceVersion': version}}
+        self.body._replace_with(cast(RawBody, _merged(raw, merged)))
 
     def notify(self) -> None:
         """Wake up those waiting for the object's daemons & timers to exit (they check again)."""
@@ -264,7 +307,7 @@ async def execute_and_apply(
         daemon: Daemon | None = None,
         calling: Callable[[], None] | None = None,
         called: Callable[[], None] | None = None,
-        live: Body | None = None,
+        spawns: ObjectSpawns | None = None,
 ) -> Outcome:
     """
     Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
@@ -273,8 +316,8 @@ async def execute_and_apply(
     before its patch is applied (e.g. for the timers to measure their intervals from the function's end,
     not from the API's answer, and to know when the call is in the framework's own steps).
 
-    ``live`` is the object's live body (the daemons' & timers' view of it): once the patch is applied, the
-    patched fields as the API has stored them go into the live body's state if newer (``_take_own_write``).
+    ``spawns`` is the object's record: its calls see their own latest writes even if the echo is late
+    (:meth:`ObjectSpawns.remember_own_write`, :meth:`ObjectSpawns.see_own_write`).
 
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object
@@ -283,6 +326,8 @@ async def execute_and_apply(
     For a ``daemon``, only the function's own run can be cancelled by its stopping sequence: a cancelled
     function is over, but the framework's steps after it (e.g. applying its patch) are done as usual.
     """
+    if spawns is not None:
+        spawns.see_own_write()
     if daemon is not None:
         daemon.calling = True
     if calling is not None:
@@ -305,8 +350,8 @@ async def execute_and_apply(
         try:
             latest = await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
                                                    body=cause.body, patch=patch, logger=logger)
-            if live is not None and latest is not None:
-                _take_own_write(live, patch, latest)  # the object writer never modifies the patch
+            if spawns is not None and latest is not None:
+                spawns.remember_own_write(patch, latest)  # the object writer never modifies the patch
         except (APIConflictError, APIUnprocessableEntityError) as e:
             if patch.fns:
                 logger.warning(f'The patch of {handler.id!r} has failed; its transformation functions '
@@ -336,47 +381,15 @@ def _is_newer(version: str | None, than: str | None) -> bool:
             int(version) > int(than))
 
 
-def _take_own_write(live: Body, patch: Patch, latest: RawBody) -> None:
-    """
-    Let the next calls see the object as a daemon's or timer's own patch has made it (issue #40).
-
-    The API's response to the patch is the object as stored: if it is newer than the live body's state,
-    the patched fields (and the new ``resourceVersion``) are taken from it into the live body, so that the
-    next call sees at least its own writes even if the watch-stream lags or is down. Only the dicts on
-    the patched fields' paths are new (e.g. the top level, ``metadata``, ``status``): the rest of the state
-    is shared with the event it came from, and the response is dropped. The echo of the patch, or any newer
-    event, replaces the state as usual (see :func:`is_older_than_live`). With transformation functions in
-    the patch (their fields are unknown in advance), the whole response replaces the state.
-    """
-    raw = dicts.raw_mapping(live)
-    if not _is_newer(_version_of(latest), _version_of(raw)):
-        return
-    if patch.fns:
-        live._replace_with(latest)
-        return
-    fields = {**patch, 'metadata': {**(patch.get('metadata') or {}), 'resourceVersion': None}}
-    live._replace_with(_overlay(raw, latest, fields))
-
-
-def _overlay(base: Mapping[str, Any], source: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A shallow copy of ``base`` with the ``fields`` (a merge-patch's tree) as ``source`` has them."""
+def _merged(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """A shallow copy of ``base`` with a merge-patch applied (RFC 7386: None removes), its paths copied."""
     result = dict(base)
-    for key, value in fields.items():
-        old, new = result.get(key), source.get(key)
-        if type(value) is dict and value and isinstance(old, Mapping) and isinstance(new, Mapping):
-            result[key] = _overlay(old, new, value)
-        elif key in source:
-            result[key] = new
-        else:
+    for key, value in patch.items():
+        if value is None:
             result.pop(key, None)
+        elif isinstance(value, Mapping):
+            old = result.get(key)
+            result[key] = _merged(old if isinstance(old, Mapping) else {}, value)
+        else:
+            result[key] = value
     return result
-
-
-def is_older_than_live(live: Body, raw_body: Mapping[str, Any]) -> bool:
-    """
-    Whether an event's state is older than what the live body shows (taken from our own patch's response).
-
-    Such a state came late (e.g. the watch-stream lagged behind our patch): it must not roll back the live
-    body to a state before the patch (the calls would see their own writes undone until the echo comes).
-    """
-    return _is_newer(_version_of(dicts.raw_mapping(live)), _version_of(raw_body))

@@ -274,7 +274,7 @@ class Timers:
             # While the function runs for long, the call leaves the hands to others (see the module's docs).
             outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
                                               cause=cause, state=state, logger=logger,
-                                              calling=hold.lend_later, called=called, live=spawns.body)
+                                              calling=hold.lend_later, called=called, spawns=spawns)
             final, failed, delay = outcome.final, outcome.exception is not None, outcome.delay
             if not final:
                 state = state.with_outcome(outcome)  # only the retries need the state (it is reset otherwise)
