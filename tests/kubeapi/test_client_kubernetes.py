@@ -6,9 +6,8 @@ Each test has its own namespace; the CRD is the examples' one, shared by the tes
 """
 
 import pathlib
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,27 +18,13 @@ kubernetes = pytest.importorskip('kubernetes')
 from kubernetes import client, config, dynamic, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from .._waiting import wait_until  # noqa: E402
+
 pytestmark = pytest.mark.kube_api
 
-WAIT = 30.0
 CRD_BODY: dict[str, Any] = yaml.safe_load(
     (pathlib.Path(__file__).resolve().parents[2] / 'examples' / 'crd.yaml').read_text()
 )
-
-
-def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
-    event = threading.Event()
-    deadline = threading.Timer(within, event.set)
-    deadline.start()
-    try:
-        while not event.is_set():
-            result = condition()
-            if result:
-                return result
-            event.wait(0.05)
-    finally:
-        deadline.cancel()
-    raise AssertionError(f'The condition has not been met in {within}s.')
 
 
 @pytest.fixture

@@ -6,37 +6,22 @@ Each test has its own namespace; the CRD is the examples' one, shared by the tes
 """
 
 import pathlib
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
+from .._waiting import wait_until
+
 pykube = pytest.importorskip('pykube')
 
 pytestmark = pytest.mark.kube_api
 
-WAIT = 30.0
 CRD_BODY: dict[str, Any] = yaml.safe_load(
     (pathlib.Path(__file__).resolve().parents[2] / 'examples' / 'crd.yaml').read_text()
 )
-
-
-def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
-    event = threading.Event()
-    deadline = threading.Timer(within, event.set)
-    deadline.start()
-    try:
-        while not event.is_set():
-            result = condition()
-            if result:
-                return result
-            event.wait(0.05)
-    finally:
-        deadline.cancel()
-    raise AssertionError(f'The condition has not been met in {within}s.')
 
 
 @pytest.fixture

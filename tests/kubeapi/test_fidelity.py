@@ -9,15 +9,16 @@ emulator knowingly differs, its side is ``xfail(strict=True)`` (see "Known diffe
 kube-apiserver" in the README of kopf-testing).
 """
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 
 from kopf.testing.emulator import KubernetesEmulator
+
+from .._waiting import wait_until
 
 pytestmark = pytest.mark.real_apiserver
 
@@ -91,16 +92,6 @@ class Api:
 
     def close(self) -> None:
         self.session.close()
-
-
-def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f'The condition has not been met in {within}s.')
 
 
 def norm(obj: Any) -> Any:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import kubernetes
@@ -22,6 +22,8 @@ import yaml
 import kopf
 from kopf._core.intents.registries import OperatorRegistry
 from kopf.testing import KopfRunner
+
+from .._waiting import wait_until
 
 pytestmark = pytest.mark.kube_api
 
@@ -59,21 +61,6 @@ def kex_crd(api: kubernetes.client.ApiClient) -> None:
     wait_until(lambda: any(c.type == 'Established' and c.status == 'True'
                            for c in (crds.read_custom_resource_definition(body['metadata']['name'])
                                      .status.conditions or [])))
-
-
-def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
-    event = threading.Event()
-    deadline = threading.Timer(within, event.set)
-    deadline.start()
-    try:
-        while not event.is_set():
-            result = condition()
-            if result:
-                return result
-            event.wait(0.05)
-    finally:
-        deadline.cancel()
-    raise AssertionError(f'The condition has not been met in {within}s.')
 
 
 def kex(api: kubernetes.client.ApiClient, namespace: str) -> Any:

@@ -11,9 +11,8 @@ last one), joined with ``||``; the lists of the built-in resources echo the sele
 selector is HTTP 500; without the gate, the parameter is ignored silently.
 """
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +20,8 @@ import requests
 
 from kopf._core.engines.sharding import fnv1a_64
 from kopf.testing.emulator import KubernetesEmulator
+
+from .._waiting import wait_until
 
 pytestmark = pytest.mark.real_apiserver
 
@@ -76,16 +77,6 @@ class Api:
     def watch(self, path: str, **params: str) -> requests.Response:
         return self.session.get(self.url + path, params={'watch': 'true', **params}, stream=True,
                                 verify=self.verify, timeout=WAIT)
-
-
-def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f'The condition has not been met in {within}s.')
 
 
 @pytest.fixture(scope='module')

@@ -7,8 +7,6 @@ Each test runs its own control plane (~3 s): the flag is kube-apiserver's, fixed
 import base64
 import pathlib
 import ssl
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -20,25 +18,12 @@ from kopf._core.intents.registries import OperatorRegistry
 from kopf.testing import KopfRunner
 from kopf.testing.apiserver import KubernetesControlPlane, pki
 
+from .._waiting import wait_until
+
 pytestmark = pytest.mark.real_apiserver
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WAIT = 30.0
-
-
-def wait_until(condition: Callable[[], Any], within: float = WAIT) -> Any:
-    event = threading.Event()
-    deadline = threading.Timer(within, event.set)
-    deadline.start()
-    try:
-        while not event.is_set():
-            result = condition()
-            if result:
-                return result
-            event.wait(0.05)
-    finally:
-        deadline.cancel()
-    raise AssertionError(f'The condition has not been met in {within}s.')
 
 
 def admission_config(tmp_path: pathlib.Path, pair: pki.KeyPair) -> pathlib.Path:

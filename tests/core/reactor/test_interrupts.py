@@ -72,7 +72,7 @@ async def test_second_signal_cancels_a_long_cleanup(
         task.cancel()
     assert time.monotonic() - sent < 2  # not the cleanup's minute, not even the hung tasks' grace
     assert supervision.forced_exit_requested()
-    assert not supervision.repeated_signal_lost()  # both taken by the loop in time
+    assert not supervision.signal_after_operator()  # both taken by the loop in time
     supervision.reset_exit_requests()
     assert [message for message in caplog.messages if 'Signal' in message or 'Cleanup' in message] == [
         f'Signal {signum.name} is received. Operator is stopping.',
@@ -121,7 +121,7 @@ async def test_signal_after_a_stop_flag_is_a_first_one(
     ]
 
 
-async def test_a_repeated_signal_too_late_for_the_loop_is_known_as_lost() -> None:
+async def test_signals_too_late_for_the_loop_are_known_as_after_the_operator() -> None:
     # E.g. a second Ctrl+C right when the operator's loop removes its handlers at the very end:
     # asyncio drops the signals whose handlers are gone when it reads their wake-ups (in its next iteration).
     signum = signal.SIGTERM
@@ -138,9 +138,9 @@ async def test_a_repeated_signal_too_late_for_the_loop_is_known_as_lost() -> Non
     for _ in range(5):  # the loop's next iterations read the signals' wake-ups: no handlers, they are dropped
         await asyncio.sleep(0)
     assert not flag.is_set()
-    assert supervision.repeated_signal_lost()
+    assert supervision.signal_after_operator()
     supervision.reset_exit_requests()
-    assert not supervision.repeated_signal_lost()
+    assert not supervision.signal_after_operator()
     assert signal.getsignal(signum) is supervision._note_arrival  # noted only, while the loop runs
     supervision.operator_is_over()
     assert signal.getsignal(signum) == handler_before
@@ -164,7 +164,7 @@ async def main():
     os.kill(os.getpid(), signal.SIGINT)  # the second one: too late for the operator, but the loop still runs
     for _ in range(5):
         await asyncio.sleep(0.01)
-    print('lost' if supervision.repeated_signal_lost() else 'not lost')
+    print('lost' if supervision.signal_after_operator() else 'not lost')
     supervision.operator_is_over()
     print('default' if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 'not default')
 

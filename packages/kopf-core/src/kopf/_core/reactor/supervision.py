@@ -7,9 +7,9 @@ interrupted). The next signal while the operator is still exiting makes it exit 
 be cancelled is cancelled (including the cleanup), the sync handlers' threads are abandoned
 (see :func:`forced_exit_requested`, which the ``kopf run`` command then honours). After the operator
 is over (or its loop has stopped, for ``kopf run``), the signals get Python's default reactions again;
-a repeated signal that comes after the loop has removed its handlers but while the loop still runs (asyncio
+a signal that comes after the loop has removed its handlers but while the loop still runs (asyncio
 would drop it silently, uvloop would lose the ``KeyboardInterrupt``) is noted at its arrival:
-:func:`repeated_signal_lost`.
+:func:`signal_after_operator`.
 If a graceful exit takes longer than ``settings.process.ultimate_exiting_timeout``, the operator's remaining
 activities are cancelled.
 """
@@ -36,7 +36,6 @@ __all__ = [
     'forced_exit_requested',
     'install_signal_handlers',
     'operator_is_over',
-    'repeated_signal_lost',
     'reset_exit_requests',
     'restore_default_signal_handlers',
     'signal_after_operator',
@@ -73,17 +72,6 @@ def reset_exit_requests() -> None:
 def forced_exit_requested() -> bool:
     """Whether a repeated signal has asked the operator(s) of this process to exit at once."""
     return _forced_exit.is_set()
-
-
-def repeated_signal_lost() -> bool:
-    """
-    Whether a repeated signal has arrived but was never taken by the loop: it was too late for the operator.
-
-    E.g. a second Ctrl+C right when the operator's loop removes its handlers: asyncio then drops it silently,
-    and Python's own reaction (``KeyboardInterrupt``) is not there yet. The caller acts on it as the signal
-    would have been acted on a moment later: it exits at once.
-    """
-    return _arrived_signals >= 2 and _taken_signals < _arrived_signals
 
 
 def signal_after_operator() -> bool:
@@ -245,7 +233,7 @@ def remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
     While the loop still runs (the operator's last steps, the closing of its async generators), a signal
     must not raise ``KeyboardInterrupt`` into the loop's machinery: uvloop loses it there, and the process
     then waits for the sync handlers' threads although asked twice to exit. So the signals are only noted
-    at their arrival (see :func:`repeated_signal_lost`): till the operator's end if it is embedded into
+    at their arrival (see :func:`signal_after_operator`): till the operator's end if it is embedded into
     a loop that runs on; till the loop's stop if the ``kopf run`` command owns the loop (it restores them).
     """
     running = loop.is_running()
