@@ -300,6 +300,18 @@ class HandlerKinds(NamedTuple):
     changing: bool  # the change-detecting handlers (creation, update, deletion, resuming, fields)
 
 
+class ListingPlan(NamedTuple):
+    """
+    What decides about a listed object that may need nothing (see :meth:`OperatorRegistry.get_listing_plan`).
+
+    Only for the resources with change handlers alone, none of them resuming or filtering the objects.
+    """
+
+    requires_finalizer: bool  # our finalizer is needed for every object (or for none)
+    handler_ids: tuple[str, ...]  # whose progress records the objects may hold
+    extra_fields: frozenset[dicts.FieldPath]  # the essences' extra fields (see get_extra_fields())
+
+
 class _Unfiltered(NamedTuple):
     """What is known of a resource's handlers regardless of the objects, if none of them filters them."""
 
@@ -377,6 +389,7 @@ class OperatorRegistry:
         self.indexing = IndexingRegistry()
         self.webhooks = WebhooksRegistry()
         self._kinds: dict[Resource, tuple[int, HandlerKinds]] = {}
+        self._plans: dict[Resource, tuple[int, ListingPlan | None]] = {}
 
     def get_handler_kinds(self, resource: Resource) -> 'HandlerKinds':
         """
@@ -393,6 +406,30 @@ class OperatorRegistry:
                              changing=self.changing.has_handlers(resource))
         self._kinds[resource] = (generation, kinds)
         return kinds
+
+    def get_listing_plan(self, resource: Resource) -> ListingPlan | None:
+        """
+        What a listed object's handling depends on, if it can need nothing (else None): only change handlers,
+        none resuming the objects (they are due for every listed object), none filtering them (then, our
+        finalizer is needed for all of them or for none). Asked for every listed object: remembered per
+        resource until any registry changes, as :meth:`get_handler_kinds`.
+        """
+        known = self._plans.get(resource)
+        generation = _generation  # read before the registries: if they change meanwhile, it is asked anew
+        if known is not None and known[0] == generation:
+            return known[1]
+        kinds = self.get_handler_kinds(resource)
+        requires = self.changing.finalizer_regardless_of_objects(resource)
+        plan: ListingPlan | None = None
+        if (kinds.changing and not kinds.watching and not kinds.spawning and requires is not None
+                and self.changing.resumes_nothing(resource)):
+            plan = ListingPlan(
+                requires_finalizer=requires,
+                handler_ids=tuple(handler.id for handler in self.changing.get_resource_handlers(resource)),
+                extra_fields=self.changing.get_extra_fields(resource),
+            )
+        self._plans[resource] = (generation, plan)
+        return plan
 
     def __repr__(self) -> str:
         parts = ', '.join(f'{name}={len(registry)}' for name, registry in self._all_registries().items())

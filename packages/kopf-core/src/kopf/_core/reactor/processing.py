@@ -151,27 +151,21 @@ def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
     """
     if tracing.tracer is not None or loggers.object_logger.isEnabledFor(logging.DEBUG):
         return False  # the general path has a span and a debug line ("Resuming is in progress") for each
+    plan = scope.registry.get_listing_plan(resource)
+    if plan is None:
+        return False
     raw_body = raw_event['object']
-    registry = scope.registry
-    kinds = registry.get_handler_kinds(resource)
-    if kinds.watching or kinds.spawning or not kinds.changing:
-        return False
-    if not registry.changing.resumes_nothing(resource):
-        return False
     if scope.memories.get(raw_body) is not None:
         return False  # a relisting of a known object: the versions and the cycles of its memory matter
     if finalizers.is_deletion_ongoing(raw_body):
         return False
     persistence = scope.settings.persistence
-    requires = registry.changing.finalizer_regardless_of_objects(resource)
-    if requires is None:
-        return False
-    if cycles.finalizer_decision(raw_body, persistence.finalizer, requires=requires) is not None:
+    finalizer = persistence.finalizer
+    if cycles.finalizer_decision(raw_body, finalizer, requires=plan.requires_finalizer) is not None:
         return False
     body = Body._wrapping(raw_body)
     storage = persistence.progress_storage
-    handlers = registry.changing.get_resource_handlers(resource)
-    if not progress.holds_no_records(storage, keys=[handler.id for handler in handlers], body=body):
+    if not progress.holds_no_records(storage, keys=plan.handler_ids, body=body):
         return False
     if not storage.holds_no_touch(body=body):
         return False
@@ -181,8 +175,7 @@ def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
         return False  # the general path reports an unreadable diff-base
     if old is None or type(old) is not dict:
         return False
-    extra_fields = registry.changing.get_extra_fields(resource)
-    new = persistence.diffbase_storage.build(body=body, extra_fields=extra_fields)
+    new = persistence.diffbase_storage.build(body=body, extra_fields=plan.extra_fields)
     old = progress.without_records(storage, essence=old)
     new = progress.without_records(storage, essence=new)
     if diffs.diff(old, new):
