@@ -86,6 +86,7 @@ from kopf.testing import KubernetesEmulator
 EMULATOR, CONTROL_PLANE = 'emulator', 'control-plane'
 FLOOR_NAME = 'the floor'
 OURS_METRICS_NAME = f'{OURS_NAME}, metrics on'
+OURS_ASYNC_NAME = f'{OURS_NAME}, async handlers'
 BASELINE_NAME = f'{OURS_NAME}, baseline'
 LEAN_FLOOR_NAME = 'the lean floor'
 OPERATORS_CHOICES = ('create_delete', 'create_only')
@@ -95,7 +96,7 @@ DEFAULT_PLOT = HERE / 'core_handling.png'
 CONTROL_PLANE_PLOT = HERE / 'core_handling-control-plane.png'
 # The same in every plot, whoever runs.
 COLORS = {KOPF_NAME: 'C0', OURS_NAME: 'C1', FLOOR_NAME: 'C2', OURS_METRICS_NAME: 'C3',
-          BASELINE_NAME: 'C4', LEAN_FLOOR_NAME: 'C5'}
+          BASELINE_NAME: 'C4', LEAN_FLOOR_NAME: 'C5', OURS_ASYNC_NAME: 'C6'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,11 +108,13 @@ class Implementation:
     metrics: bool = False  # this project with its metrics on (served on a free port, not scraped)
     lean: bool = False  # the lean floor: floor_client.py --client lean (the project's HTTP client & JSON)
     uvloop: bool = False  # on uvloop's event loop (all implementations alike, with --uvloop)
+    async_handlers: bool = False  # this project with the operator's async variant (operators/*_async.py)
 
     def command(self, operator: str, login: Sequence[str], status_subresource: bool) -> list[str]:
         """The operator's command; ``login`` is the floor's: ``--server URL`` or ``--kubeconfig PATH``."""
         if not self.floor:
-            return [self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{operator}.py'),
+            variant = f'{operator}_async' if self.async_handlers else operator
+            return [self.python, str(OPERATORS / 'runner.py'), str(OPERATORS / f'{variant}.py'),
                     *(['--metrics'] if self.metrics else []), *(['--uvloop'] if self.uvloop else [])]
         return [self.python, str(HERE / 'floor_client.py'), *login,
                 '--concurrency', str(self.floor_concurrency),
@@ -398,7 +401,7 @@ def print_paired_to_ours(scenarios: Sequence[Scenario], names: Sequence[str],
     for scenario in scenarios:
         ours = by_repeat.get((scenario, OURS_NAME), {})
         for name in names:
-            if name not in (BASELINE_NAME, OURS_METRICS_NAME, LEAN_FLOOR_NAME):
+            if name not in (BASELINE_NAME, OURS_METRICS_NAME, OURS_ASYNC_NAME, LEAN_FLOOR_NAME):
                 continue
             cells: list[str] = []
             for label, measure_of in measures:
@@ -612,6 +615,8 @@ def main() -> None:
     parser.add_argument('--no-ours', action='store_true', help='do not run this project')
     parser.add_argument('--baseline-python', default=None,
                         help='also run this project from another Python (an older checkout), interleaved')
+    parser.add_argument('--async-handlers', action='store_true',
+                        help="also this project with the operator's async handlers (no executor's threads)")
     parser.add_argument('--lean-floor', action='store_true',
                         help="also run the lean floor: the floor over the project's own HTTP client & JSON")
     parser.add_argument('--metrics', action='store_true',
@@ -667,6 +672,8 @@ def main() -> None:
         implementations.append(Implementation(OURS_NAME, args.ours_python))
         if args.metrics:
             implementations.append(Implementation(OURS_METRICS_NAME, args.ours_python, metrics=True))
+        if args.async_handlers:
+            implementations.append(Implementation(OURS_ASYNC_NAME, args.ours_python, async_handlers=True))
     if not args.no_floor:
         implementations.append(Implementation(FLOOR_NAME, args.floor_python or args.ours_python, floor=True,
                                               floor_concurrency=args.floor_concurrency))

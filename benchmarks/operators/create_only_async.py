@@ -1,0 +1,9 @@
+"""The benchmark operator of ``create_only`` with async handlers: no executor threads (core_handling.py)."""
+import kopf
+
+
+@kopf.on.create('kopfexamples')
+async def create_fn(**_: object) -> dict[str, str]:
+    return {'message': 'hello'}
+
+
