@@ -61,6 +61,12 @@ def register(kinds: str, registry: OperatorRegistry, plural: str, calls: list[st
             raise ValueError(kind)
 
 
+def scope_of(operator: Any, registry: OperatorRegistry) -> OperatorScope:
+    """What the processing of the test's operator gets (as in the conftest's ``Operator.process``)."""
+    return OperatorScope(registry=registry, settings=operator.settings, memories=operator.memories,
+                         vault=operator.vault)
+
+
 # The objects' states: the metadata at creation, and whether the object is being deleted.
 STATES: dict[str, tuple[dict[str, Any], bool]] = {
     'handled': ({'annotations': {DIFFBASE: HANDLED}}, False),
@@ -111,9 +117,8 @@ async def test_dismissal_agrees_with_the_general_path(
     assert body is not None
     emulator.requests.reset()
 
-    scope = OperatorScope(registry=registry, settings=operator.settings, memories=operator.memories,
-                          vault=operator.vault)
     raw_event: RawEvent = {'type': None, 'object': body}
+    scope = scope_of(operator, registry)
     dismissed = dismiss_listed(raw_event=raw_event, resource=kex, scope=scope)
     assert len(operator.memories) == 0  # the dismissal remembers nothing
     assert requests() == 0
@@ -132,9 +137,8 @@ async def test_no_dismissal_of_remembered_objects(
     register('create', registry, kex.plural, [])
     await cluster.create(metadata=STATES['handled'][0])
     body = cluster.get()
-    scope = OperatorScope(registry=registry, settings=operator.settings, memories=operator.memories,
-                          vault=operator.vault)
     raw_event: RawEvent = {'type': None, 'object': body}
+    scope = scope_of(operator, registry)
     assert dismiss_listed(raw_event=raw_event, resource=kex, scope=scope)
     operator.memories.recall(body)  # e.g. a relisting after the watch-stream's 410 Gone
     assert not dismiss_listed(raw_event=raw_event, resource=kex, scope=scope)
@@ -146,9 +150,8 @@ async def test_no_dismissal_with_debug_logs(
     register('create', registry, kex.plural, [])
     await cluster.create(metadata=STATES['handled'][0])
     body = cluster.get()
-    scope = OperatorScope(registry=registry, settings=operator.settings, memories=operator.memories,
-                          vault=operator.vault)
     raw_event: RawEvent = {'type': None, 'object': body}
+    scope = scope_of(operator, registry)
     assert not dismiss_listed(raw_event=raw_event, resource=kex, scope=scope)
     await operator.process(type=None, body=body)
     assert messages()  # what the dismissal would hide: "Resuming is in progress: ..." & co

@@ -187,3 +187,21 @@ class Body(dicts.ReplaceableMappingView[str, Any]):
     @property
     def meta(self) -> Meta:
         return self.metadata
+
+
+def version_of(raw_body: Mapping[str, Any] | None) -> str | None:
+    """The object's ``metadata.resourceVersion`` (as a string), or None if it has none."""
+    meta = raw_body.get('metadata') if raw_body is not None else None
+    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
+    return str(version) if version else None
+
+
+def is_newer_version(version: str | None, than: str | None) -> bool:
+    """
+    Whether a resource version is surely newer than another one.
+
+    The versions are opaque strings by the API's contract, but in practice (etcd) they are growing
+    integers (the consistency checks of the reactor and the engines rely on it); if not, nothing is newer.
+    """
+    return (version is not None and than is not None and version.isdigit() and than.isdigit() and
+            int(version) > int(than))

@@ -39,7 +39,7 @@ from kopf._clients.patching import json_patch_obj, patch_obj, split_merge_patch
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs import dicts
-from kopf._cogs.structs.bodies import Body, RawBody
+from kopf._cogs.structs.bodies import Body, RawBody, version_of
 from kopf._cogs.structs.patches import JSONPatch, Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
@@ -155,7 +155,7 @@ class _Writer:
         guarded by the fresh version of the object (as Kopf does it in all cases).
         """
         metadata = dict(main.get('metadata', {}))
-        version = _version_of(self.latest)
+        version = version_of(self.latest)
         if version is not None:
             metadata['resourceVersion'] = version
         try:
@@ -219,12 +219,6 @@ def _changes_our_finalizer(body: Mapping[str, Any], patch: Patch, finalizer: str
         return False
     wanted = patch['metadata']['finalizers'] or []
     return (finalizer in wanted) != finalizers.is_deletion_blocked(body, finalizer)
-
-
-def _version_of(raw_body: Mapping[str, Any]) -> str | None:
-    meta = raw_body.get('metadata')
-    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
-    return str(version) if version else None
 
 
 def _iter_inconsistencies(

@@ -22,7 +22,7 @@ from kopf._clients.errors import APIConflictError, APIError, APIUnprocessableEnt
 from kopf._clients.vault import Vault
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs import dicts
-from kopf._cogs.structs.bodies import Body, RawBody
+from kopf._cogs.structs.bodies import Body, RawBody, is_newer_version, version_of
 from kopf._cogs.structs.patches import Patch, PatchFn
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import application, execution, loggers
@@ -159,14 +159,14 @@ class ObjectSpawns:
         usually comes within milliseconds, and then nothing has to be done at all. With transformation
         functions in the patch (their fields are unknown in advance), the response is kept instead.
         """
-        version = _version_of(latest)  # if the echo has come already, the next call finds it not newer
+        version = version_of(latest)  # if the echo has come already, the next call finds it not newer
         if version is not None:
             self.own_write = (version, latest, True) if patch.fns else (version, dict(patch), False)
 
     def notice_state(self, raw_body: Mapping[str, Any]) -> None:
         """A new state of the object has arrived (an event): the own write is in it unless it is older."""
         self.body._replace_with(raw_body)
-        if self.own_write is not None and not _is_newer(self.own_write[0], _version_of(raw_body)):
+        if self.own_write is not None and not is_newer_version(self.own_write[0], version_of(raw_body)):
             self.own_write = None
 
     def see_own_write(self) -> None:
@@ -181,7 +181,7 @@ class ObjectSpawns:
             return
         version, fields, whole = self.own_write  # kept until the echo: a late older event may come first
         raw = dicts.raw_mapping(self.body)
-        if not _is_newer(version, _version_of(raw)):
+        if not is_newer_version(version, version_of(raw)):
             return
         if whole:  # the response as it is (the transformation functions' fields are unknown)
             self.body._replace_with(cast(RawBody, fields))
@@ -366,19 +366,6 @@ async def execute_and_apply(
         patch.clear()
         patch.fns.clear()
     return outcome
-
-
-def _version_of(raw_body: Mapping[str, Any]) -> str | None:
-    meta = raw_body.get('metadata')
-    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
-    return str(version) if version else None
-
-
-def _is_newer(version: str | None, than: str | None) -> bool:
-    # The versions are opaque strings by the API's contract, but in practice (etcd) they are growing
-    # integers (as the reactor's consistency checks also assume); if they are not, nothing is newer.
-    return (version is not None and than is not None and version.isdigit() and than.isdigit() and
-            int(version) > int(than))
 
 
 def _merged(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:

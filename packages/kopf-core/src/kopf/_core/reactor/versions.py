@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from kopf._cogs.structs.bodies import RawBody, RawEvent
+from kopf._cogs.structs.bodies import RawBody, RawEvent, is_newer_version, version_of
 from kopf._cogs.structs.patches import Patch
 from kopf._core.actions import application, loggers
 from kopf._core.persistence import diffbase
@@ -44,12 +44,6 @@ class VersionBook:
         self.expected_version = None
         self.expected_since = 0.0
         self.settled_version = None
-
-
-def version_of(raw_body: Mapping[str, Any] | None) -> str | None:
-    meta = raw_body.get('metadata') if raw_body is not None else None
-    version = meta.get('resourceVersion') if type(meta) is dict or isinstance(meta, Mapping) else None
-    return str(version) if version else None
 
 
 def is_settled_echo(raw_event: RawEvent, book: VersionBook | None) -> bool:
@@ -94,19 +88,13 @@ def settles(patch: Patch, *, blind_to_own_writes: bool) -> bool:
     return True
 
 
-def _is_newer(version: str, than: str) -> bool:
-    # The versions are opaque strings by the API's contract, but in practice (etcd) they are growing
-    # integers; if so, the newer ones mean that ours has been seen (maybe batched with later changes).
-    return version.isdigit() and than.isdigit() and int(version) > int(than)
-
-
 def is_consistent(book: VersionBook, raw_body: Mapping[str, Any]) -> bool:
     """Whether the version of our own latest patch (if any) has arrived with this or an earlier event."""
     expected = book.expected_version
     if expected is None:
         return True
     actual = version_of(raw_body)
-    if actual is not None and (actual == expected or _is_newer(actual, expected)):
+    if actual is not None and (actual == expected or is_newer_version(actual, expected)):
         book.expected_version = None
         return True
     return False
