@@ -90,6 +90,8 @@ TICK = re.compile(rb'"tick":(\d+)')
 NAN = float('nan')
 SCENARIOS = ('timer-1s', 'timer-60s-idle', 'index-10k')
 FLOOR_NAME = 'the floor'
+LEAN_FLOOR_NAME = 'the lean floor'
+FLOORS = (FLOOR_NAME, LEAN_FLOOR_NAME)
 Measures = dict[str, float]
 
 
@@ -166,12 +168,13 @@ def timer_operator(implementation: Implementation, args: argparse.Namespace,
     """The timer operator (``operators/timer.py``) of an implementation, or the floor's equivalent."""
     env = timer_env(args, interval=interval, initial_delay=initial_delay)
     command = None
-    if implementation.name == FLOOR_NAME:
+    if implementation.name in FLOORS:
         login = (['--kubeconfig', str(server.kubeconfig_path)] if isinstance(server, ControlPlaneRun)
                  else ['--server', server.url])
         command = [implementation.python, str(HERE / 'floor_client.py'), *login,
                    '--concurrency', str(args.floor_concurrency),
-                   '--timer', str(interval), '--initial-delay', str(initial_delay)]
+                   '--timer', str(interval), '--initial-delay', str(initial_delay),
+                   *(['--client', 'lean'] if implementation.name == LEAN_FLOOR_NAME else [])]
     return Operator(implementation.python, 'timer', server.kubeconfig_path, env=env, command=command)
 
 
@@ -513,8 +516,18 @@ def format_ratio(ours: Measures, kopf: Measures, key: str) -> str:
     return ('<' if kopf.get(f'lower_bound:{key}') else '') + f'{a / b:.2f}'  # type: ignore[operator]
 
 
+def format_paired(ours: Sequence[Measures], other: Sequence[Measures], key: str) -> str:
+    """The median (min-max) of the runs' ratios: run i of one to run i of the other (interleaved: paired)."""
+    ratios = sorted(a / b for x, y in zip(ours, other, strict=True)
+                    if is_number(a := x.get(key)) and is_number(b := y.get(key)) and b
+                    and not x.get(f'lower_bound:{key}') and not y.get(f'lower_bound:{key}'))
+    if not ratios:
+        return '—'
+    return f'{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})'
+
+
 def print_table(scenario: str, names: Sequence[str], results: dict[str, Measures | None],
-                failures: dict[str, list[str]]) -> None:
+                failures: dict[str, list[str]], measured: dict[str, list[Measures]] | None = None) -> None:
     columns = scenario_columns(scenario)
     with_requests = scenario == 'timer-1s'
     headers = ['implementation', *(c.header for c in columns)]
@@ -537,6 +550,10 @@ def print_table(scenario: str, names: Sequence[str], results: dict[str, Measures
         if ours is not None and other is not None:
             ratios = [format_ratio(ours, other, c.key) if c.ratio else '—' for c in columns]
             rows.append([f'ratio ({names[0]} ÷ {other_name})', *ratios] + (['—'] if with_requests else []))
+        runs_of_ours, runs_of_other = (measured or {}).get(names[0], []), (measured or {}).get(other_name, [])
+        if len(runs_of_ours) > 1 and len(runs_of_ours) == len(runs_of_other):  # no failed runs: pairs
+            paired = [format_paired(runs_of_ours, runs_of_other, c.key) if c.ratio else '—' for c in columns]
+            rows.append([f'paired ({names[0]} ÷ {other_name})', *paired] + (['—'] if with_requests else []))
     widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
     print('| ' + ' | '.join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + ' |')
     print('|' + '|'.join('-' * (w + 2) for w in widths) + '|')
@@ -573,7 +590,7 @@ MEASURERS: dict[str, Callable[[Implementation, argparse.Namespace], Measures]] =
 
 def run_scenario(scenario: str, runs: Sequence[Implementation], args: argparse.Namespace) -> None:
     if not scenario.startswith('timer-'):  # the floor client has no equivalent of the other operators
-        runs = [impl for impl in runs if impl.name != FLOOR_NAME]
+        runs = [impl for impl in runs if impl.name not in FLOORS]
     measured: dict[str, list[Measures]] = {impl.name: [] for impl in runs}
     failures: dict[str, list[str]] = {impl.name: [] for impl in runs}
     # Interleaved: the machine's noise (other processes, CPU frequency) affects both alike.
@@ -591,7 +608,7 @@ def run_scenario(scenario: str, runs: Sequence[Implementation], args: argparse.N
     repeats = f'; medians of {args.repeat} interleaved runs' if args.repeat > 1 else ''
     substrate = ' on a real kube-apiserver' if args.api == CONTROL_PLANE else ''
     print(f'\n### `{scenario}`{substrate}: {describe(scenario, args)}{repeats}\n')
-    print_table(scenario, [impl.name for impl in runs], results, failures)
+    print_table(scenario, [impl.name for impl in runs], results, failures, measured)
     print(flush=True)
 
 
@@ -611,6 +628,8 @@ def main() -> None:
                         help='idle seconds before reading the idle RSS (above the workers\' idle timeout)')
     parser.add_argument('--sync-handlers', action='store_true', help='sync timer handlers instead of async')
     parser.add_argument('--no-floor', action='store_true', help='do not run the floor client')
+    parser.add_argument('--lean-floor', action='store_true',
+                        help="also run the lean floor: the floor over the project's own HTTP client & JSON")
     parser.add_argument('--floor-python', default=None,
                         help='the Python of the floor client (it needs aiohttp only; default: --ours-python)')
     parser.add_argument('--floor-concurrency', type=int, default=400,
@@ -637,6 +656,8 @@ def main() -> None:
     runs = implementations(parser, args)
     if not args.no_floor:
         runs.append(Implementation(FLOOR_NAME, args.floor_python or args.ours_python))
+    if args.lean_floor:  # it imports kopf._clients: the Python of this project
+        runs.append(Implementation(LEAN_FLOOR_NAME, args.ours_python))
     for scenario in SCENARIOS if args.scenario == 'all' else [args.scenario]:
         run_scenario(scenario, runs, args)
 

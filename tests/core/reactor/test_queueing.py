@@ -84,16 +84,27 @@ def settings() -> OperatorSettings:
 
 
 class Forgetter:
-    """A finisher of the deleted & listed objects with no workers: remembers whom it got, answers as told."""
+    """
+    A finisher of the events of the objects with no workers: remembers whom it got, answers as told.
 
-    def __init__(self, *, forgets: bool = True, fails: bool = False) -> None:
+    The deleted & listed objects are answered by ``forgets`` (and remembered in ``names``); the other events
+    (e.g. the timers' echoes) by ``settles`` (and remembered in ``changes``).
+    """
+
+    def __init__(self, *, forgets: bool = True, fails: bool = False, settles: bool = False) -> None:
         self.forgets = forgets
         self.fails = fails
+        self.settles = settles
         self.names: list[str] = []
+        self.changes: list[str] = []
 
     def __call__(self, *, raw_event: RawEvent, resource: Resource) -> bool:
         assert resource == KEX
-        assert raw_event['type'] in ('DELETED', None)
+        if raw_event['type'] not in ('DELETED', None):
+            self.changes.append(raw_event['object']['metadata']['name'])
+            if self.fails:
+                raise RuntimeError('boom')
+            return self.settles
         self.names.append(raw_event['object']['metadata']['name'])
         if self.fails:
             raise RuntimeError('boom')
@@ -478,6 +489,41 @@ async def test_listed_objects_that_need_something_go_to_the_workers(
     await asyncio.sleep(1)
     assert forgetter.names == ['kex1']
     assert [type for _, _, type, _ in recorder.calls] == [None]
+    await streams.close()
+
+
+async def test_changes_that_need_only_to_be_noticed_get_no_workers(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the echoes of the timers' own patches (every tick): shown to the timers, with no worker.
+    recorder = Recorder()
+    forgetter = Forgetter(settles=True)
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    tasks_before = asyncio.all_tasks()
+    streams.feed(event('kex1', 'x'))
+    streams.feed(event('kex1', 'y'))
+    assert forgetter.changes == ['kex1', 'kex1']  # at once, not by a worker
+    assert asyncio.all_tasks() == tasks_before
+    assert streams.active_count == 0
+    assert streams.known_count == 1
+    await asyncio.sleep(1)
+    assert recorder.calls == []
+    await streams.close()
+
+
+@pytest.mark.parametrize('forgetter', [
+    pytest.param(Forgetter(settles=False), id='more-than-noticing'),
+    pytest.param(Forgetter(fails=True, settles=True), id='failed-noticing'),
+])
+async def test_changes_that_need_more_go_to_the_workers_and_to_them_only(
+        settings: OperatorSettings, looptime: float, forgetter: Forgetter) -> None:
+    recorder = Recorder(duration=1)
+    streams = make_streams(recorder, settings, forgetter=forgetter)
+    streams.feed(event('kex1', 'x'))
+    await asyncio.sleep(0.5)  # busy with it till 1.0: the next change goes to the worker, not asked about
+    streams.feed(event('kex1', 'y'))
+    await asyncio.sleep(2)
+    assert forgetter.changes == ['kex1']
+    assert recorder.values('kex1') == ['x', 'y']
     await streams.close()
 
 

@@ -31,8 +31,9 @@ not one per worker, which the loop would keep in its heap of timers (with Python
 and cancel at almost every event. So do the batching windows of its workers (waited for after nearly
 every processing, for the echoes of its own patches). See :mod:`kopf._cogs.aiokits.alarms`.
 The final event of a deleted object that has no worker (e.g. the late echo of the finalizer's removal)
-starts none if the object needs nothing but to be forgotten (no event handlers, no daemons, no indices):
-see :class:`Forgetter`.
+starts none if the object needs nothing but to be forgotten (no event handlers, no daemons, no indices);
+nor does a listed object that needs nothing, or a change that needs only to be noticed (e.g. the echoes of
+the timers' own patches, every tick): see :class:`Forgetter`.
 
 Back-pressure and deferral (when too many objects wait for the pacer's seats, the new workers are deferred,
 and then the watch-stream is not read for a while) are the :class:`.backlog.Backlog`'s; the facts of every
@@ -113,11 +114,13 @@ class Forgetter(Protocol):
     The finishing of an object's event without a worker, if the object needs nothing else.
 
     Called for the ``DELETED`` events of the objects that have no worker at that moment (usually,
-    their workers have left before the echo of the finalizer's removal came), and for the listed objects
-    (type ``None``) that have none: it returns whether the event is done with: the deleted object is
-    forgotten, or the listed one needs nothing now (e.g. it was handled before a restart and has not changed
-    since then). If not (e.g. the event handlers or the daemons must see the deletion), the event goes to a
-    worker and to the processor, as all the other events do.
+    their workers have left before the echo of the finalizer's removal came), for the listed objects
+    (type ``None``) that have none, and (unless the stream is gated by the indexing) for their other events:
+    it returns whether the event is done with: the deleted object is forgotten, the listed one needs nothing
+    now (e.g. it was handled before a restart and has not changed since then), or the change needs nothing
+    but to be noticed (e.g. the echoes of the timers' patches, shown to the timers). If not (e.g. the event
+    handlers or the daemons must see the deletion), the event goes to a worker and to the processor, as all
+    the other events do.
     Synchronous: it must not wait for anything. Whatever it needs is bound in advance, as for the processor.
     """
 
@@ -232,7 +235,7 @@ class _Stream:
     returning: bool = False  # its previous worker left within the idle timeout: this one waits for it
 
 
-# The events of the objects with no worker that may need no processing (see :class:`Forgetter`).
+# The events of the objects with no worker that may need no processing even if gated (see :class:`Forgetter`).
 _UNATTENDED: frozenset[str | None] = frozenset({'DELETED', None})
 
 
@@ -375,7 +378,9 @@ class ObjectStreams:
 
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
         stream = self._streams.get(key)
-        if stream is None and raw_event['type'] in _UNATTENDED and self._forget(key, raw_event):
+        # Not the changes of the gated objects: their indexing & the indices' readiness go first (workers).
+        if (stream is None and (raw_event['type'] in _UNATTENDED or self._gate is None)
+                and self._forget(key, raw_event)):
             return
         now = asyncio.get_running_loop().time()
         if stream is None:
@@ -392,7 +397,7 @@ class ObjectStreams:
 
     def _forget(self, key: Hashable, raw_event: RawEvent) -> bool:
         """
-        Finish a deleted or listed object without a worker if it needs nothing else (see :class:`Forgetter`).
+        Finish an event of an object without a worker if it needs nothing else (see :class:`Forgetter`).
 
         A worker would cost more than the forgetting itself: its task, its stack of coroutines, its stream.
         E.g. in a mass deletion, the echoes of the finalizers' removals (the objects' final ``DELETED``
