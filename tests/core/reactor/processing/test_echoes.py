@@ -21,6 +21,8 @@ from kopf._cogs.structs.bodies import Body, BodyEssence
 from kopf._cogs.structs.references import Resource
 from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
+from kopf._core.reactor.contexts import OperatorScope
+from kopf._core.reactor.processing import finish_unattended
 
 
 class CountingDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
@@ -99,6 +101,49 @@ async def test_own_echo_is_not_processed(
     assert calls == ['create', 'update']
     assert storage.fetches == 2
     assert messages()[-1] == 'Updating is processed: 1 succeeded; 0 failed.'
+
+
+def scope_of(operator: Any) -> OperatorScope:
+    return OperatorScope(registry=operator.registry, settings=operator.settings, memories=operator.memories,
+                         vault=operator.vault)
+
+
+@pytest.mark.usefixtures('handled')
+async def test_own_echo_with_no_worker_is_dropped_by_the_queueing(
+        operator: Any, cluster: Any, storage: CountingDiffBaseStorage, calls: list[str], kex: Resource,
+        requests: Callable[..., int], messages: Callable[[], list[str]],
+) -> None:
+    # E.g. it comes after the object's worker has left: no new worker is started only to drop it.
+    requests_before, messages_before = requests(), messages()
+    echo = {'type': 'MODIFIED', 'object': cluster.get()}
+    assert finish_unattended(raw_event=echo, resource=kex, scope=scope_of(operator))  # type: ignore[arg-type]
+    assert storage.fetches == 1
+    assert requests() == requests_before
+    assert messages() == messages_before
+
+    # The consistency is noticed as the processing would: the next change is handled at once.
+    await cluster.patch('kex1', {'spec': {'field': 'changed'}})
+    await operator.process()
+    assert calls == ['create', 'update']
+
+
+@pytest.mark.usefixtures('handled')
+async def test_other_versions_with_no_worker_go_to_the_workers(
+        operator: Any, cluster: Any, storage: CountingDiffBaseStorage, kex: Resource,
+) -> None:
+    await cluster.patch('kex1', {'status': {'other': 'x'}}, subresource='status')
+    event = {'type': 'MODIFIED', 'object': cluster.get()}
+    assert not finish_unattended(raw_event=event, resource=kex, scope=scope_of(operator))  # type: ignore[arg-type]
+    assert storage.fetches == 1
+
+
+@pytest.mark.usefixtures('handled')
+async def test_own_echo_with_no_worker_goes_to_a_worker_with_debug_logs(
+        operator: Any, cluster: Any, kex: Resource, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger='kopf.objects')  # the general path logs "no changes" for it
+    echo = {'type': 'MODIFIED', 'object': cluster.get()}
+    assert not finish_unattended(raw_event=echo, resource=kex, scope=scope_of(operator))  # type: ignore[arg-type]
 
 
 @pytest.mark.usefixtures('create_and_delete')

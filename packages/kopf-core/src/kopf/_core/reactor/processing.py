@@ -8,8 +8,9 @@ The event goes one way through the stages, each in its own module:
 1. here: the echoes known to need nothing are dropped by their versions (:mod:`.versions`); the deleted
    objects with nothing else to do are only forgotten; the event takes a seat of the pacer (:mod:`.pacing`);
    (before all this, the queueing asks :func:`finish_unattended` about the events of the objects with no
-   worker: the deleted objects are forgotten, the listed ones that need nothing are not even processed, and
-   the changes of the objects with only daemons & timers are only shown to them, e.g. the timers' echoes);
+   worker: the deleted objects are forgotten, the listed ones that need nothing are not even processed, the
+   settled echoes are dropped, and the changes of the objects with only daemons & timers are only shown to
+   them, e.g. the timers' echoes);
 2. here: the ``@kopf.on.event`` handlers (their results go to the status; errors are ignored), then
    the daemons & timers are started or stopped as the object is now (the spawning engine);
 3. :mod:`.cycles`: the handling cycle of the change handlers, or, for the resources with only daemons &
@@ -38,7 +39,8 @@ from kopf._core.reactor.contexts import Delivery, ObjectEvent, OperatorScope
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-__all__ = ['dismiss_listed', 'finish_unattended', 'forget_deleted', 'process_event', 'settle_spawned']
+__all__ = ['dismiss_listed', 'drop_settled_echo', 'finish_unattended', 'forget_deleted', 'process_event',
+           'settle_spawned']
 
 
 async def process_event(delivery: Delivery, *, scope: OperatorScope) -> bool:
@@ -119,15 +121,35 @@ def finish_unattended(*, raw_event: RawEvent, resource: Resource, scope: Operato
     Finish an event of an object with no worker, if it needs no processing (see :class:`.queueing.Forgetter`).
 
     The deleted objects are forgotten (:func:`forget_deleted`); the listed ones are dismissed if their
-    handling cycle would find nothing to do (:func:`dismiss_listed`); the changes of the known objects
-    with only daemons & timers are shown to them (:func:`settle_spawned`). Returns whether it is done so.
+    handling cycle would find nothing to do (:func:`dismiss_listed`); the echoes known to need nothing are
+    dropped (:func:`drop_settled_echo`); the changes of the known objects with only daemons & timers are
+    shown to them (:func:`settle_spawned`). Returns whether it is done so.
     """
     event_type = raw_event['type']
     if event_type == 'DELETED':
         return forget_deleted(raw_event=raw_event, resource=resource, scope=scope)
     if event_type is None:
         return dismiss_listed(raw_event=raw_event, resource=resource, scope=scope)
+    if drop_settled_echo(raw_event=raw_event, resource=resource, scope=scope):
+        return True
     return settle_spawned(raw_event=raw_event, resource=resource, scope=scope)
+
+
+def drop_settled_echo(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
+    """
+    Whether the event is the echo of our own latest patch that needs no processing (as :func:`process_event`
+    finds first, see :func:`.versions.is_settled_echo`): e.g. an echo that comes after the object's worker
+    has left (the watch-stream held back by the back-pressure in a burst), which would start a new worker
+    only to be dropped. Not with the debug logs (then, such echoes are processed: to log what Kopf logs).
+    """
+    if loggers.object_logger.isEnabledFor(logging.DEBUG):
+        return False
+    if not versions.is_settled_echo(raw_event, scope.memories.get(raw_event['object'])):
+        return False
+    meters = metering.meters
+    if meters is not None:
+        meters.child(meters.events, _name_of(resource)).inc()
+    return True
 
 
 def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
@@ -197,13 +219,14 @@ def settle_spawned(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
     E.g. the echoes of the timers' own patches: one per tick of every object. The general path would give
     each a worker (kept for the idle timeout: the object comes back every tick), a seat, the delivery, only
     to do what is done here: the same first steps as its own for such resources (see :func:`_dispatch`):
-    the settled echoes are dropped (:func:`.versions.is_settled_echo`); the spawning engine notices the
-    object's state (the daemons & timers see it, start or stop by their filters); and the event is done
-    if our finalizer needs no change (the same decision as in the cycle). Otherwise, it goes to a worker:
+    the spawning engine notices the object's state (the daemons & timers see it, start or stop by their
+    filters); and the event is done if our finalizer needs no change (the same decision as in the cycle).
+    Otherwise, it goes to a worker:
     the general path then processes it as usual (the engine's noticing of the same state is repeated,
     with no effect). Not for the objects being deleted (their daemons & timers are waited for by the
     worker), nor for the new ones (no memory: the general path makes it), nor with tracing or debug logs.
     Tested against the general path (``tests/core/reactor/processing/test_settling.py``).
+    (The queueing drops the settled echoes first: :func:`drop_settled_echo`; not repeated here.)
     """
     spawner = scope.spawner
     if spawner is None or tracing.tracer is not None or loggers.object_logger.isEnabledFor(logging.DEBUG):
@@ -215,17 +238,16 @@ def settle_spawned(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
     memory = scope.memories.get(raw_body)
     if memory is None:
         return False
-    if not versions.is_settled_echo(raw_event, memory):
-        if finalizers.is_deletion_ongoing(raw_body):
-            return False
-        settings = scope.settings
-        requires_finalizer = spawner.process(
-            memory=memory, resource=resource, raw_body=raw_body, gone=False,
-            received_at=asyncio.get_running_loop().time(),
-            logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
-        if cycles.finalizer_decision(raw_body, settings.persistence.finalizer,
-                                     requires=requires_finalizer) is not None:
-            return False
+    if finalizers.is_deletion_ongoing(raw_body):
+        return False
+    settings = scope.settings
+    requires_finalizer = spawner.process(
+        memory=memory, resource=resource, raw_body=raw_body, gone=False,
+        received_at=asyncio.get_running_loop().time(),
+        logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
+    if cycles.finalizer_decision(raw_body, settings.persistence.finalizer,
+                                 requires=requires_finalizer) is not None:
+        return False
     meters = metering.meters
     if meters is not None:
         meters.child(meters.events, _name_of(resource)).inc()
