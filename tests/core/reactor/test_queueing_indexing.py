@@ -201,3 +201,32 @@ async def test_deletions_of_indexed_objects_are_indexed_not_forgotten_without_wo
     assert indexer.values('kex1') == ['a', 'gone']
     assert processor.values('kex1') == ['a', 'gone']
     await streams.close()
+
+
+async def test_changes_with_no_worker_wait_for_the_readiness_before_being_settled(
+        settings: OperatorSettings, looptime: float) -> None:
+    # E.g. the timers' echoes: shown to them with no worker, but only once nothing waits for the indices.
+    asked: list[Any] = []
+
+    def forgetter(*, raw_event: RawEvent, resource: Resource) -> bool:
+        asked.append(raw_event['object']['spec']['value'])
+        return raw_event['type'] == 'MODIFIED'
+
+    readiness = IndexingReadiness()
+    toggle = readiness.expect('kopfexamples of another stream')  # not ready until turned on
+    processor = Recorder()
+    streams = make_streams(settings, processor=processor, indexer=None, readiness=readiness,
+                           forgetter=forgetter)
+    streams.feed(event('kex1', 'a'))  # waits in its worker for the readiness
+    await asyncio.sleep(1)
+    assert asked == []
+    assert processor.values('kex1') == []
+    toggle.turn_on()
+    await asyncio.sleep(1)
+    assert processor.values('kex1') == ['a']
+    assert streams.active_count == 0
+    streams.feed(event('kex1', 'b'))  # nothing to wait for now: settled with no worker
+    assert asked == ['b']
+    await asyncio.sleep(1)
+    assert processor.values('kex1') == ['a']
+    await streams.close()

@@ -58,6 +58,11 @@ class IndexGate:
     def indexing(self) -> bool:
         return self._indexer is not None
 
+    @property
+    def open(self) -> bool:
+        """Whether an event would pass with nothing done or waited for: no indexing, the indices are ready."""
+        return self._indexer is None and (self._readiness is None or self._readiness.ready)
+
     def listed(self, key: Hashable) -> None:
         """An object of a listing: the stream is ready once all of its initial listing are indexed."""
         if self._toggle is not None:

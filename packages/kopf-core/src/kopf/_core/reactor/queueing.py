@@ -378,8 +378,8 @@ class ObjectStreams:
 
     def _dispatch(self, key: Hashable, raw_event: RawEvent) -> None:
         stream = self._streams.get(key)
-        # Not the changes of the gated objects: their indexing & the indices' readiness go first (workers).
-        if (stream is None and (raw_event['type'] in _UNATTENDED or self._gate is None)
+        # Not the changes while gated: the indexing, the wait for the indices' readiness go first (workers).
+        if (stream is None and (raw_event['type'] in _UNATTENDED or self._gate is None or self._gate.open)
                 and self._forget(key, raw_event)):
             return
         now = asyncio.get_running_loop().time()
