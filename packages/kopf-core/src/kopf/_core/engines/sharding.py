@@ -239,6 +239,7 @@ class Sharding:
         self.count = self._sharding.count
         self.filter = ShardFilter(self.count)
         self.held: dict[int, _Held] = {}  # the shards whose leases we hold, also those being given up
+        self._in_doubt: set[int] = set()  # being taken when cancelled: the server may have given them to us
         self.giving_up: set[int] = set()  # held, but not handled anymore: released once their objects are
         self.share: int | None = None  # as of the latest round
         self.members: frozenset[str] = frozenset()  # the live ones as of the latest round (us included)
@@ -315,10 +316,16 @@ class Sharding:
             await asyncio.wait(self._tasks)
         shards = list(self.held)
         locks = [self.held.pop(shard).lock for shard in shards]
+        # A take cancelled midway (e.g. by the exit) may have been done by the server all the same: those
+        # leases are released too if they are ours (the release reads the holder first), not left to expire.
+        doubtful = sorted(self._in_doubt - set(shards))
+        self._in_doubt.clear()
         failures: list[str] = []
         releases = [lock.release_in_time(failures=failures) for lock in locks]
-        await asyncio.gather(*releases, self._delete_member())
+        checks = [self._lock(shard).release_in_time(failures=[]) for shard in doubtful]  # e.g. none: quiet
+        results = await asyncio.gather(*checks, *releases, self._delete_member())
         _report_release_failures(failures, len(locks))
+        shards += [shard for shard, released in zip(doubtful, results, strict=False) if released]
         if shards:
             logger.info(f'Released the shards {_format_shards(shards)} of the sharding {self}: exiting.')
 
@@ -488,12 +495,15 @@ class Sharding:
 
     async def _take_one(self, shard: int, now: float, lease: Mapping[str, Any] | None) -> bool:
         lock = self._lock(shard)
+        self._in_doubt.add(shard)  # until answered: if cancelled meanwhile, the exit releases it to be sure
         try:
             async with asyncio.timeout(self._sharding.renew_deadline):
                 taken = await lock.try_acquire_or_renew(now, lease)
         except TRANSIENT_ERRORS as e:
+            self._in_doubt.discard(shard)
             logger.debug(f'Failed to take the lease {lock}: {errors.describe_error(e)}')
             return False
+        self._in_doubt.discard(shard)
         if taken:
             self.held[shard] = _Held(lock=lock, renewed_at=now)
         return taken
