@@ -221,10 +221,10 @@ def settle_spawned(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
     to do what is done here: the same first steps as its own for such resources (see :func:`_dispatch`):
     the spawning engine notices the object's state (the daemons & timers see it, start or stop by their
     filters); and the event is done if our finalizer needs no change (the same decision as in the cycle).
-    Otherwise, it goes to a worker:
-    the general path then processes it as usual (the engine's noticing of the same state is repeated,
-    with no effect). Not for the objects being deleted (their daemons & timers are waited for by the
-    worker), nor for the new ones (no memory: the general path makes it), nor with tracing or debug logs.
+    Otherwise, it goes to a worker: the general path then processes it as usual (the engine's noticing of
+    the same state is repeated, with no effect). Not for the objects being deleted (their daemons & timers
+    are waited for by the worker), nor for the new ones (no memory: the general path makes it), nor with
+    tracing or debug logs.
     Tested against the general path (``tests/core/reactor/processing/test_settling.py``).
     (The queueing drops the settled echoes first: :func:`drop_settled_echo`; not repeated here.)
     """

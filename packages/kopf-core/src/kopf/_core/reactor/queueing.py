@@ -115,7 +115,8 @@ class Forgetter(Protocol):
 
     Called for the ``DELETED`` events of the objects that have no worker at that moment (usually,
     their workers have left before the echo of the finalizer's removal came), for the listed objects
-    (type ``None``) that have none, and (unless the stream is gated by the indexing) for their other events:
+    (type ``None``) that have none, and for their other events unless the stream's gate would hold them (the
+    indexing of the stream's objects, or the indices not ready yet):
     it returns whether the event is done with: the deleted object is forgotten, the listed one needs nothing
     now (e.g. it was handled before a restart and has not changed since then), or the change needs nothing
     but to be noticed (e.g. the echoes of the timers' patches, shown to the timers). If not (e.g. the event
