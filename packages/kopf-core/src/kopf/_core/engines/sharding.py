@@ -239,7 +239,7 @@ class Sharding:
         self.count = self._sharding.count
         self.filter = ShardFilter(self.count)
         self.held: dict[int, _Held] = {}  # the shards whose leases we hold, also those being given up
-        self._in_doubt: set[int] = set()  # being taken when cancelled: the server may have given them to us
+        self._in_doubt: set[int] = set()  # being taken, or failed to: the server may have given them to us
         self.giving_up: set[int] = set()  # held, but not handled anymore: released once their objects are
         self.share: int | None = None  # as of the latest round
         self.members: frozenset[str] = frozenset()  # the live ones as of the latest round (us included)
@@ -495,12 +495,13 @@ class Sharding:
 
     async def _take_one(self, shard: int, now: float, lease: Mapping[str, Any] | None) -> bool:
         lock = self._lock(shard)
-        self._in_doubt.add(shard)  # until answered: if cancelled meanwhile, the exit releases it to be sure
+        # Until answered, the server may have given it to us (e.g. if cancelled or timed out after the request
+        # was applied): then, the next rounds take it as ours, or the exit releases it to be sure.
+        self._in_doubt.add(shard)
         try:
             async with asyncio.timeout(self._sharding.renew_deadline):
                 taken = await lock.try_acquire_or_renew(now, lease)
         except TRANSIENT_ERRORS as e:
-            self._in_doubt.discard(shard)
             logger.debug(f'Failed to take the lease {lock}: {errors.describe_error(e)}')
             return False
         self._in_doubt.discard(shard)
