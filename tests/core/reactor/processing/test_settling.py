@@ -1,5 +1,5 @@
 """
-Changes shown to daemons & timers without a worker (`processing.settle_spawned`), against the general path.
+The changes settled without a worker (`processing.settle_change`), against the general path.
 
 The queueing does not start a worker for a change of an object with no worker if the settling says that it
 is done with (e.g. the echoes of the timers' own patches, every tick): so the settling must never say so when
@@ -25,7 +25,7 @@ from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.registries import OperatorRegistry
 from kopf._core.reactor.contexts import Delivery, OperatorScope
 from kopf._core.reactor.inventory import ResourceMemories
-from kopf._core.reactor.processing import process_event, settle_spawned
+from kopf._core.reactor.processing import process_event, settle_change
 
 from ...._cluster import NAMESPACE
 
@@ -103,6 +103,9 @@ SETTLED = {
     *((kinds, change) for kinds in ['timer', 'daemon', 'timer+daemon', 'labelled-timer']
       for change in ['spec', 'same']),
     ('timer', 'unlabelled'), ('daemon', 'unlabelled'), ('timer+daemon', 'unlabelled'),
+    # And the echoes of our own latest patch that need nothing, of any resource: here, the create handler's
+    # patch (unchanged since, or changed by a patch that changed nothing: our finalizer was removed already).
+    ('create', 'same'), ('create', 'unfinalized'),
 }
 
 
@@ -140,7 +143,7 @@ async def test_settling_agrees_with_the_general_path(
 
     # The settling, then (if it says no) the general path as the worker would; vs the general path alone.
     raw_event: RawEvent = {'type': 'MODIFIED', 'object': body}
-    done = settle_spawned(raw_event=raw_event, resource=kex, scope=settled.scope)
+    done = settle_change(raw_event=raw_event, resource=kex, scope=settled.scope)
     assert requests() == before  # the settling makes no requests, whatever it says
     assert not calls and not messages()
     if not done:
@@ -168,7 +171,7 @@ async def test_no_settling_with_debug_logs(
     await settled.process({'type': 'ADDED', 'object': body}, kex)
     # The debug logs are on in these tests by default: the general path logs for each event, so it goes there.
     raw_event: RawEvent = {'type': 'MODIFIED', 'object': body}
-    assert not settle_spawned(raw_event=raw_event, resource=kex, scope=settled.scope)
+    assert not settle_change(raw_event=raw_event, resource=kex, scope=settled.scope)
 
 
 async def test_no_settling_without_the_spawning_engine(
@@ -182,4 +185,4 @@ async def test_no_settling_without_the_spawning_engine(
     await settled.process({'type': 'ADDED', 'object': body}, kex)
     scope = OperatorScope(registry=registry, settings=settled.scope.settings, memories=settled.scope.memories,
                           vault=settled.scope.vault)  # e.g. the operator runs no daemons & timers
-    assert not settle_spawned(raw_event={'type': 'MODIFIED', 'object': body}, resource=kex, scope=scope)
+    assert not settle_change(raw_event={'type': 'MODIFIED', 'object': body}, resource=kex, scope=scope)

@@ -10,7 +10,7 @@ The event goes one way through the stages, each in its own module:
    (before all this, the queueing asks :func:`finish_unattended` about the events of the objects with no
    worker: the deleted objects are forgotten, the listed ones that need nothing are not even processed, the
    settled echoes are dropped, and the changes of the objects with only daemons & timers are only shown to
-   them, e.g. the timers' echoes);
+   them, e.g. the timers' echoes: :func:`settle_change`);
 2. here: the ``@kopf.on.event`` handlers (their results go to the status; errors are ignored), then
    the daemons & timers are started or stopped as the object is now (the spawning engine);
 3. :mod:`.cycles`: the handling cycle of the change handlers, or, for the resources with only daemons &
@@ -26,21 +26,23 @@ from typing import TYPE_CHECKING
 
 from kopf._cogs.helpers import metering, tracing
 from kopf._cogs.structs import diffs
-from kopf._cogs.structs.bodies import Body, RawEvent
+from kopf._cogs.structs.bodies import Body, RawBody, RawEvent
 from kopf._cogs.structs.patches import Patch
 from kopf._cogs.structs.references import Resource
 from kopf._core.actions import execution, lifecycles, loggers, progression
+from kopf._core.engines.spawning import SpawningEngine
 from kopf._core.intents import causes
+from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.intents.handlers import Reason
 from kopf._core.persistence import finalizers, progress
 from kopf._core.reactor import cycles, pacing, versions
 from kopf._core.reactor.contexts import Delivery, ObjectEvent, OperatorScope
+from kopf._core.reactor.inventory import ResourceMemory
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
-__all__ = ['dismiss_listed', 'drop_settled_echo', 'finish_unattended', 'forget_deleted', 'process_event',
-           'settle_spawned']
+__all__ = ['dismiss_listed', 'finish_unattended', 'forget_deleted', 'process_event', 'settle_change']
 
 
 async def process_event(delivery: Delivery, *, scope: OperatorScope) -> bool:
@@ -121,31 +123,53 @@ def finish_unattended(*, raw_event: RawEvent, resource: Resource, scope: Operato
     Finish an event of an object with no worker, if it needs no processing (see :class:`.queueing.Forgetter`).
 
     The deleted objects are forgotten (:func:`forget_deleted`); the listed ones are dismissed if their
-    handling cycle would find nothing to do (:func:`dismiss_listed`); the echoes known to need nothing are
-    dropped (:func:`drop_settled_echo`); the changes of the known objects with only daemons & timers are
-    shown to them (:func:`settle_spawned`). Returns whether it is done so.
+    handling cycle would find nothing to do (:func:`dismiss_listed`); the changes are settled if they need
+    nothing or only to be noticed (:func:`settle_change`). Returns whether it is done so.
     """
     event_type = raw_event['type']
     if event_type == 'DELETED':
         return forget_deleted(raw_event=raw_event, resource=resource, scope=scope)
     if event_type is None:
         return dismiss_listed(raw_event=raw_event, resource=resource, scope=scope)
-    if drop_settled_echo(raw_event=raw_event, resource=resource, scope=scope):
-        return True
-    return settle_spawned(raw_event=raw_event, resource=resource, scope=scope)
+    return settle_change(raw_event=raw_event, resource=resource, scope=scope)
 
 
-def drop_settled_echo(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
+def settle_change(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
     """
-    Whether the event is the echo of our own latest patch that needs no processing (as :func:`process_event`
-    finds first, see :func:`.versions.is_settled_echo`): e.g. an echo that comes after the object's worker
-    has left (the watch-stream held back by the back-pressure in a burst), which would start a new worker
-    only to be dropped. Not with the debug logs (then, such echoes are processed: to log what Kopf logs).
+    Whether a change of a known object is done with before any processing, as the general path would find.
+
+    * The echo of our own latest patch that needs nothing (as :func:`process_event` finds first, see
+      :func:`.versions.is_settled_echo`), e.g. one that comes after the object's worker has left.
+    * For the resources with only daemons & timers, any change once shown to them, e.g. the echoes of the
+      timers' own patches, one per tick of every object: the same first steps as the general path's own for
+      such resources (:func:`_show_to_spawner`, see :func:`_dispatch`): the spawning engine notices the state
+      (the daemons & timers see it, start or stop by their filters), and the event is done if our finalizer
+      needs no change. Otherwise, it goes to a worker: the general path then processes it as usual (the
+      engine's noticing of the same state is repeated, with no effect). Not for the objects being deleted
+      (their daemons & timers are waited for by the worker), nor with tracing.
+
+    Each would otherwise take a worker (kept for the idle timeout if the object comes back every tick), a
+    seat, a delivery. Not for the new objects (no memory: the general path makes it), nor with debug logs
+    (the general path logs for each event).
+    Tested against the general path (``tests/core/reactor/processing/test_settling.py``).
     """
     if loggers.object_logger.isEnabledFor(logging.DEBUG):
         return False
-    if not versions.is_settled_echo(raw_event, scope.memories.get(raw_event['object'])):
+    raw_body = raw_event['object']
+    memory = scope.memories.get(raw_body)
+    if memory is None:
         return False
+    if not versions.is_settled_echo(raw_event, memory):
+        spawner = scope.spawner
+        if spawner is None or tracing.tracer is not None:
+            return False
+        watching, spawning, changing = scope.registry.get_handler_kinds(resource)
+        if not spawning or changing or watching or finalizers.is_deletion_ongoing(raw_body):
+            return False
+        _, done = _show_to_spawner(spawner, memory=memory, resource=resource, raw_body=raw_body,
+                                   received_at=asyncio.get_running_loop().time(), settings=scope.settings)
+        if not done:
+            return False
     meters = metering.meters
     if meters is not None:
         meters.child(meters.events, _name_of(resource)).inc()
@@ -212,48 +236,6 @@ def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
     return True
 
 
-def settle_spawned(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
-    """
-    Whether a change of a known object with only daemons & timers is done with by showing it to them.
-
-    E.g. the echoes of the timers' own patches: one per tick of every object. The general path would give
-    each a worker (kept for the idle timeout: the object comes back every tick), a seat, the delivery, only
-    to do what is done here: the same first steps as its own for such resources (see :func:`_dispatch`):
-    the spawning engine notices the object's state (the daemons & timers see it, start or stop by their
-    filters); and the event is done if our finalizer needs no change (the same decision as in the cycle).
-    Otherwise, it goes to a worker: the general path then processes it as usual (the engine's noticing of
-    the same state is repeated, with no effect). Not for the objects being deleted (their daemons & timers
-    are waited for by the worker), nor for the new ones (no memory: the general path makes it), nor with
-    tracing or debug logs.
-    Tested against the general path (``tests/core/reactor/processing/test_settling.py``).
-    (The queueing drops the settled echoes first: :func:`drop_settled_echo`; not repeated here.)
-    """
-    spawner = scope.spawner
-    if spawner is None or tracing.tracer is not None or loggers.object_logger.isEnabledFor(logging.DEBUG):
-        return False
-    watching, spawning, changing = scope.registry.get_handler_kinds(resource)
-    if not spawning or changing or watching:
-        return False
-    raw_body = raw_event['object']
-    memory = scope.memories.get(raw_body)
-    if memory is None:
-        return False
-    if finalizers.is_deletion_ongoing(raw_body):
-        return False
-    settings = scope.settings
-    requires_finalizer = spawner.process(
-        memory=memory, resource=resource, raw_body=raw_body, gone=False,
-        received_at=asyncio.get_running_loop().time(),
-        logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
-    if cycles.finalizer_decision(raw_body, settings.persistence.finalizer,
-                                 requires=requires_finalizer) is not None:
-        return False
-    meters = metering.meters
-    if meters is not None:
-        meters.child(meters.events, _name_of(resource)).inc()
-    return True
-
-
 def forget_deleted(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
     """
     Forget the deleted object if nothing else is to be done for it (no event handlers, no daemons).
@@ -297,11 +279,10 @@ async def _dispatch(
     # that our finalizer needs no change (the same decision as in the cycle), it is not even prepared.
     requires_finalizer: bool | None = None
     if spawner is not None and spawning and not gone and not changing and not watching:
-        requires_finalizer = spawner.process(
-            memory=memory, resource=resource, raw_body=raw_body, gone=False, received_at=delivery.received_at,
-            logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
-        if not finalizers.is_deletion_ongoing(raw_body) and cycles.finalizer_decision(
-                raw_body, settings.persistence.finalizer, requires=requires_finalizer) is None:
+        requires_finalizer, done = _show_to_spawner(
+            spawner, memory=memory, resource=resource, raw_body=raw_body, received_at=delivery.received_at,
+            settings=settings)
+        if done:
             return False
 
     body = Body._wrapping(raw_body)  # the same as Body(raw_body), with fewer calls
@@ -336,6 +317,24 @@ async def _dispatch(
     finally:
         if gone:
             scope.memories.forget(raw_body)
+
+
+def _show_to_spawner(
+        spawner: SpawningEngine, *, memory: ResourceMemory, resource: Resource, raw_body: RawBody,
+        received_at: float | None, settings: OperatorSettings,
+) -> tuple[bool, bool]:
+    """
+    Show an object's state to the daemons & timers of a resource with nothing else; what it means for it.
+
+    Returns whether our finalizer is needed for them, and whether the event is done with: the object is not
+    being deleted, and our finalizer is as it must be (the same decision as in the cycle, not needed then).
+    """
+    requires_finalizer = spawner.process(memory=memory, resource=resource, raw_body=raw_body, gone=False,
+                                         received_at=received_at,
+                                         logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
+    done = not finalizers.is_deletion_ongoing(raw_body) and cycles.finalizer_decision(
+        raw_body, settings.persistence.finalizer, requires=requires_finalizer) is None
+    return requires_finalizer, done
 
 
 async def _run_watching_handlers(event: ObjectEvent) -> None:
