@@ -12,6 +12,7 @@ import dataclasses
 import os
 import pathlib
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -131,6 +132,11 @@ def read_cpu_seconds(pid: int) -> float:
     """The user+system CPU time of a process so far (/proc/PID/stat, fields 14 and 15)."""
     fields = pathlib.Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def median_range(ratios: Sequence[float], digits: int = 2) -> str:
+    """The paired ratios (of the runs made in the same repeat) as "median (min-max)"."""
+    return f'{statistics.median(ratios):.{digits}f} ({min(ratios):.{digits}f}-{max(ratios):.{digits}f})'
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> bool:

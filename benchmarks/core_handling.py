@@ -74,6 +74,7 @@ from _harness import (
     OperatorFailed,
     RequestLog,
     install_kopf,
+    median_range,
     populate,
     read_proc_status,
     start_operator,
@@ -409,8 +410,7 @@ def print_paired_to_ours(scenarios: Sequence[Scenario], names: Sequence[str],
                           if repeat in ours and (value := measure_of(run)) is not None
                           and (reference := measure_of(ours[repeat]))]
                 if ratios:
-                    median = statistics.median(ratios)
-                    cells.append(f'{label} {median:.3f} ({min(ratios):.3f}-{max(ratios):.3f})')
+                    cells.append(f'{label} {median_range(ratios, 3)}')
             if cells:
                 lines.append(f'  {scenario.describe()}, {name}: {"; ".join(cells)}')
     if lines:
@@ -443,7 +443,7 @@ def print_paired_ratios(scenarios: Sequence[Scenario], names: Sequence[str],
                     if value is not None and floor:
                         ratios.append(value / floor)
                 if ratios:
-                    cells.append(f'{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})')
+                    cells.append(median_range(ratios))
             if cells:
                 lines.append(f'  {scenario.describe()}, {name}: {"; ".join(cells)}')
     if lines:

@@ -78,6 +78,7 @@ from _harness import (
     example_bodies,
     implementations,
     make_crd,
+    median_range,
     populate,
 )
 
@@ -518,12 +519,10 @@ def format_ratio(ours: Measures, kopf: Measures, key: str) -> str:
 
 def format_paired(ours: Sequence[Measures], other: Sequence[Measures], key: str) -> str:
     """The median (min-max) of the runs' ratios: run i of one to run i of the other (interleaved: paired)."""
-    ratios = sorted(a / b for x, y in zip(ours, other, strict=True)
-                    if is_number(a := x.get(key)) and is_number(b := y.get(key)) and b
-                    and not x.get(f'lower_bound:{key}') and not y.get(f'lower_bound:{key}'))
-    if not ratios:
-        return '—'
-    return f'{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})'
+    ratios = [a / b for x, y in zip(ours, other, strict=True)
+              if is_number(a := x.get(key)) and is_number(b := y.get(key)) and b
+              and not x.get(f'lower_bound:{key}') and not y.get(f'lower_bound:{key}')]
+    return median_range(ratios) if ratios else '—'
 
 
 def print_table(scenario: str, names: Sequence[str], results: dict[str, Measures | None],
