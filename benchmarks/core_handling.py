@@ -47,8 +47,10 @@ method, path and body, per run: to see the requests per object), --no-status-sub
 --callgrind (instructions per object in each phase under valgrind, for the first operator and object count:
 slow, but free of the machine's noise),
 --idle 1000,10000 (this project's idle memory per watched object; empty to skip),
---ours-python (default: this interpreter; for a fair peak RSS, one without the optional
-`kubernetes` and `pykube-ng`, which are imported for the login if installed), --timeout (seconds per phase).
+--ours-python (default: this interpreter; for a fair peak RSS and start-up, one without the optional
+`kubernetes` and `pykube-ng`, which are imported for the login if installed), or --install-ours DIR (a
+virtualenv with this project installed from the working tree, as a user installs it), --timeout (seconds per
+phase).
 """
 import argparse
 import asyncio
@@ -73,8 +75,10 @@ from _harness import (
     Operator,
     OperatorFailed,
     RequestLog,
+    add_ours_option,
     install_kopf,
     median_range,
+    ours_python,
     populate,
     read_proc_status,
     start_operator,
@@ -608,6 +612,7 @@ def main() -> None:
                         help='milliseconds added to every API request by the emulator, comma-separated '
                              '(default: 0,5; the emulator only)')
     parser.add_argument('--ours-python', default=sys.executable)
+    add_ours_option(parser)
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
     parser.add_argument('--install-kopf', default=None, metavar='DIR',
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
@@ -663,6 +668,7 @@ def main() -> None:
     if args.plot is None:
         args.plot = CONTROL_PLANE_PLOT if args.api == CONTROL_PLANE else DEFAULT_PLOT
     kopf_python = install_kopf(pathlib.Path(args.install_kopf)) if args.install_kopf else args.kopf_python
+    args.ours_python = ours_python(parser, args)
     implementations: list[Implementation] = []
     if kopf_python:
         implementations.append(Implementation(KOPF_NAME, kopf_python))

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from _harness import CRD, HERE, OURS_NAME, Operator, create_crd
+from _harness import CRD, HERE, OURS_NAME, Operator, add_ours_option, create_crd, ours_python
 from floor_client import LAST_HANDLED, essence
 
 from kopf.testing import KubernetesEmulator
@@ -216,6 +216,7 @@ def main() -> None:
     parser.add_argument('--settle', type=float, default=8.0, help='seconds from all seen to the idle RSS')
     parser.add_argument('--timeout', type=float, default=900.0)
     parser.add_argument('--ours-python', default=sys.executable)
+    add_ours_option(parser)
     parser.add_argument('--floor-python', default=sys.executable)
     parser.add_argument('--chunk-size', type=int, default=None,
                         help="ours: settings.watching.chunk_size (the listing's limit per page; "
@@ -229,7 +230,7 @@ def main() -> None:
     if any(count < args.burst for count in counts):
         parser.error(f'--burst {args.burst} is more than the smallest --objects.')
     names = ([] if args.no_ours else [OURS_NAME]) + ([] if args.no_floor else [FLOOR_NAME])
-    pythons = {OURS_NAME: args.ours_python, FLOOR_NAME: args.floor_python}
+    pythons = {OURS_NAME: ours_python(parser, args), FLOOR_NAME: args.floor_python}
     results: list[dict[str, Any]] = []
     for repeat in range(args.repeat):
         for count in counts:
