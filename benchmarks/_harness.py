@@ -308,8 +308,9 @@ def install_kopf(directory: pathlib.Path) -> str:
     return str(python)
 
 
-# This project's distributions, as a user installs them (the metrics extra: some benchmarks serve them).
-OURS_PACKAGES = ('kopf-clients', 'kopf-core[metrics]', 'kopf-cli', 'kopf-testing', 'kopf-webhooks')
+# This project's distributions with their extras, as a user installs them (some benchmarks serve the metrics).
+OURS_PACKAGES = {'kopf-clients': '', 'kopf-core': '[metrics]', 'kopf-cli': '', 'kopf-testing': '',
+                 'kopf-webhooks': ''}
 
 
 def install_ours(directory: pathlib.Path) -> str:
@@ -325,9 +326,7 @@ def install_ours(directory: pathlib.Path) -> str:
     python = directory / 'bin' / 'python'
     if not python.exists():
         subprocess.run([sys.executable, '-m', 'venv', str(directory)], check=True)
-    packages = HERE.parent / 'packages'
-    specs = [str(packages / name.split('[')[0]) + (name[name.index('['):] if '[' in name else '')
-             for name in OURS_PACKAGES]
+    specs = [f'{HERE.parent / "packages" / name}{extras}' for name, extras in OURS_PACKAGES.items()]
     print(f'Installing this project into {directory} ...', flush=True)
     pip = [str(python), '-m', 'pip', 'install', '--quiet']
     subprocess.run([*pip, *specs, 'aiohttp', 'uvloop'], check=True)
@@ -335,7 +334,10 @@ def install_ours(directory: pathlib.Path) -> str:
     return str(python)
 
 
-def add_ours_option(parser: argparse.ArgumentParser) -> None:
+def add_ours_options(parser: argparse.ArgumentParser) -> None:
+    """``--ours-python`` or ``--install-ours``: the Python of this project (see :func:`ours_python`)."""
+    parser.add_argument('--ours-python', default=None,
+                        help='the Python of this project (default: this interpreter)')
     parser.add_argument('--install-ours', default=None, metavar='DIR',
                         help='make (or reuse) a virtualenv in DIR with this project installed from the '
                              'working tree (as a user installs it) and run this project (and the lean floor) '
@@ -343,16 +345,16 @@ def add_ours_option(parser: argparse.ArgumentParser) -> None:
 
 
 def ours_python(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    """The Python of this project: ``--install-ours DIR``'s, or ``--ours-python`` (one of the two)."""
-    if args.install_ours and args.ours_python != sys.executable:
+    """The Python of this project: ``--install-ours DIR``'s, ``--ours-python``, or the running one."""
+    if args.install_ours and args.ours_python:
         parser.error('--install-ours and --ours-python are mutually exclusive.')
-    return install_ours(pathlib.Path(args.install_ours)) if args.install_ours else str(args.ours_python)
+    if args.install_ours:
+        return install_ours(pathlib.Path(args.install_ours))
+    return str(args.ours_python or sys.executable)
 
 
 def add_implementation_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument('--ours-python', default=sys.executable,
-                        help='the Python of this project (default: this interpreter)')
-    add_ours_option(parser)
+    add_ours_options(parser)
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
     parser.add_argument('--install-kopf', default=None, metavar='DIR',
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')

@@ -75,7 +75,7 @@ from _harness import (
     Operator,
     OperatorFailed,
     RequestLog,
-    add_ours_option,
+    add_ours_options,
     install_kopf,
     median_range,
     ours_python,
@@ -611,8 +611,7 @@ def main() -> None:
     parser.add_argument('--latency', type=comma_separated(float), default=None,
                         help='milliseconds added to every API request by the emulator, comma-separated '
                              '(default: 0,5; the emulator only)')
-    parser.add_argument('--ours-python', default=sys.executable)
-    add_ours_option(parser)
+    add_ours_options(parser)
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
     parser.add_argument('--install-kopf', default=None, metavar='DIR',
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from _harness import CRD, HERE, OURS_NAME, Operator, add_ours_option, create_crd, ours_python
+from _harness import CRD, HERE, OURS_NAME, Operator, add_ours_options, create_crd, ours_python
 from floor_client import LAST_HANDLED, essence
 
 from kopf.testing import KubernetesEmulator
@@ -215,8 +215,7 @@ def main() -> None:
     parser.add_argument('--burst', type=int, default=1000, help='objects changed at once after all are seen')
     parser.add_argument('--settle', type=float, default=8.0, help='seconds from all seen to the idle RSS')
     parser.add_argument('--timeout', type=float, default=900.0)
-    parser.add_argument('--ours-python', default=sys.executable)
-    add_ours_option(parser)
+    add_ours_options(parser)
     parser.add_argument('--floor-python', default=sys.executable)
     parser.add_argument('--chunk-size', type=int, default=None,
                         help="ours: settings.watching.chunk_size (the listing's limit per page; "
