@@ -5,6 +5,7 @@ and the delay after which a running handler or timer function lends its seat to 
 Whole operators against the emulator; the functions observe how many of them run at once.
 """
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -96,3 +97,52 @@ async def test_slow_timer_functions_lend_their_seats_after_the_lending_delay(
     async with operator(registry, settings):
         await eventually(lambda: len(ticked) == 3, within=10)
     assert peak[0] == expected_peak
+
+
+@pytest.mark.parametrize('lending_delay, expected_spread', [
+    (60, (0.9, 5)),  # never lent during the requests: one object's patch (0.5 s) after another's
+    (0.05, (0, 0.4)),  # lent out while the patch is in flight: all handlers at once
+])
+async def test_objects_lend_their_seats_while_their_requests_are_in_flight(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually,
+        lending_delay: float, expected_spread: tuple[float, float]) -> None:
+    settings.queueing.processing_seats = 1
+    settings.execution.lending_delay = lending_delay
+    called: dict[str, float] = {}
+
+    @kopf.on.create('kopfexamples', registry=registry)
+    def create_fn(name: str, **_: Any) -> None:
+        called[name] = time.monotonic()
+
+    for name in ['kex1', 'kex2', 'kex3']:
+        await cluster.create(name)
+    cluster.emulator.add_latency(0.5, verb='patch')
+    async with operator(registry, settings):
+        await eventually(lambda: len(called) == 3, within=10)
+    spread = max(called.values()) - min(called.values())
+    assert expected_spread[0] <= spread <= expected_spread[1]
+
+
+async def test_objects_lend_their_seats_during_the_retries_backoffs(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually) -> None:
+    settings.queueing.processing_seats = 1
+    settings.execution.lending_delay = 60  # not lent during the handlers and the requests in flight
+    settings.networking.error_backoffs = [2]
+    called: dict[str, float] = {}
+
+    @kopf.on.create('kopfexamples', registry=registry)
+    def create_fn(name: str, **_: Any) -> str:
+        called[name] = time.monotonic()
+        return 'done'
+
+    for name in ['kex1', 'kex2']:
+        await cluster.create(name)
+    cluster.emulator.fail_requests(1, status=503, verb='patch')  # the first object's patch, retried in 2 s
+    async with operator(registry, settings):
+        await eventually(lambda: len(called) == 2, within=10)
+        # The other object is handled during the first one's backoff, not after it.
+        assert max(called.values()) - min(called.values()) < 1
+        for name in ['kex1', 'kex2']:
+            await eventually(lambda name=name: cluster.status(name).get('create_fn') == 'done', within=10)

@@ -17,6 +17,12 @@ response) or :func:`stream` (for long-living responses, such as watch-streams). 
 The backoff sequence starts anew for every call: a success resets it. A call can bring its own
 backoffs instead of the settings' ones, and can be "best-effort" (e.g. posting k8s-events): then
 every failure except "not found" is retried, the client errors and the exhausted credentials too.
+
+A call can bring its caller's ``seat`` (a :class:`~kopf._cogs.aiokits.capacity.Hold`, e.g. the processing's
+seat of the object it patches): the seat is lent to others while the request is in flight for longer than
+the seat's capacity's lending delay (not while it waits for a request slot: so the lent seats are at most
+as many as the slots), and at once during the retries' backoffs; it is taken back before the call returns.
+So the seated callers are those in their own CPU steps, not those waiting for a slow API server.
 """
 import asyncio
 import contextlib
@@ -31,6 +37,7 @@ from kopf._clients import auth, errors
 from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits.backoffs import BackoffsSpec, iter_backoffs
+from kopf._cogs.aiokits.capacity import OWN_LENDING_DELAY, Hold
 from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.helpers import jsons, metering, tracing
 from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
@@ -56,6 +63,9 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (
 
 # Everything that can be retried by some calls: the network errors always, the API errors by their kind.
 _RETRIABLE_ERRORS: tuple[type[BaseException], ...] = (errors.APIError, LoginError, *_NETWORK_ERRORS)
+
+# For the calls with no seat to lend (reusable: it keeps no state).
+_NOT_LENDING: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def _make_context(info: KubeContext) -> auth.APIContext:
@@ -86,8 +96,13 @@ async def _retrying(
         no_retry_statuses: Collection[int] = (),
         backoffs: BackoffsSpec | None = None,
         best_effort: bool = False,
+        seat: Hold | None = None,
 ) -> _T:
-    """Call the function, repeating it on temporary errors with the delays from the settings (or given)."""
+    """
+    Call the function, repeating it on temporary errors with the delays from the settings (or given).
+
+    The caller's ``seat`` (if any) is lent to others during the delays, taken back before the next attempt.
+    """
     delays: Iterator[float] | None = None  # made at the first error: most requests succeed at once
     for attempt in itertools.count(1):
         try:
@@ -113,7 +128,8 @@ async def _retrying(
             if meters is not None:
                 verb, _, path = what.partition(' ')
                 meters.child(meters.throttled, verb, metering.resource_of_path(path)).inc()
-            await asyncio.sleep(delay)
+            async with seat.lending() if seat is not None else _NOT_LENDING:
+                await asyncio.sleep(delay)
         except _RETRIABLE_ERRORS as e:
             if isinstance(e, errors.APIServerError):
                 retried = e.status not in no_retry_statuses
@@ -130,7 +146,8 @@ async def _retrying(
             # Not an error yet: only if the retries run out (then, the caller sees the exception).
             logger.warning(f'Request attempt #{attempt} failed; will retry: {what} -> {details}, '
                            f'retrying in {retry_delay:g} s')
-            await asyncio.sleep(retry_delay)
+            async with seat.lending() if seat is not None else _NOT_LENDING:
+                await asyncio.sleep(retry_delay)
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
 
 
@@ -194,6 +211,7 @@ async def _fetch(
         params: Mapping[str, str] | None,
         timeouts: Timeouts,
         logger: Logger,
+        seat: Hold | None = None,
 ) -> Any:
     """
     Make a regular request with the best credentials (switching them on HTTP 401) and read its response.
@@ -208,7 +226,7 @@ async def _fetch(
     if lease is not None:
         try:
             return await _fetch_with(lease.obj, method, url, data=data, headers=headers, params=params,
-                                     timeouts=timeouts)
+                                     timeouts=timeouts, seat=seat)
         except errors.APIUnauthorizedError as e:
             await _reject(vault, lease.key, lease.info, e, logger=logger)
         finally:
@@ -219,7 +237,7 @@ async def _fetch(
         async for key, info, context in credentials:
             try:
                 return await _fetch_with(context, method, url, data=data, headers=headers, params=params,
-                                         timeouts=timeouts)
+                                         timeouts=timeouts, seat=seat)
             except errors.APIUnauthorizedError as e:
                 await _reject(vault, key, info, e, logger=logger)
     # The vault yields each credential once; all of them were rejected but are still there (a race).
@@ -244,25 +262,33 @@ async def _fetch_with(
         headers: Mapping[str, str] | None,
         params: Mapping[str, str] | None,
         timeouts: Timeouts,
+        seat: Hold | None = None,
 ) -> Any:
-    """Send a request with one credential's context and read the response, in one of its request slots."""
+    """
+    Send a request with one credential's context and read the response, in one of its request slots.
+
+    The ``seat`` is lent only once the request has its slot (see the module's description), and is taken
+    back (waiting for it, if lent out) only after the slot is given back: a slot is never held by a caller
+    waiting for a seat, while the seated callers may be waiting for slots.
+    """
     slots = context.slots
     if not slots.take_nowait():
         await slots.take()
     meters = metering.meters
     started = time.monotonic() if meters is not None else 0.0
-    try:
-        path = url(context) if callable(url) else url
-        if tracing.tracer is None:
-            response = await context.transport.request(method, path, data=data, headers=headers,
-                                                       params=params, timeouts=timeouts)
-        else:
-            response = await _traced_request(tracing.tracer, context, method, path, data=data,
-                                             headers=headers, params=params, timeouts=timeouts)
-    finally:
-        slots.give()
-    if meters is not None:
-        _measure(meters, method, path, response.status, time.monotonic() - started)
+    async with seat.lending(OWN_LENDING_DELAY) if seat is not None else _NOT_LENDING:  # never suspends here
+        try:
+            path = url(context) if callable(url) else url
+            if tracing.tracer is None:
+                response = await context.transport.request(method, path, data=data, headers=headers,
+                                                           params=params, timeouts=timeouts)
+            else:
+                response = await _traced_request(tracing.tracer, context, method, path, data=data,
+                                                 headers=headers, params=params, timeouts=timeouts)
+        finally:
+            slots.give()
+        if meters is not None:  # the request's own time, not the wait for the seat
+            _measure(meters, method, path, response.status, time.monotonic() - started)
     if response.status >= 400:
         text = response.body.decode('utf-8', errors='replace')
         raise errors.error_of_response(response.status, text, method=method, url=response.url,
@@ -320,6 +346,7 @@ async def request(
         no_retry_statuses: Collection[int] = (),
         backoffs: BackoffsSpec | None = None,
         best_effort: bool = False,
+        seat: Hold | None = None,
 ) -> Any:
     """
     Make a regular request and return its JSON-decoded response (None if the response is empty).
@@ -329,7 +356,8 @@ async def request(
     content type (``application/json`` by default). ``no_retry_statuses`` are 5xx statuses
     that escalate immediately instead of being retried (e.g. 503 of optional API groups).
     ``backoffs`` replace the settings' ``error_backoffs`` for this call; ``best_effort`` retries every
-    failure except "not found" (see the module's docs).
+    failure except "not found" (see the module's docs). The caller's ``seat`` is lent while the call waits
+    for the server (see the module's docs).
     Errors escalate as :class:`~kopf._clients.errors.APIError` or the network exceptions.
     """
     actual_logger: Logger = logger if logger is not None else default_logger
@@ -338,9 +366,11 @@ async def request(
     what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
 
     attempt = functools.partial(_fetch, method, url, settings=settings, vault=vault, data=data,
-                                headers=headers, params=params, timeouts=timeouts, logger=actual_logger)
+                                headers=headers, params=params, timeouts=timeouts, logger=actual_logger,
+                                seat=seat)
     return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
-                           no_retry_statuses=no_retry_statuses, backoffs=backoffs, best_effort=best_effort)
+                           no_retry_statuses=no_retry_statuses, backoffs=backoffs, best_effort=best_effort,
+                           seat=seat)
 
 
 @contextlib.asynccontextmanager

@@ -16,6 +16,7 @@ from typing import Any
 
 from kopf._clients import api, errors
 from kopf._clients.vault import Vault
+from kopf._cogs.aiokits.capacity import Hold
 from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.structs.bodies import RawBody
 from kopf._cogs.structs.references import Resource
@@ -64,13 +65,14 @@ async def _patch_parts(
         namespace: str | None,
         name: str,
         logger: api.Logger,
+        seat: Hold | None,
 ) -> RawBody | None:
     body: RawBody | None = None
     for subresource, payload in parts:
         url = resource.get_url(namespace=namespace, name=name, subresource=subresource)
         try:
             body = await api.request('PATCH', url, payload=payload, content_type=content_type,
-                                     settings=settings, vault=vault, logger=logger)
+                                     settings=settings, vault=vault, logger=logger, seat=seat)
         except errors.APINotFoundError:
             logger.debug(f'The object {name!r} of {resource} does not exist anymore; nothing to patch.')
             return None
@@ -86,11 +88,13 @@ async def patch_obj(
         name: str,
         patch: Mapping[str, Any],
         logger: api.Logger | None = None,
+        seat: Hold | None = None,
 ) -> RawBody | None:
     """
     Apply a JSON merge-patch to an object; return the patched object (None if it does not exist).
 
-    An empty patch makes no requests and returns None.
+    An empty patch makes no requests and returns None. The caller's ``seat`` is lent while the requests wait
+    for the server (see :func:`kopf._clients.api.request`).
     """
     main, status = split_merge_patch(resource, patch)
     parts: list[tuple[str | None, object]] = []
@@ -100,7 +104,7 @@ async def patch_obj(
         parts.append(('status', status))
     return await _patch_parts(parts, content_type=MERGE_PATCH, settings=settings, vault=vault,
                               resource=resource, namespace=namespace, name=name,
-                              logger=logger if logger is not None else default_logger)
+                              logger=logger if logger is not None else default_logger, seat=seat)
 
 
 async def json_patch_obj(
@@ -112,6 +116,7 @@ async def json_patch_obj(
         name: str,
         patch: Sequence[Mapping[str, Any]],
         logger: api.Logger | None = None,
+        seat: Hold | None = None,
 ) -> RawBody | None:
     """
     Apply a JSON-patch (a list of operations) to an object; return the patched object (or None).
@@ -127,4 +132,4 @@ async def json_patch_obj(
         parts.append(('status', status))
     return await _patch_parts(parts, content_type=JSON_PATCH, settings=settings, vault=vault,
                               resource=resource, namespace=namespace, name=name,
-                              logger=logger if logger is not None else default_logger)
+                              logger=logger if logger is not None else default_logger, seat=seat)

@@ -37,6 +37,7 @@ from kopf._clients.errors import APIConflictError, APINotFoundError, APIUnproces
 from kopf._clients.fetching import read_obj
 from kopf._clients.patching import json_patch_obj, patch_obj, split_merge_patch
 from kopf._clients.vault import Vault
+from kopf._cogs.aiokits.capacity import Hold
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs import dicts
 from kopf._cogs.structs.bodies import Body, RawBody, version_of
@@ -62,12 +63,14 @@ async def apply_patch(
         body: Mapping[str, Any],
         patch: Patch,
         logger: Logger,
+        seat: Hold | None = None,
 ) -> RawBody | None:
     """
     Apply the patch to the object; return the object as patched, or None if it does not exist anymore.
 
     An empty patch sends nothing and returns the body as it is (as a raw dict). The patch itself
-    is never modified. The API errors other than "not found" propagate.
+    is never modified. The API errors other than "not found" propagate. The object's processing ``seat``
+    is lent while the requests wait for the server (see :func:`kopf._clients.api.request`).
     """
     if not patch and not patch.fns:
         return _as_raw(body)
@@ -76,7 +79,7 @@ async def apply_patch(
     finalizer: str = settings.persistence.finalizer
     guarded = _changes_our_finalizer(body, patch, finalizer)
     releasing = guarded and finalizers.is_deletion_ongoing(body)
-    writer = _Writer(settings=settings, vault=vault, resource=resource, body=body, logger=logger)
+    writer = _Writer(settings=settings, vault=vault, resource=resource, body=body, logger=logger, seat=seat)
 
     main, status = split_merge_patch(resource, patch)
     if releasing and status:
@@ -114,8 +117,9 @@ class _Writer:
     """The requests of one application of a patch, each against the latest known state of the object."""
 
     def __init__(self, *, settings: OperatorSettings, vault: Vault, resource: Resource,
-                 body: Mapping[str, Any], logger: Logger) -> None:
+                 body: Mapping[str, Any], logger: Logger, seat: Hold | None = None) -> None:
         meta = body.get('metadata', {})
+        self.seat = seat
         self.settings = settings
         self.vault = vault
         self.resource = resource
@@ -133,7 +137,8 @@ class _Writer:
         if self.logger.isEnabledFor(logging.DEBUG):  # the patches can be big; the debug logs are usually off
             self.logger.debug(f'Merge-patching the {subject} with: {part}')
         patched = await patch_obj(settings=self.settings, vault=self.vault, resource=self.resource,
-                                  namespace=self.namespace, name=self.name, patch=part, logger=self.logger)
+                                  namespace=self.namespace, name=self.name, patch=part, logger=self.logger,
+                                  seat=self.seat)
         return self._remember(patched)
 
     async def json_patch(self, operations: JSONPatch) -> RawBody | None:
@@ -141,7 +146,7 @@ class _Writer:
             self.logger.debug(f'JSON-patching the resource with: {operations}')
         patched = await json_patch_obj(settings=self.settings, vault=self.vault, resource=self.resource,
                                        namespace=self.namespace, name=self.name, patch=operations,
-                                       logger=self.logger)
+                                       logger=self.logger, seat=self.seat)
         return self._remember(patched)
 
     async def merge_patch_guarded(self, main: Mapping[str, Any], *, then: Mapping[str, Any],
@@ -304,9 +309,10 @@ async def touch(
         body: Body,
         storage: ProgressStorage,
         logger: Logger,
+        seat: Hold | None = None,
 ) -> RawBody | None:
     """Touch the object (via the storage's dummy marker) to get a new watch-event for it."""
     patch = Patch(body=body)
     storage.touch(body=body, patch=patch, value=datetime.datetime.now(datetime.UTC).isoformat())
     return await apply_patch(settings=settings, vault=vault, resource=resource,
-                             body=body, patch=patch, logger=logger)
+                             body=body, patch=patch, logger=logger, seat=seat)

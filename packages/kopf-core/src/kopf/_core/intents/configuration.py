@@ -277,11 +277,12 @@ class QueueingSettings(_CheckedFields):
     """
     How many objects can be in the framework's own steps of their processing at once (beyond Kopf).
 
-    The framework's own steps are parsing, detecting the causes, storing the progress, the API requests;
-    the handlers and the sleeps are not: while they run (a handler for longer than
-    ``settings.execution.lending_delay``), the object lends its seat to another one. So this bounds the memory
-    and the CPU's work of the bursts (e.g. the initial listing of thousands of objects), not the handlers'
-    concurrency (that is ``worker_limit``). The objects back from their handlers go before the new ones.
+    The framework's own steps are parsing, detecting the causes, storing the progress, sending the API
+    requests; the handlers, the sleeps and the waits for the API server are not: while they last (a handler
+    or a request in flight for longer than ``settings.execution.lending_delay``, a sleep or a retry's backoff
+    at once), the object lends its seat to another one. So this bounds the memory and the CPU's work of the
+    bursts (e.g. the initial listing of thousands of objects), not the handlers' concurrency (that is
+    ``worker_limit``) nor the API's (the client's request slots). Those returning go before the new ones.
     """
 
     @property

@@ -331,7 +331,7 @@ async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: boo
         scope = event.scope
         touched = await application.touch(
             settings=scope.settings, vault=scope.vault, resource=event.delivery.resource, body=event.body,
-            storage=scope.settings.persistence.progress_storage, logger=event.local_logger)
+            storage=scope.settings.persistence.progress_storage, logger=event.local_logger, seat=event.seat)
         versions.remember_version(event.memory, old_raw=event.raw_body, new_raw=touched)
 
 
@@ -356,7 +356,7 @@ async def apply_changes(event: ObjectEvent) -> bool:
     try:
         latest = await application.apply_patch(settings=scope.settings, vault=scope.vault,
                                                resource=event.delivery.resource, body=event.body,
-                                               patch=event.patch, logger=event.local_logger)
+                                               patch=event.patch, logger=event.local_logger, seat=event.seat)
     except APIUnprocessableEntityError as e:
         # Repeating the same patch cannot help: say why, once, with the fix (not a traceback per retry).
         event.local_logger.error(_explain_rejected_patch(e))
@@ -384,7 +384,7 @@ async def _block_deletion_first(event: ObjectEvent) -> bool:
     scope = event.scope
     latest = await application.apply_patch(settings=scope.settings, vault=scope.vault,
                                            resource=event.delivery.resource, body=event.body,
-                                           patch=event.patch, logger=event.local_logger)
+                                           patch=event.patch, logger=event.local_logger, seat=event.seat)
     event.patch.clear()  # applied: the handlers start with a clean patch
     event.patch.fns.clear()
     if latest is None:

@@ -9,13 +9,17 @@ and the first objects are finished only when the last ones are.
 
 So the processing of an object takes a seat (one of ``settings.queueing.processing_seats``, shared by all
 the resources of the operator) for its own steps: parsing, detecting the causes, storing the progress,
-and the API requests. The handlers and the sleeps are not the framework's steps: while they run,
-the seat can be lent to another object (see :meth:`Seat.lending`): at once for the sleeps,
-and only after a short while for the handlers (``settings.execution.lending_delay``), so that the quick
-handlers (most of them) keep the seat and the object is finished without more waiting. Those who return
-from a handler or a sleep take the next free seat before any new object, so that the started objects are
-finished first and the new ones are started only when there is a free seat. The seats are the units of
-a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers' calls in the framework's hands are.
+and sending the API requests. The handlers, the sleeps, and the waits for the API server are not the
+framework's steps: while they last, the seat can be lent to another object (see :meth:`Seat.lending`):
+at once for the sleeps and the retries' backoffs, and only after a short while for the handlers and the
+requests in flight (``settings.execution.lending_delay``), so that the quick ones (most of them) keep
+the seat and the object is finished without more waiting. A request lends the seat only once it has
+its request slot (see :func:`kopf._clients.api.request`), so the objects in the framework's hands are
+at most the seats plus the client's request slots (and those in the handlers). Those who return from
+a handler, a sleep or a request take the next free seat before any new object, so that the started
+objects are finished first and the new ones are started only when there is a free seat. The seats are
+the units of a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers' calls in the framework's
+hands are.
 
 This is not a limit on how many objects can be handled in parallel (that is ``settings.queueing.
 worker_limit``, unlimited by default): the slow handlers of all objects run concurrently anyway.
@@ -26,10 +30,10 @@ The number of seats is a trade-off. Every object in the framework's hands costs 
 and the more objects are in hands at once, the colder their data is in the CPU's caches when their
 turn comes again (after a request, after a sync handler's call in a thread): the same work costs more
 CPU. Too few seats cost CPU too: the sync handlers' calls go to the threads in smaller batches
-(more switches of the GIL), and the requests' latency is not covered (every seated object waits for
-its requests, of which at most ``MAX_CONCURRENT_REQUESTS`` are in flight per credential). The default
-was chosen by benchmarks/core_handling.py (see the figures in benchmarks/README.md, "Figures cited by
-the code").
+(more switches of the GIL). The requests' latency is covered by the lending: with fewer seats than the
+client's request slots (``MAX_CONCURRENT_REQUESTS`` per credential), the slots are still kept busy by
+a slow server. The default was chosen by benchmarks/core_handling.py (see the figures in
+benchmarks/README.md, "Figures cited by the code").
 """
 from kopf._cogs.aiokits import capacity
 from kopf._core.intents.configuration import QueueingSettings
