@@ -33,6 +33,7 @@ OPERATORS = HERE / 'operators'
 KOPF_REQUIREMENT = 'kopf==1.45.2'
 KOPF_NAME = 'Kopf 1.45.2'
 OURS_NAME = 'this project'
+BASELINE_NAME = f'{OURS_NAME}, baseline'  # another version of this project, for before/after comparisons
 
 CRD: dict[str, Any] = {
     'apiVersion': 'apiextensions.k8s.io/v1',
@@ -358,6 +359,9 @@ def add_implementation_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--kopf-python', default=None, help='a Python with kopf==1.45.2 installed')
     parser.add_argument('--install-kopf', default=None, metavar='DIR',
                         help='make (or reuse) a virtualenv with kopf==1.45.2 in DIR and run Kopf from it')
+    parser.add_argument('--baseline-python', default=None,
+                        help='a Python with another version of this project (e.g. the previous commit\'s, '
+                             'installed by install_ours()), run interleaved as "this project, baseline"')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,7 +371,7 @@ class Implementation:
 
 
 def implementations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[Implementation]:
-    """This project, and Kopf 1.45.2 if it is given (``--kopf-python``) or to be installed."""
+    """This project, Kopf 1.45.2 if given (``--kopf-python``) or to be installed, and a baseline of ours."""
     if args.install_kopf and args.kopf_python:
         parser.error('--install-kopf and --kopf-python are mutually exclusive.')
     kopf_python = install_kopf(pathlib.Path(args.install_kopf)) if args.install_kopf else args.kopf_python
@@ -375,4 +379,6 @@ def implementations(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     result = [Implementation(OURS_NAME, args.ours_python)]
     if kopf_python:
         result.append(Implementation(KOPF_NAME, kopf_python))
+    if args.baseline_python:
+        result.append(Implementation(BASELINE_NAME, args.baseline_python))
     return result

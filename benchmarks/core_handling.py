@@ -68,6 +68,7 @@ from typing import Any
 import aiohttp
 from _controlplane import ControlPlaneRun, Observer
 from _harness import (
+    BASELINE_NAME,
     HERE,
     KOPF_NAME,
     OPERATORS,
@@ -92,7 +93,6 @@ EMULATOR, CONTROL_PLANE = 'emulator', 'control-plane'
 FLOOR_NAME = 'the floor'
 OURS_METRICS_NAME = f'{OURS_NAME}, metrics on'
 OURS_ASYNC_NAME = f'{OURS_NAME}, async handlers'
-BASELINE_NAME = f'{OURS_NAME}, baseline'
 LEAN_FLOOR_NAME = 'the lean floor'
 OPERATORS_CHOICES = ('create_delete', 'create_only')
 COLLECTION = '/apis/kopf.dev/v1/namespaces/default/kopfexamples'

@@ -37,6 +37,8 @@ Usage (from the repository root)::
 
     python benchmarks/engines.py --install-kopf /tmp/kopf-venv --repeat 3
     python benchmarks/engines.py --scenario timer-1s --ours-python .venv/bin/python --kopf-python ...
+    python benchmarks/engines.py --scenario timer-1s --install-ours /tmp/ours-venv --baseline-python \
+        /tmp/base-venv/bin/python --lean-floor --no-floor --repeat 3    # before/after, paired
 
 The timer scenarios also run the floor (``floor_client.py --timer``; ``--no-floor`` to skip it):
 a minimal hand-written aiohttp client that makes the same requests (the finalizer, then a status

@@ -54,6 +54,7 @@ async def test_timers_due_at_once_are_started_by_the_timer_seats(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
         operator: Operator, eventually: Eventually, seats: int) -> None:
     settings.background.timer_seats = seats
+    settings.execution.lending_delay = 60  # the seats only: no lending during the slow patches (tested below)
     count = 60
     calls: set[str] = set()
     max_calls = [0]
@@ -99,21 +100,38 @@ async def test_slow_timer_functions_lend_their_seats_after_the_lending_delay(
     assert peak[0] == expected_peak
 
 
+def _seated_by_one(kind: str, registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings,
+                   called: dict[str, float]) -> None:
+    """A handler (of the processing) or a timer, with one seat for them, noting its first call per object."""
+    if kind == 'handler':
+        settings.queueing.processing_seats = 1
+
+        @kopf.on.create('kopfexamples', registry=registry)
+        def create_fn(name: str, **_: Any) -> str:
+            called.setdefault(name, time.monotonic())
+            return 'done'  # a result: the status is patched after the call
+
+    else:
+        settings.background.timer_seats = 1
+
+        @kopf.timer('kopfexamples', registry=registry, interval=60, id='create_fn')
+        def timer_fn(name: str, **_: Any) -> str:
+            called.setdefault(name, time.monotonic())
+            return 'done'  # a result: the status is patched after every call
+
+
+@pytest.mark.parametrize('kind', ['handler', 'timer'])
 @pytest.mark.parametrize('lending_delay, expected_spread', [
     (60, (0.9, 5)),  # never lent during the requests: one object's patch (0.5 s) after another's
     (0.05, (0, 0.4)),  # lent out while the patch is in flight: all handlers at once
 ])
-async def test_objects_lend_their_seats_while_their_requests_are_in_flight(
+async def test_seats_are_lent_while_the_patches_are_in_flight(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
         operator: Operator, eventually: Eventually,
-        lending_delay: float, expected_spread: tuple[float, float]) -> None:
-    settings.queueing.processing_seats = 1
+        kind: str, lending_delay: float, expected_spread: tuple[float, float]) -> None:
     settings.execution.lending_delay = lending_delay
     called: dict[str, float] = {}
-
-    @kopf.on.create('kopfexamples', registry=registry)
-    def create_fn(name: str, **_: Any) -> None:
-        called[name] = time.monotonic()
+    _seated_by_one(kind, registry, settings, called)
 
     for name in ['kex1', 'kex2', 'kex3']:
         await cluster.create(name)
@@ -124,22 +142,18 @@ async def test_objects_lend_their_seats_while_their_requests_are_in_flight(
     assert expected_spread[0] <= spread <= expected_spread[1]
 
 
-async def test_objects_lend_their_seats_during_the_retries_backoffs(
+@pytest.mark.parametrize('kind', ['handler', 'timer'])
+async def test_seats_are_lent_during_the_retries_backoffs(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
-        operator: Operator, eventually: Eventually) -> None:
-    settings.queueing.processing_seats = 1
-    settings.execution.lending_delay = 60  # not lent during the handlers and the requests in flight
+        operator: Operator, eventually: Eventually, kind: str) -> None:
+    settings.execution.lending_delay = 60  # not lent during the functions and the requests in flight
     settings.networking.error_backoffs = [2]
     called: dict[str, float] = {}
-
-    @kopf.on.create('kopfexamples', registry=registry)
-    def create_fn(name: str, **_: Any) -> str:
-        called[name] = time.monotonic()
-        return 'done'
+    _seated_by_one(kind, registry, settings, called)
 
     for name in ['kex1', 'kex2']:
         await cluster.create(name)
-    cluster.emulator.fail_requests(1, status=503, verb='patch')  # the first object's patch, retried in 2 s
+    cluster.emulator.fail_requests(1, status=503, verb='patch', path='/status')  # the first result's, in 2 s
     async with operator(registry, settings):
         await eventually(lambda: len(called) == 2, within=10)
         # The other object is handled during the first one's backoff, not after it.

@@ -128,8 +128,7 @@ async def _retrying(
             if meters is not None:
                 verb, _, path = what.partition(' ')
                 meters.child(meters.throttled, verb, metering.resource_of_path(path)).inc()
-            async with seat.lending() if seat is not None else _NOT_LENDING:
-                await asyncio.sleep(delay)
+            await _backoff(delay, seat)
         except _RETRIABLE_ERRORS as e:
             if isinstance(e, errors.APIServerError):
                 retried = e.status not in no_retry_statuses
@@ -146,9 +145,17 @@ async def _retrying(
             # Not an error yet: only if the retries run out (then, the caller sees the exception).
             logger.warning(f'Request attempt #{attempt} failed; will retry: {what} -> {details}, '
                            f'retrying in {retry_delay:g} s')
-            async with seat.lending() if seat is not None else _NOT_LENDING:
-                await asyncio.sleep(retry_delay)
+            await _backoff(retry_delay, seat)
     raise RuntimeError('unreachable')  # for type checkers: itertools.count() is infinite.
+
+
+async def _backoff(delay: float, seat: Hold | None) -> None:
+    """Sleep between the attempts, with the caller's seat (if any) lent to others meanwhile."""
+    if seat is None:
+        await asyncio.sleep(delay)
+    else:
+        async with seat.lending():
+            await asyncio.sleep(delay)
 
 
 async def _open(

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from kopf._clients.errors import APIConflictError, APIError, APIUnprocessableEntityError
 from kopf._clients.vault import Vault
+from kopf._cogs.aiokits.capacity import Hold
 from kopf._cogs.helpers.typedefs import Logger
 from kopf._cogs.structs import dicts
 from kopf._cogs.structs.bodies import Body, RawBody, is_newer_version, version_of
@@ -308,6 +309,7 @@ async def execute_and_apply(
         calling: Callable[[], None] | None = None,
         called: Callable[[], None] | None = None,
         spawns: ObjectSpawns | None = None,
+        seat: Hold | None = None,
 ) -> Outcome:
     """
     Call a daemon's or timer's function once (with the usual error handling), then apply its patch.
@@ -318,6 +320,9 @@ async def execute_and_apply(
 
     ``spawns`` is the object's record: its calls see their own latest writes even if the echo is late
     (:meth:`ObjectSpawns.remember_own_write`, :meth:`ObjectSpawns.see_own_write`).
+
+    ``seat`` is the call's place in the framework's own steps (e.g. the timers' hands): it is lent to others
+    while the patch waits for a slow API server or a retry's backoff (see :func:`kopf._clients.api.request`).
 
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object
@@ -349,7 +354,7 @@ async def execute_and_apply(
     if patch:
         try:
             latest = await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
-                                                   body=cause.body, patch=patch, logger=logger)
+                                                   body=cause.body, patch=patch, logger=logger, seat=seat)
             if spawns is not None and latest is not None:
                 spawns.remember_own_write(patch, latest)  # the object writer never modifies the patch
         except (APIConflictError, APIUnprocessableEntityError) as e:

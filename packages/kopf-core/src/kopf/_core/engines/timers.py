@@ -26,10 +26,12 @@ The schedule of a timer of an object:
 
 The calls in the framework's own hands are limited (``settings.background.timer_seats``): a call is in
 the hands from its start until its function is called, and from the function's end until the call is over
-(applying the patch), and also while its function runs for less than ``settings.execution.lending_delay``
-(the usual quick functions). The timers due beyond the limit wait in line and start as the earlier calls
-leave the hands. E.g. 10,000 timers due at once (all objects listed at the start, with the same initial delay)
-do not make 10,000 tasks all waiting for the API at once --- only as many as the API can serve soon.
+(applying the patch: but not while the patch waits for the API server for longer than the lending delay,
+nor during its retries' backoffs), and also while its function runs for less than
+``settings.execution.lending_delay`` (the usual quick functions). The timers due beyond the limit wait in
+line and start as the earlier calls leave the hands. E.g. 10,000 timers due at once (all objects listed at
+the start, with the same initial delay) do not make 10,000 tasks all waiting for the API at once --- only
+as many as the API can serve soon (the seats, plus those whose patches have the client's request slots).
 The slow functions are not limited: they leave the hands while they run, and are back at once when they end.
 The hands are a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the processing's seats are.
 
@@ -274,7 +276,8 @@ class Timers:
             # While the function runs for long, the call leaves the hands to others (see the module's docs).
             outcome = await execute_and_apply(settings=self.settings, vault=self.vault, handler=handler,
                                               cause=cause, state=state, logger=logger,
-                                              calling=hold.lend_later, called=called, spawns=spawns)
+                                              calling=hold.lend_later, called=called, spawns=spawns,
+                                              seat=hold)
             final, failed, delay = outcome.final, outcome.exception is not None, outcome.delay
             if not final:
                 state = state.with_outcome(outcome)  # only the retries need the state (it is reset otherwise)
