@@ -17,9 +17,9 @@ from kopf._cogs.configs.networking import StandaloneClientSettings
 pytestmark = pytest.mark.looptime
 
 
-async def _taken_seat(lending_delay: float) -> tuple[Capacity[object], Hold]:
+async def _taken_seat(lending_delay: float, *, in_flight: bool = True) -> tuple[Capacity[object], Hold]:
     """The only seat of a capacity, taken (as the processing of an object takes its seat)."""
-    capacity: Capacity[object] = Capacity(1, lending_delay=lending_delay)
+    capacity: Capacity[object] = Capacity(1, lending_delay=lending_delay, lending_in_flight=in_flight)
     seat = Hold(capacity)
     await seat.__aenter__()
     return capacity, seat
@@ -95,6 +95,21 @@ async def test_seat_is_lent_at_once_during_the_retries_backoffs(
     assert result == {'ok': True}
     assert times == [pytest.approx(0)]  # lent at the failure, for the backoff of 1 s
     assert looptime == pytest.approx(1.5)  # the retry waited for the seat, taken back when the newcomer left
+    assert seat.taken
+    await other
+
+
+async def test_seat_of_a_capacity_not_lending_in_flight_is_kept_in_flight_but_lent_in_backoffs(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float) -> None:
+    # E.g. the timers' hands: they bound the calls waiting for the API, so a request in flight keeps its own.
+    kmock['get /api'][:1] << (lambda: asyncio.sleep(1)) << 503
+    kmock['get /api'][1:] << (lambda: asyncio.sleep(1)) << {'ok': True}
+    capacity, seat = await _taken_seat(lending_delay=0.05, in_flight=False)
+    other, times = _newcomer(capacity, looptime, keep=0.5)
+    result = await api.request('GET', '/api', settings=settings, vault=vault, seat=seat)
+    assert result == {'ok': True}
+    assert times == [pytest.approx(1)]  # not in the 1st request's flight: at its failure, for the backoff
+    assert looptime == pytest.approx(3)  # 1 s in flight, 1 s of backoff, 1 s in flight again
     assert seat.taken
     await other
 

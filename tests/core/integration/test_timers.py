@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 import kopf
-from kopf._clients.auth import MAX_CONCURRENT_REQUESTS
 from kopf._core.engines.timers import MAX_CALLS_IN_HANDS
 
 Cluster = Any  # the conftest's raw client of the emulator
@@ -239,9 +238,7 @@ async def test_initial_delay_counts_from_when_the_object_was_seen_not_processed(
 async def test_timers_due_at_once_are_started_by_the_limit_of_calls_in_hands(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
         operator: Operator, eventually: Eventually) -> None:
-    # The calls whose patches are in flight lend their places (once they have their request slots).
-    bound = MAX_CALLS_IN_HANDS + MAX_CONCURRENT_REQUESTS
-    count = bound + 300
+    count = MAX_CALLS_IN_HANDS + 300
     calls: set[str] = set()
     max_calls = [0]
 
@@ -257,7 +254,7 @@ async def test_timers_due_at_once_are_started_by_the_limit_of_calls_in_hands(
     async with operator(registry, settings):
         await eventually(lambda: len(calls) == count, within=30)
     # All due at once; without the limit, all the calls would be waiting for the API at once.
-    assert max_calls[0] <= bound + 1
+    assert max_calls[0] <= MAX_CALLS_IN_HANDS + 1
 
 
 async def test_slow_timer_functions_are_not_limited_by_the_calls_in_hands(

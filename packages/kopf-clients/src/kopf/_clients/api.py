@@ -21,7 +21,8 @@ every failure except "not found" is retried, the client errors and the exhausted
 A call can bring its caller's ``seat`` (a :class:`~kopf._cogs.aiokits.capacity.Hold`, e.g. the processing's
 seat of the object it patches): the seat is lent to others while the request is in flight for longer than
 the seat's capacity's lending delay (not while it waits for a request slot: so the lent seats are at most
-as many as the slots), and at once during the retries' backoffs; it is taken back before the call returns.
+as many as the slots; and only if its capacity lends in flight), and at once during the retries' backoffs;
+it is taken back before the call returns.
 So the seated callers are those in their own CPU steps, not those waiting for a slow API server.
 """
 import asyncio
@@ -283,7 +284,8 @@ async def _fetch_with(
         await slots.take()
     meters = metering.meters
     started = time.monotonic() if meters is not None else 0.0
-    async with seat.lending(OWN_LENDING_DELAY) if seat is not None else _NOT_LENDING:  # never suspends here
+    lender = seat if seat is not None and seat.capacity.lending_in_flight else None
+    async with lender.lending(OWN_LENDING_DELAY) if lender is not None else _NOT_LENDING:  # never suspends
         try:
             path = url(context) if callable(url) else url
             if tracing.tracer is None:

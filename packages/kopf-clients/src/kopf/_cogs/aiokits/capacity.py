@@ -65,6 +65,7 @@ class Capacity(Generic[_T]):
             limit: int,
             *,
             lending_delay: float = DEFAULT_LENDING_DELAY,
+            lending_in_flight: bool = True,
             on_granted: Callable[[_T], bool] | None = None,
     ) -> None:
         super().__init__()
@@ -75,6 +76,7 @@ class Capacity(Generic[_T]):
         self._limit = limit
         self._free = limit  # negative while the units taken back at once are beyond the limit
         self._lending_delay = lending_delay
+        self._lending_in_flight = lending_in_flight
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
         self._queued: collections.deque[_T] = collections.deque()
@@ -97,6 +99,16 @@ class Capacity(Generic[_T]):
     def lending_delay(self) -> float:
         """How long a holder in a function keeps its unit before lending it (:data:`OWN_LENDING_DELAY`)."""
         return self._lending_delay
+
+    @property
+    def lending_in_flight(self) -> bool:
+        """
+        Whether a holder's request in flight lends its unit after the lending delay (a backoff always does).
+
+        True where the units bound the framework's own CPU steps (the processing's seats); False where they
+        bound the calls waiting for the API (the timers' hands): lent in flight, they would bound nothing.
+        """
+        return self._lending_in_flight
 
     @property
     def free(self) -> int:
@@ -238,6 +250,10 @@ class Hold:
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} taken={self._taken}>'
+
+    @property
+    def capacity(self) -> 'Capacity[Any]':
+        return self._capacity
 
     @property
     def taken(self) -> bool:

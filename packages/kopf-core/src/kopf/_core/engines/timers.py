@@ -26,12 +26,13 @@ The schedule of a timer of an object:
 
 The calls in the framework's own hands are limited (``settings.background.timer_seats``): a call is in
 the hands from its start until its function is called, and from the function's end until the call is over
-(applying the patch: but not while the patch waits for the API server for longer than the lending delay,
-nor during its retries' backoffs), and also while its function runs for less than
-``settings.execution.lending_delay`` (the usual quick functions). The timers due beyond the limit wait in
-line and start as the earlier calls leave the hands. E.g. 10,000 timers due at once (all objects listed at
-the start, with the same initial delay) do not make 10,000 tasks all waiting for the API at once --- only
-as many as the API can serve soon (the seats, plus those whose patches have the client's request slots).
+(applying the patch: also while it is in flight, but not during its retries' backoffs), and also while its
+function runs for less than ``settings.execution.lending_delay`` (the usual quick functions). The timers due
+beyond the limit wait in line and start as the earlier calls leave the hands. E.g. 10,000 timers due at once
+(all objects listed at the start, with the same initial delay) do not make 10,000 tasks all waiting for the
+API at once --- only as many as the API can serve soon. (So, unlike the processing's seats, the hands are not
+lent while a patch is in flight: they would bound nothing then. In a backoff, they are: the timers whose
+patches fail, e.g. by a webhook rejecting some objects, do not stop the others' timers.)
 The slow functions are not limited: they leave the hands while they run, and are back at once when they end.
 The hands are a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the processing's seats are.
 
@@ -89,6 +90,7 @@ class Timers:
         # The calls in the framework's own hands; the due timers beyond them wait in line there (no tasks).
         self._hands: capacity.Capacity[Timer] = capacity.Capacity(
             settings.background.timer_seats, lending_delay=settings.execution.lending_delay,
+            lending_in_flight=False,  # the hands bound the calls waiting for the API: see the module's docs
             on_granted=self._start_in_turn)
         self._closed = False
 

@@ -433,8 +433,8 @@ class BackgroundSettings(_CheckedFields):
     How many timers' calls can be in the framework's own hands at once (beyond Kopf).
 
     A call is in the hands from its start until its function is called, and from the function's end until
-    the call is over (its patch applied); also while its function runs or its patch is in flight, but only
-    for as long as ``settings.execution.lending_delay`` (a retry's backoff of the patch lends it at once).
+    the call is over (its patch applied, but not during the retries' backoffs); also while its function
+    runs, but only for as long as ``settings.execution.lending_delay``.
     The timers due beyond this wait in line (no tasks for them), so that e.g. 10,000 timers due at once do
     not make 10,000 calls waiting for the API. The slow functions are not limited: they leave the hands
     while they run.
