@@ -198,3 +198,32 @@ async def test_accepted_tokens(emulator, api) -> None:
     assert (await api.get(CMS, headers={'Authorization': 'Bearer new-token'})).status == 200
     emulator.accept_tokens(None)
     assert (await api.get(CMS)).status == 200
+
+
+async def test_latency_after_applying_lets_the_watchers_see_the_change_before_the_response(
+        emulator, api) -> None:
+    await api.post(CMS, configmap('cm1'))
+    listed = await api.get(CMS)
+    version = listed.body['metadata']['resourceVersion']
+    emulator.add_latency(1.0, count=1, verb='patch', after_applying=True)
+    watched: list[tuple[float, str]] = []
+
+    async def watch() -> None:
+        async with api.session.get(f'{CMS}?watch=true&resourceVersion={version}') as response:
+            async for line in response.content:
+                if line.strip():
+                    event = json.loads(line)
+                    watched.append((time.monotonic(), event['type']))
+                    return
+
+    watching = asyncio.create_task(watch())
+    started = time.monotonic()
+    patched = await api.patch(f'{CMS}/cm1', {'data': {'x': '1'}})
+    answered = time.monotonic()
+    await watching
+    assert patched.status == 200
+    assert patched.body['data'] == {'x': '1'}
+    assert answered - started >= 1.0
+    assert watched[0][1] == 'MODIFIED'
+    assert watched[0][0] < started + 0.5  # the echo came long before the response (1 s)
+    assert emulator.faults.armed is False  # consumed

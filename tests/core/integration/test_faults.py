@@ -203,3 +203,38 @@ async def test_our_patch_late_by_an_interrupted_watch_stream_is_waited_for_and_n
     [message] = waited()
     assert re.fullmatch(r'Our own patch \(version \d+\) is late: the watch-stream was held back or '
                         r'interrupted\. The object waits for it\.', message), message
+
+
+@pytest.mark.parametrize('latency', [0, 0.5], ids=['prompt', 'echoes-first'])
+async def test_echoes_ahead_of_our_slow_responses_are_handled_once(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, quiet: Quiet, latency: float,
+) -> None:
+    # A loaded API server (or a slow network): our patches are applied and their echoes arrive through
+    # the watch-stream long before their responses. The same requests & handling as with prompt responses.
+    handled = track_changes(registry)
+    deleted: list[str] = []
+
+    @kopf.on.delete('kopfexamples', registry=registry)
+    def delete_fn(name: str, **_: Any) -> None:
+        deleted.append(name)
+
+    if latency:
+        cluster.emulator.add_latency(latency, verb='patch', after_applying=True)
+    async with operator(registry, settings):
+        await cluster.create('kex1', {'field': 'v0'})
+        await eventually(lambda: len(handled) == 1)
+        await quiet(period=1)
+        await cluster.patch('kex1', {'spec': {'field': 'v1'}})
+        await eventually(lambda: len(handled) == 2)
+        await quiet(period=1)
+        assert cluster.diffbase() == {'spec': {'field': 'v1'}}
+        await cluster.delete('kex1')
+        await eventually(lambda: cluster.get() is None)
+        await quiet(period=1)
+
+    assert handled == [('create', 'kex1', 'v0'), ('update', 'kex1', 'v1')]
+    assert deleted == ['kex1']
+    # The same requests in both cases (the handlers return nothing: no status patches).
+    assert cluster.count('patch', 'kex1', subresource='') == 5
+    assert cluster.count('patch', 'kex1', subresource='status') == 0

@@ -321,8 +321,8 @@ async def execute_and_apply(
     ``spawns`` is the object's record: its calls see their own latest writes even if the echo is late
     (:meth:`ObjectSpawns.remember_own_write`, :meth:`ObjectSpawns.see_own_write`).
 
-    ``seat`` is the call's place in the framework's own steps (e.g. the timers' hands): it is lent to others
-    while the patch waits for a slow API server or a retry's backoff (see :func:`kopf._clients.api.request`).
+    ``seat`` is the call's place in the framework's own hands (e.g. the timers'): it is lent to others during
+    the patch's retry backoffs, and in flight if its capacity lends so (:func:`kopf._clients.api.request`).
 
     The result goes to the status under the handler's id. The API errors of patching are logged, not raised:
     the daemon or timer goes on. If the transformation functions of the patch fail because the object

@@ -134,6 +134,7 @@ class InjectedLatency:
     filter: _Filter
     remaining: int | None
     seconds: float
+    after_applying: bool = False  # the request is served at once, its response is delayed
 
 
 class FaultInjector:
@@ -178,9 +179,16 @@ class FaultInjector:
             self._failures.append(failure)
 
     def add_latency(
-        self, *, seconds: float, count: int | None, method: str | None, verb: str | None, path: str | None
+        self,
+        *,
+        seconds: float,
+        count: int | None,
+        method: str | None,
+        verb: str | None,
+        path: str | None,
+        after_applying: bool = False,
     ) -> None:
-        latency = InjectedLatency(_make_filter(method, verb, path), count, seconds)
+        latency = InjectedLatency(_make_filter(method, verb, path), count, seconds, after_applying)
         with self._lock:
             self._latencies.append(latency)
 
@@ -189,17 +197,21 @@ class FaultInjector:
             self._failures.clear()
             self._latencies.clear()
 
-    def take_latency(self, method: str, verb: str, path: str) -> float:
-        total = 0.0
+    def take_latency(self, method: str, verb: str, path: str) -> tuple[float, float]:
+        """The delays of the request (before serving it) and of its response (after applying it)."""
+        before = after = 0.0
         with self._lock:
             for latency in list(self._latencies):
                 if latency.filter.matches(method, verb, path):
-                    total += latency.seconds
+                    if latency.after_applying:
+                        after += latency.seconds
+                    else:
+                        before += latency.seconds
                     if latency.remaining is not None:
                         latency.remaining -= 1
                         if latency.remaining <= 0:
                             self._latencies.remove(latency)
-        return total
+        return before, after
 
     def take_failure(self, method: str, verb: str, path: str) -> InjectedFailure | None:
         with self._lock:

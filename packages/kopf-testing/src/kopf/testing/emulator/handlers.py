@@ -223,8 +223,9 @@ class ApiHandler:
                 request.headers.get('Authorization')
             ):
                 raise errors.ApiError(401, 'Unauthorized')
+            response_delay = 0.0
             if self.faults.armed:
-                delay = self.faults.take_latency(method, verb, path)
+                delay, response_delay = self.faults.take_latency(method, verb, path)
                 if delay > 0:
                     await asyncio.sleep(delay)
                 failure = self.faults.take_failure(method, verb, path)
@@ -241,6 +242,10 @@ class ApiHandler:
                     raise errors.ApiError(failure.status, failure.message, details=details, headers=headers)
             if route is None:
                 return self._non_resource(method, path)
+            if response_delay > 0:  # applied (and seen by the watch-streams) at once, answered later
+                response = await self._resource(request, route, verb)
+                await asyncio.sleep(response_delay)
+                return response
             return await self._resource(request, route, verb)
         except errors.ApiError as e:
             return error_response(e)

@@ -401,9 +401,17 @@ class KubernetesEmulator:
         method: str | None = None,
         verb: str | None = None,
         path: str | None = None,
+        after_applying: bool = False,
     ) -> None:
-        """Delay the matching requests (the next ``count`` of them, or all until cleared)."""
-        self.faults.add_latency(seconds=seconds, count=count, method=method, verb=verb, path=path)
+        """
+        Delay the matching requests (the next ``count`` of them, or all until cleared).
+
+        With ``after_applying``, a request is served at once (its change stored and sent to the watch-streams)
+        and only its response is delayed: the watchers see the change before the client knows it is done, as
+        with a slow network or a loaded API server.
+        """
+        self.faults.add_latency(seconds=seconds, count=count, method=method, verb=verb, path=path,
+                                after_applying=after_applying)
 
     def accept_tokens(self, tokens: Iterable[str] | None) -> None:
         """
