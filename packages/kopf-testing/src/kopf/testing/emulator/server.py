@@ -54,6 +54,7 @@ class KubernetesEmulator:
         async with KubernetesEmulator() as emulator:
             os.environ['KUBECONFIG'] = str(emulator.kubeconfig_path)
             emulator.fail_requests(2, status=503, verb='patch')
+            emulator.add_latency(0.5, verb='patch', after_applying=True)  # the echoes before the responses
             ...  # run the operator, create objects, etc.
             assert emulator.requests.count('patch', 'kopfexamples', name='kex1') == 3
     """
