@@ -227,3 +227,12 @@ async def test_latency_after_applying_lets_the_watchers_see_the_change_before_th
     assert watched[0][1] == 'MODIFIED'
     assert watched[0][0] < started + 0.5  # the echo came long before the response (1 s)
     assert emulator.faults.armed is False  # consumed
+
+
+async def test_latency_after_applying_delays_the_error_responses_too(emulator, api) -> None:
+    emulator.add_latency(0.5, count=1, verb='patch', after_applying=True)
+    started = time.monotonic()
+    missing = await api.patch(f'{CMS}/missing', {'data': {'x': '1'}})
+    assert missing.status == 404
+    assert time.monotonic() - started >= 0.5
+    assert emulator.faults.armed is False

@@ -240,13 +240,13 @@ class ApiHandler:
                         headers['Retry-After'] = str(max(0, round(failure.retry_after)))
                         details['retryAfterSeconds'] = max(0, round(failure.retry_after))
                     raise errors.ApiError(failure.status, failure.message, details=details, headers=headers)
-            if route is None:
-                return self._non_resource(method, path)
-            if response_delay > 0:  # applied (and seen by the watch-streams) at once, answered later
-                response = await self._resource(request, route, verb)
-                await asyncio.sleep(response_delay)
-                return response
-            return await self._resource(request, route, verb)
+            try:
+                if route is None:
+                    return self._non_resource(method, path)
+                return await self._resource(request, route, verb)
+            finally:
+                if response_delay > 0:  # served (and seen by the watch-streams) at once, answered later
+                    await asyncio.sleep(response_delay)
         except errors.ApiError as e:
             return error_response(e)
         except web.HTTPRequestEntityTooLarge:
