@@ -26,6 +26,8 @@ Usage (from the repository root):
     python benchmarks/scale.py --objects 1000,100000 --repeat 2 [--no-floor] [--profile DIR]
 
 ``--chunk-size 500`` paginates our listing too (``settings.watching.chunk_size``).
+``--initial-streaming`` lists by a watch-stream instead (``settings.watching.initial_streaming``: the objects
+come as events, each parsed on its own: no big response and no big document's parsing at once).
 ``--profile DIR`` runs ours under cProfile (``DIR/ours-N.prof``; slower: for finding costs, not timing).
 """
 import argparse
@@ -144,7 +146,8 @@ def burst_done(emulator: KubernetesEmulator, burst: int) -> bool:
 
 
 def measure(name: str, python: str, count: int, *, burst: int, settle: float, timeout: float,
-            profile: pathlib.Path | None = None, chunk_size: int | None = None) -> dict[str, Any]:
+            profile: pathlib.Path | None = None, chunk_size: int | None = None,
+            initial_streaming: bool = False) -> dict[str, Any]:
     hook = Hook()
     emulator = KubernetesEmulator(history_limit=max(10_000, burst * 20))
     emulator._handler = hook.wrap(emulator._handler)  # type: ignore[assignment]
@@ -161,7 +164,8 @@ def measure(name: str, python: str, count: int, *, burst: int, settle: float, ti
             command = [python, str(HERE / 'floor_client.py'), '--server', emulator.url, '--scenario', 'scale']
         with Operator(python, 'update_only', emulator.kubeconfig_path, command=command,
                       env={'SCALE_METRICS_PORT': str(port),
-                           **({'SCALE_CHUNK_SIZE': str(chunk_size)} if chunk_size else {})}) as operator:
+                           **({'SCALE_CHUNK_SIZE': str(chunk_size)} if chunk_size else {}),
+                           **({'SCALE_INITIAL_STREAMING': '1'} if initial_streaming else {})}) as operator:
             seen_at: float | None = None
             deadline = time.monotonic() + timeout
             while seen_at is None:
@@ -220,6 +224,8 @@ def main() -> None:
     parser.add_argument('--chunk-size', type=int, default=None,
                         help="ours: settings.watching.chunk_size (the listing's limit per page; "
                              "default: all at once)")
+    parser.add_argument('--initial-streaming', action='store_true',
+                        help='ours: settings.watching.initial_streaming (the listing as watch-events)')
     parser.add_argument('--no-floor', action='store_true')
     parser.add_argument('--no-ours', action='store_true')
     parser.add_argument('--profile', type=pathlib.Path, default=None, metavar='DIR',
@@ -238,7 +244,8 @@ def main() -> None:
                 if profile:
                     profile.parent.mkdir(parents=True, exist_ok=True)
                 result = measure(name, pythons[name], count, burst=args.burst, settle=args.settle,
-                                 timeout=args.timeout, profile=profile, chunk_size=args.chunk_size)
+                                 timeout=args.timeout, profile=profile, chunk_size=args.chunk_size,
+                                 initial_streaming=args.initial_streaming)
                 results.append(result)
                 print(f'[{repeat + 1}] {json.dumps(result)}', flush=True)
     print()

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
@@ -96,6 +97,43 @@ def test_the_minimal_example_end_to_end(
     assert "Handler 'create_fn' succeeded." in runner.output
     assert "Changed: change spec.duration: '1m' -> '2m'" in runner.output
     assert "Handler 'delete_fn' succeeded." in runner.output
+
+
+def test_the_streaming_listing_sees_the_existing_objects_then_the_changes(
+        api: kubernetes.client.ApiClient, kex_crd: None, namespace: str, tmp_path: pathlib.Path) -> None:
+    # settings.watching.initial_streaming: the objects are listed by the watch request itself
+    # (sendInitialEvents, then the bookmark of the initial events' end), not by a LIST: those made
+    # before the start, then the new ones; with no fallback to list-then-watch (the server supports it).
+    custom, where = kex(api, namespace)
+    names = [f'kex{index}' for index in range(20)]
+    for name in names:
+        custom.create_namespaced_custom_object(**where, body={
+            'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': name}, 'spec': {}})
+    operator = tmp_path / 'streaming.py'
+    operator.write_text(textwrap.dedent("""
+        import kopf
+
+        @kopf.on.startup()
+        def streamed(settings, **_):
+            settings.watching.initial_streaming = True
+
+        @kopf.on.create('kopfexamples')
+        def create_fn(name, **_):
+            return {'seen': name}
+    """))
+
+    def seen(name: str) -> bool:
+        obj = custom.get_namespaced_custom_object(**where, name=name)
+        return bool(obj.get('status', {}).get('create_fn') == {'seen': name})
+
+    with KopfRunner([*RUN, '-n', namespace, str(operator)], timeout=WAIT) as runner:
+        wait_until(lambda: all(seen(name) for name in names))
+        custom.create_namespaced_custom_object(**where, body={
+            'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'kex-new'}, 'spec': {}})
+        wait_until(lambda: seen('kex-new'))
+    assert runner.exit_code == 0, runner.output
+    assert 'The listing of kopfexamples.kopf.dev is streamed: 20 objects.' in runner.output
+    assert 'not supported by the server' not in runner.output
 
 
 @pytest.mark.parametrize('token', [False, True], ids=['current-context', 'token-context'])

@@ -57,6 +57,12 @@ def test_integers_beyond_64_bits_are_parsed(codec: Any, value: int) -> None:
     assert type(codec.loads(f'{value}')) is int
 
 
+def test_integers_beyond_64_bits_are_parsed_from_texts_with_other_characters(codec: Any) -> None:
+    # A text is searched for the long runs of digits as its UTF-8: the other characters are not digits.
+    assert codec.loads(f'{{"é": {BIG}, "ж": "٣٣٣٣٣٣٣٣٣٣٣٣٣٣٣٣٣٣٣٣"}}') == {'é': BIG, 'ж': '٣' * 20}
+    assert codec.loads(f'{{"é": {2 ** 64}}}') == {'é': 2 ** 64}
+
+
 def test_long_digit_runs_that_are_not_integers_are_parsed(codec: Any) -> None:
     assert codec.loads(b'{"s": "12345678901234567890123", "f": 1.2345678901234567890123}') == \
         {'s': '12345678901234567890123', 'f': 1.2345678901234567890123}

@@ -369,6 +369,8 @@ async def infinite_watch(
                             annotations = payload.get('metadata', {}).get('annotations') or {}
                             if listing is not None and annotations.get(INITIAL_EVENTS_END) == 'true':
                                 listed_objs, listing = listing, None
+                                actual_logger.debug(f'The listing of {resource} is streamed: '
+                                                    f'{len(listed_objs)} objects.')
                                 listed_objs.reverse()
                                 if shard_selector and on_shard_info is not None:
                                     on_shard_info(None)  # the streamed listings say nothing about it

@@ -65,10 +65,22 @@ class WatchingSettings:
     """How long a watch stream may stay silent (no events, no bookmarks) before it is reconnected."""
 
     chunk_size: int | None = None
-    """The ``limit`` of list requests: objects are listed page by page (None: all at once)."""
+    """
+    The ``limit`` of list requests: objects are listed page by page (None: all at once).
+
+    All at once, the whole response and all its parsed objects are in memory together at the start
+    (the peak RSS of a big cluster); pages keep only one page's response at a time.
+    """
 
     initial_streaming: bool = False
-    """Use the streaming list (``sendInitialEvents=true``) instead of list-then-watch."""
+    """
+    Use the streaming list (``sendInitialEvents=true``) instead of list-then-watch.
+
+    The objects come as the watch-stream's first events, each parsed on its own: no big response at
+    the start (the lowest peak RSS of a big cluster). Kubernetes serves it by default since 1.34 (the
+    ``WatchList`` feature); where the server refuses it, the watcher falls back to list-then-watch
+    with a warning.
+    """
 
     label_selectors: SelectorMapping = dataclasses.field(default_factory=SelectorMapping)
     """Label selectors to send to the server when listing and watching specific resources."""
