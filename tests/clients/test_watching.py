@@ -146,6 +146,58 @@ async def test_bookmarks_advance_resource_version(
     ]
 
 
+def page(rv: str, token: str | None, *names: str) -> dict[str, Any]:
+    metadata = {'resourceVersion': rv, **({'continue': token} if token else {})}
+    return {**listing(rv, *names), 'metadata': metadata}
+
+
+@pytest.mark.parametrize('paged', [False, True])
+async def test_the_pages_are_handed_over_as_they_come_if_paged(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, paged: bool,
+) -> None:
+    settings.watching.chunk_size = 1
+    watches(kmock) << (...,)
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 't2'})] << page('100', None, 'c')
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 't1'})] << page('100', 't2', 'b')
+    kmock[f'get {URL}', kmock.params(limit='1')] << page('100', 't1', 'a')
+    seen: list[tuple[Any, int]] = []  # the items, and how many list requests have come by then
+    stream = watching.infinite_watch(settings=settings, vault=vault, resource=KEX, namespace='ns1',
+                                     paged=paged)
+    async with contextlib.aclosing(stream):
+        async for item in stream:
+            seen.append((item, len(lists(kmock))))
+            if item is Bookmark.LISTED:
+                break
+
+    assert [item for item, _ in seen] == [listed('a', '100'), listed('b', '100'), listed('c', '100'),
+                                          Bookmark.LISTED]
+    assert seen[0][1] == (1 if paged else 3)  # the first page's objects at once, or after all pages
+    assert [req.params.get('continue') for req in lists(kmock)] == [None, 't1', 't2']
+
+
+async def test_a_paged_listing_restarted_midway_is_told_as_an_interruption(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+) -> None:
+    settings.watching.chunk_size = 1
+    watches(kmock) << (...,)
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 'old'})] << 410 << {'kind': 'Status'}
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 'new'})] << page('200', None, 'b')
+    kmock[f'get {URL}', kmock.params(limit='1')][:1] << page('100', 'old', 'x')
+    kmock[f'get {URL}', kmock.params(limit='1')][1:] << page('200', 'new', 'a')
+    items: list[Any] = []
+    stream = watching.infinite_watch(settings=settings, vault=vault, resource=KEX, namespace='ns1',
+                                     paged=True, on_interruption=lambda: items.append('interrupted'))
+    async with contextlib.aclosing(stream):
+        async for item in stream:
+            items.append(item)
+            if item is Bookmark.LISTED:
+                break
+
+    # The restarted listing's objects come after the word that the earlier ones are void.
+    assert items == [listed('x', '100'), 'interrupted',
+                     listed('a', '200'), listed('b', '200'), Bookmark.LISTED]
+
+
 async def test_410_status_relists(kmock: kmock.RawHandler, settings: StandaloneClientSettings,
                                   vault: Vault) -> None:
     watches(kmock)[:1] << 410 << {'kind': 'Status', 'code': 410, 'reason': 'Expired'}

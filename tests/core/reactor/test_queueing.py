@@ -595,6 +595,27 @@ async def test_objects_vanished_between_listings_are_deleted(
     await streams.close()
 
 
+async def test_a_partial_listing_is_void_after_an_interruption(
+        settings: OperatorSettings, looptime: float) -> None:
+    # The pages of a listing are handed over as they come: if it restarts midway, what its first pages have
+    # named proves nothing: kex2 (only in the void pages) must be told as vanished at the new listing's end.
+    recorder = Recorder()
+    streams = make_streams(recorder, settings)
+    streams.feed(event('kex1', 1, type=None))
+    streams.feed(event('kex2', 2, type=None))
+    streams.feed(Bookmark.LISTED)
+    await asyncio.sleep(10)
+    streams.feed(event('kex1', 1, type=None))
+    streams.feed(event('kex2', 2, type=None))  # the first page of a relisting, then it expires
+    streams.interrupted()
+    streams.feed(event('kex1', 1, type=None))  # the restarted relisting: kex2 is gone meanwhile
+    streams.feed(Bookmark.LISTED)
+    await asyncio.sleep(1)
+    assert recorder.calls[-1][1:3] == ('kex2', 'DELETED')
+    assert streams.known_count == 1
+    await streams.close()
+
+
 async def test_synthetic_deletion_has_the_identity_of_the_object(settings: OperatorSettings) -> None:
     received: list[RawEvent] = []
 

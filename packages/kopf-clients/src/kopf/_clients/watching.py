@@ -9,6 +9,10 @@ Watching the objects of a resource: an endless stream of their states, surviving
   are gone (deleted while the stream was not watching): the consumer should forget them when
   it sees ``LISTED``. The first listing happens at start; later ones happen when the server
   says that the history is too old to resume from (HTTP 410 Gone, as a status or as an ERROR event).
+  In the ``paged`` mode, the objects of each page are handed over as soon as it comes (the next page
+  is requested meanwhile), so the consumer can handle them while the server prepares the rest; if the
+  listing restarts midway (its continuation token has expired), ``on_interruption`` is called first:
+  the objects handed over since the last ``LISTED`` are void, and the listing starts over.
 * Watch-events as the server sends them: ``{'type': 'ADDED'|'MODIFIED'|'DELETED', 'object': {...}}``.
 
 The service lines of the stream are consumed internally: BOOKMARKs advance the resource version
@@ -290,6 +294,7 @@ async def infinite_watch(
         on_interruption: Callable[[], None] | None = None,
         shard_selector: str | None = None,
         on_shard_info: Callable[[str | None], None] | None = None,
+        paged: bool = False,
 ) -> AsyncGenerator[RawEvent | Bookmark, None]:
     """
     List & watch the objects of a resource forever; see the module's description for the contract.
@@ -299,11 +304,15 @@ async def infinite_watch(
     revoked) or when the consumer stops iterating. ``on_interruption`` is called whenever a watch
     request has ended in any way (closed, broken, silent, 410 Gone), before the stream is re-established.
     ``shard_selector`` & ``on_shard_info``: the server-side sharding (see the module's description).
+    ``paged``: the listing's pages (``settings.watching.chunk_size``) are handed over as they come, not when
+    all have come (see the module's description); ``on_interruption`` then also says that the objects
+    handed over since the last :data:`Bookmark.LISTED` are void: the listing has restarted.
     """
     actual_logger: api.Logger = logger if logger is not None else default_logger
     streaming = bool(settings.watching.initial_streaming)
     resource_version: str | None = None
     first_request = True
+    partial = False  # some pages of a listing have been handed over (the paged mode), but not all
 
     restart_reason = ''
     while True:
@@ -315,12 +324,28 @@ async def infinite_watch(
         first_request = False
         restart_reason = ''
 
-        # The classic list-then-watch mode: the listing is a separate request.
+        # The classic list-then-watch mode: the listing is a separate request (or several, by pages).
         if resource_version is None and not streaming:
+            objs: list[RawBody] = []
+            listed_version: str | None = None
+            pages = fetching.list_pages(settings=settings, vault=vault, resource=resource,
+                                        namespace=namespace, logger=actual_logger,
+                                        shard_selector=shard_selector, on_shard_info=on_shard_info)
             try:
-                objs, resource_version = await fetching.list_objs(
-                    settings=settings, vault=vault, resource=resource, namespace=namespace,
-                    logger=actual_logger, shard_selector=shard_selector, on_shard_info=on_shard_info)
+                async with contextlib.aclosing(pages):
+                    async for page in pages:
+                        listed_version = page.resource_version
+                        if not paged:
+                            objs = [] if page.first else objs
+                            objs.extend(page.items)
+                            continue
+                        if page.first and partial and on_interruption is not None:
+                            on_interruption()  # the pages handed over so far are void: it starts over
+                        partial = True
+                        objs = page.items
+                        objs.reverse()
+                        while objs:  # one by one, none kept (see below)
+                            yield {'type': None, 'object': objs.pop()}
             except errors.APIServerError as e:
                 if not shard_selector or not _is_invalid_shard_selector(e):
                     raise
@@ -333,6 +358,7 @@ async def infinite_watch(
             while objs:
                 yield {'type': None, 'object': objs.pop()}
             del objs
+            resource_version, partial = listed_version, False
             yield Bookmark.LISTED
 
         # In the streaming mode, the initial objects are held until the listing is complete.

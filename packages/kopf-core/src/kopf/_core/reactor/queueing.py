@@ -436,9 +436,13 @@ class ObjectStreams:
     def interrupted(self) -> None:
         """
         The watch-stream has ended or failed, and is being re-established (see :meth:`held_back_since`).
+
+        A listing handed over page by page and not finished is void then: the objects it has named so far
+        are not proof of their existence (the next listing starts anew: the vanished ones are told by it).
         """
         self._interrupted_at = asyncio.get_running_loop().time()
         self._interrupted_now = True
+        self._listing = None
 
     def held_back_since(self, moment: float) -> bool:
         """
@@ -747,7 +751,8 @@ async def watcher(
             source = watching.infinite_watch(settings=settings, vault=vault, resource=resource,
                                              namespace=namespace, logger=logger,
                                              on_interruption=streams.interrupted,
-                                             shard_selector=shard_selector, on_shard_info=on_shard_info)
+                                             shard_selector=shard_selector, on_shard_info=on_shard_info,
+                                             paged=True)
             try:
                 async with contextlib.aclosing(source):
                     async for item in source:
