@@ -1,6 +1,3 @@
-import asyncio
-import contextlib
-
 import kmock
 import pytest
 
@@ -144,38 +141,3 @@ def test_no_selectors_for_other_resources(settings: StandaloneClientSettings) ->
     settings.watching.label_selectors['pods'] = 'a=b'
     assert fetching.build_selector_params(settings, KEX) == {}
 
-
-async def test_the_next_page_is_requested_while_the_current_one_is_handled(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
-) -> None:
-    settings.watching.chunk_size = 1
-    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 't1'})] << {
-        'metadata': {'resourceVersion': '100'}, 'items': [{'metadata': {'name': 'b'}}]}
-    kmock[f'get {URL}', kmock.params(limit='1')] << {
-        'metadata': {'resourceVersion': '100', 'continue': 't1'}, 'items': [{'metadata': {'name': 'a'}}]}
-    pages = fetching.list_pages(settings=settings, vault=vault, resource=KEX, namespace='ns1')
-    async with contextlib.aclosing(pages):
-        first = await anext(pages)
-        assert [item['metadata']['name'] for item in first.items] == ['a']
-        assert first.first and not first.last
-        await asyncio.sleep(1)  # the consumer is busy with the first page: the second one is requested
-        assert [req.params.get('continue') for req in kmock] == [None, 't1']
-        second = await anext(pages)
-        assert [item['metadata']['name'] for item in second.items] == ['b']
-        assert not second.first and second.last
-        assert second.resource_version == '100'
-    assert len(list(kmock)) == 2
-
-
-async def test_an_abandoned_listing_cancels_its_next_page(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
-) -> None:
-    settings.watching.chunk_size = 1
-    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 't1'})] << 500 << {'kind': 'Status'}
-    kmock[f'get {URL}', kmock.params(limit='1')] << {
-        'metadata': {'resourceVersion': '100', 'continue': 't1'}, 'items': [{'metadata': {'name': 'a'}}]}
-    pages = fetching.list_pages(settings=settings, vault=vault, resource=KEX, namespace='ns1')
-    async with contextlib.aclosing(pages):
-        await anext(pages)
-    await asyncio.sleep(100)  # the prefetched request (failing and retrying) is cancelled: no more requests
-    assert [req.params.get('continue') for req in kmock] in ([None], [None, 't1'])

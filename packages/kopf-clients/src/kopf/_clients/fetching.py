@@ -3,13 +3,12 @@ Reading objects: one object by its name, or all objects of a resource page by pa
 
 Listing applies the server-side selectors configured for the resource in
 ``settings.watching.label_selectors``, ``field_selectors``, and ``shard_selectors``,
-and fetches the objects in pages of ``settings.watching.chunk_size`` (all at once if None), each page
-requested while the previous one is handled (:func:`list_pages`).
+and fetches the objects in pages of ``settings.watching.chunk_size`` (all at once if None), handed over
+as they come (:func:`list_pages`) or all together (:func:`list_objs`).
 
 The sharding's ``shardSelector`` (the ranges of the uids' hashes, KEP-5866) is given by the caller;
 the servers that apply it say so in the list's ``metadata.shardInfo`` (the others ignore it silently).
 """
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -131,8 +130,6 @@ class ListedPage:
     """The listing's resource version (as of its last page so far): a watch-stream can start from it."""
     first: bool
     """The first page of the listing, or of its restart: the earlier pages (if any) are void then."""
-    last: bool
-    """The listing is complete with this page."""
 
 
 async def list_pages(
@@ -148,10 +145,9 @@ async def list_pages(
     """
     List all objects of a resource in a namespace (or cluster-wide with None), page by page as they come.
 
-    The next page is requested before the current one is yielded, so the server prepares it while the
-    consumer handles the current one. If the continuation token of the pages expires midway (HTTP 410),
-    the listing restarts from the first page (yielded with ``first=True``): the pages are consistent
-    only together, so the consumer must void the pages it has got before.
+    If the continuation token of the pages expires midway (HTTP 410), the listing restarts from the first
+    page (yielded with ``first=True``): the pages are consistent only together, so the consumer must void
+    the pages it has got before.
 
     ``shard_selector`` goes with every page (the continuation tokens do not keep it); ``on_shard_info``
     gets the selector that the server says it has applied (``metadata.shardInfo.selector`` of the first
@@ -167,61 +163,41 @@ async def list_pages(
     if chunk_size:
         params['limit'] = str(int(chunk_size))
 
-    async def fetch(continue_token: str | None) -> Any:
-        page_params = dict(params, **({'continue': continue_token} if continue_token else {}))
-        return await api.request('GET', url, params=page_params, settings=settings, vault=vault,
-                                 logger=actual_logger)
-
     resource_version: str | None = None
     continue_token: str | None = None
     first = True
-    prefetched: asyncio.Task[Any] | None = None
-    try:
-        while True:
-            try:
-                data = await (prefetched if prefetched is not None else fetch(continue_token))
-            except errors.APIGoneError:
-                if continue_token is None:
-                    raise
-                actual_logger.warning(f'The listing of {resource} has expired midway; restarting it.')
-                prefetched, continue_token, first = None, None, True
-                continue
-            prefetched = None
-
-            data = data if isinstance(data, Mapping) else {}
-            list_kind = data.get('kind')
-            item_kind = resource.kind or (list_kind[:-4] if isinstance(list_kind, str) and
-                                          list_kind.endswith('List') else None)
-            items = [_complete_item(item, api_version=resource.api_version, kind=item_kind)
-                     for item in data.get('items') or [] if isinstance(item, dict)]
-
-            metadata = data.get('metadata') or {}
-            if on_shard_info is not None and shard_selector and not shard_info_told:
-                shard_info_told = True
-                shard_info = metadata.get('shardInfo')
-                selector = shard_info.get('selector') if isinstance(shard_info, Mapping) else None
-                on_shard_info(selector if isinstance(selector, str) and selector else None)
-            resource_version = metadata.get('resourceVersion') or resource_version
-            continue_token = metadata.get('continue') or None
-            del data, metadata  # not kept while the consumer handles the page (and the next one comes)
-            if continue_token:
-                prefetched = asyncio.ensure_future(fetch(continue_token))
-                await asyncio.sleep(0)  # let it send the request: a consumer's handling may never yield to it
-            yield ListedPage(items=items, resource_version=resource_version, first=first,
-                             last=continue_token is None)
-            first = False
+    while True:
+        page_params = dict(params, **({'continue': continue_token} if continue_token else {}))
+        try:
+            data = await api.request('GET', url, params=page_params, settings=settings, vault=vault,
+                                     logger=actual_logger)
+        except errors.APIGoneError:
             if continue_token is None:
-                return
-    finally:
-        if prefetched is not None:  # e.g. the consumer has stopped midway: the next page is not needed
-            prefetched.cancel()
-            prefetched.add_done_callback(_retrieve)
+                raise
+            actual_logger.warning(f'The listing of {resource} has expired midway; restarting it.')
+            continue_token, first = None, True
+            continue
 
+        data = data if isinstance(data, Mapping) else {}
+        list_kind = data.get('kind')
+        item_kind = resource.kind or (list_kind[:-4] if isinstance(list_kind, str) and
+                                      list_kind.endswith('List') else None)
+        items = [_complete_item(item, api_version=resource.api_version, kind=item_kind)
+                 for item in data.get('items') or [] if isinstance(item, dict)]
 
-def _retrieve(task: 'asyncio.Task[Any]') -> None:
-    """Mark the abandoned request's failure (if any) as seen: it is of no interest to anyone."""
-    if not task.cancelled():
-        task.exception()
+        metadata = data.get('metadata') or {}
+        if on_shard_info is not None and shard_selector and not shard_info_told:
+            shard_info_told = True
+            shard_info = metadata.get('shardInfo')
+            selector = shard_info.get('selector') if isinstance(shard_info, Mapping) else None
+            on_shard_info(selector if isinstance(selector, str) and selector else None)
+        resource_version = metadata.get('resourceVersion') or resource_version
+        continue_token = metadata.get('continue') or None
+        del data, metadata  # not kept while the consumer handles the page
+        yield ListedPage(items=items, resource_version=resource_version, first=first)
+        first = False
+        if continue_token is None:
+            return
 
 
 async def list_objs(

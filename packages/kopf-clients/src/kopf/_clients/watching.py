@@ -9,8 +9,8 @@ Watching the objects of a resource: an endless stream of their states, surviving
   are gone (deleted while the stream was not watching): the consumer should forget them when
   it sees ``LISTED``. The first listing happens at start; later ones happen when the server
   says that the history is too old to resume from (HTTP 410 Gone, as a status or as an ERROR event).
-  In the ``paged`` mode, the objects of each page are handed over as soon as it comes (the next page
-  is requested meanwhile), so the consumer can handle them while the server prepares the rest; if the
+  In the ``paged`` mode, the objects of each page are handed over as soon as it comes, so the listing's
+  objects are never all in memory at once (with ``settings.watching.chunk_size``); if the
   listing restarts midway (its continuation token has expired), ``on_interruption`` is called first:
   the objects handed over since the last ``LISTED`` are void, and the listing starts over.
 * Watch-events as the server sends them: ``{'type': 'ADDED'|'MODIFIED'|'DELETED', 'object': {...}}``.
@@ -328,24 +328,25 @@ async def infinite_watch(
         if resource_version is None and not streaming:
             objs: list[RawBody] = []
             listed_version: str | None = None
-            pages = fetching.list_pages(settings=settings, vault=vault, resource=resource,
-                                        namespace=namespace, logger=actual_logger,
-                                        shard_selector=shard_selector, on_shard_info=on_shard_info)
             try:
-                async with contextlib.aclosing(pages):
-                    async for page in pages:
-                        listed_version = page.resource_version
-                        if not paged:
-                            objs = [] if page.first else objs
-                            objs.extend(page.items)
-                            continue
-                        if page.first and partial and on_interruption is not None:
-                            on_interruption()  # the pages handed over so far are void: it starts over
-                        partial = True
-                        objs = page.items
-                        objs.reverse()
-                        while objs:  # one by one, none kept (see below)
-                            yield {'type': None, 'object': objs.pop()}
+                if not paged:
+                    objs, listed_version = await fetching.list_objs(
+                        settings=settings, vault=vault, resource=resource, namespace=namespace,
+                        logger=actual_logger, shard_selector=shard_selector, on_shard_info=on_shard_info)
+                else:
+                    pages = fetching.list_pages(settings=settings, vault=vault, resource=resource,
+                                                namespace=namespace, logger=actual_logger,
+                                                shard_selector=shard_selector, on_shard_info=on_shard_info)
+                    async with contextlib.aclosing(pages):
+                        async for page in pages:
+                            listed_version = page.resource_version
+                            if page.first and partial and on_interruption is not None:
+                                on_interruption()  # the pages handed over so far are void: it starts over
+                            partial = True
+                            objs = page.items
+                            objs.reverse()
+                            while objs:  # one by one, none kept (see below)
+                                yield {'type': None, 'object': objs.pop()}
             except errors.APIServerError as e:
                 if not shard_selector or not _is_invalid_shard_selector(e):
                     raise

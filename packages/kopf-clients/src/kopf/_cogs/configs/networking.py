@@ -69,8 +69,8 @@ class WatchingSettings:
     The ``limit`` of list requests: objects are listed page by page (None: all at once).
 
     All at once, the whole response and all its parsed objects are in memory together at the start
-    (the peak RSS of a big cluster); pages keep only one page's response at a time, and the operator
-    handles each page's objects while the server prepares the next page.
+    (the peak RSS of a big cluster); pages keep only one page's response and objects at a time: the
+    operator handles each page's objects as it comes.
     """
 
     initial_streaming: bool = False
