@@ -28,6 +28,7 @@ Usage (from the repository root):
 ``--chunk-size 500`` paginates our listing too (``settings.watching.chunk_size``).
 ``--initial-streaming`` lists by a watch-stream instead (``settings.watching.initial_streaming``: the objects
 come as events, each parsed on its own: no big response and no big document's parsing at once).
+``--baseline-python PY`` runs another version of this project too (e.g. the previous commit's), interleaved.
 ``--profile DIR`` runs ours under cProfile (``DIR/ours-N.prof``; slower: for finding costs, not timing).
 """
 import argparse
@@ -44,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from _harness import CRD, HERE, OURS_NAME, Operator, add_ours_options, create_crd, ours_python
+from _harness import BASELINE_NAME, CRD, HERE, OURS_NAME, Operator, add_ours_options, create_crd, ours_python
 from floor_client import LAST_HANDLED, essence
 
 from kopf.testing import KubernetesEmulator
@@ -156,7 +157,7 @@ def measure(name: str, python: str, count: int, *, burst: int, settle: float, ti
         asyncio.run(populate(emulator.url, count))
         populate_seconds = time.monotonic() - populating_at
         port = free_port()
-        if name == OURS_NAME:
+        if name != FLOOR_NAME:
             wrapper = [python, '-m', 'cProfile', '-o', str(profile)] if profile else [python]
             command = [*wrapper, str(HERE / 'operators' / 'runner.py'),
                        str(HERE / 'operators' / 'update_only.py')]
@@ -172,7 +173,7 @@ def measure(name: str, python: str, count: int, *, burst: int, settle: float, ti
                 operator.check_alive(f'{name}: all seen')
                 if time.monotonic() > deadline:
                     operator.fail(f'{name}: not all {count} seen in {timeout:.0f}s')
-                if name == OURS_NAME:
+                if name != FLOOR_NAME:
                     gauges = read_gauges(port)
                     if gauges is not None and gauges[0] >= count and gauges[1] == 0:
                         seen_at = time.monotonic()
@@ -226,6 +227,9 @@ def main() -> None:
                              "default: all at once)")
     parser.add_argument('--initial-streaming', action='store_true',
                         help='ours: settings.watching.initial_streaming (the listing as watch-events)')
+    parser.add_argument('--baseline-python', default=None,
+                        help='a Python with another version of this project (e.g. the previous commit\'s, '
+                             'installed by install_ours()), run interleaved as "this project, baseline"')
     parser.add_argument('--no-floor', action='store_true')
     parser.add_argument('--no-ours', action='store_true')
     parser.add_argument('--profile', type=pathlib.Path, default=None, metavar='DIR',
@@ -234,8 +238,10 @@ def main() -> None:
     counts = [int(item) for item in args.objects.split(',') if item.strip()]
     if any(count < args.burst for count in counts):
         parser.error(f'--burst {args.burst} is more than the smallest --objects.')
-    names = ([] if args.no_ours else [OURS_NAME]) + ([] if args.no_floor else [FLOOR_NAME])
-    pythons = {OURS_NAME: ours_python(parser, args), FLOOR_NAME: args.floor_python}
+    names = (([] if args.no_ours else [OURS_NAME]) + ([BASELINE_NAME] if args.baseline_python else []) +
+             ([] if args.no_floor else [FLOOR_NAME]))
+    pythons = {OURS_NAME: ours_python(parser, args), BASELINE_NAME: args.baseline_python,
+               FLOOR_NAME: args.floor_python}
     results: list[dict[str, Any]] = []
     for repeat in range(args.repeat):
         for count in counts:
@@ -275,6 +281,14 @@ def main() -> None:
                 ours, floor = medians[(OURS_NAME, count)], medians[(FLOOR_NAME, count)]
                 seen_ratio = ours['seen_seconds'] / floor['seen_seconds']
                 print(f'N={count:,}: all seen ours/floor = {seen_ratio:.2f}')
+        if BASELINE_NAME in names and OURS_NAME in names:
+            for count in counts:
+                seen = {name: [r['seen_seconds'] for r in results
+                               if r['name'] == name and r['objects'] == count]
+                        for name in (OURS_NAME, BASELINE_NAME)}
+                pairs = zip(seen[OURS_NAME], seen[BASELINE_NAME], strict=True)
+                ratios = ', '.join(f'{after / before:.2f}' for after, before in pairs)
+                print(f'N={count:,}: all seen ours/baseline, paired: {ratios}')
 
 
 if __name__ == '__main__':

@@ -172,6 +172,9 @@ class StorageKeyFormingConvention(CollisionEvadingConvention):
         return key.replace('/', '.')
 
 
+_NO_PREFIXES: frozenset[str] = frozenset()
+
+
 class StorageKeyMarkingConvention:
     """
     Declares the storages' prefixes as Kopf-managed, and detects such prefixes on the objects.
@@ -182,13 +185,14 @@ class StorageKeyMarkingConvention:
 
     def detect_marked_prefixes(self, keys: Iterable[str]) -> frozenset[str]:
         """The prefixes declared as Kopf-managed by the markers among these annotation keys."""
-        marked: set[str] = set()
+        marked: set[str] | None = None
         for key in keys:
             if key.endswith(_MARKER_SUFFIXES):  # not split: this is done for every key of every event
                 parts = split_annotation_key(key)
                 if parts is not None and parts[1] in KNOWN_MARKERS:
+                    marked = marked if marked is not None else set()
                     marked.add(parts[0])
-        return frozenset(marked)
+        return frozenset(marked) if marked is not None else _NO_PREFIXES  # usually none: no sets made
 
     def store_marker(self, prefix: str, patch: patches.Patch, body: bodies.Body) -> None:
         """Put the marker of the prefix into the patch, unless the object has it or needs none."""

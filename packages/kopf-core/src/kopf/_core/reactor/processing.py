@@ -32,8 +32,9 @@ from kopf._cogs.structs.references import Resource
 from kopf._core.actions import execution, lifecycles, loggers, progression
 from kopf._core.engines.spawning import SpawningEngine
 from kopf._core.intents import causes
-from kopf._core.intents.configuration import OperatorSettings
+from kopf._core.intents.configuration import OperatorSettings, PersistenceSettings
 from kopf._core.intents.handlers import Reason
+from kopf._core.intents.registries import ListingPlan
 from kopf._core.persistence import finalizers, progress
 from kopf._core.reactor import cycles, pacing, versions
 from kopf._core.reactor.contexts import Delivery, ObjectEvent, OperatorScope
@@ -188,8 +189,9 @@ def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
     * only change handlers (no event handlers, daemons, timers, which see every object), none of them
       filtering the objects (so our finalizer is needed for all or for none) nor resuming them;
     * our finalizer as it must be (:func:`.cycles.finalizer_decision`: no change), no deletion;
-    * the diff-base equal to the object's essence (no change since it was handled), no progress records
-      of the handlers and no "touch" (nothing left to purge or untouch).
+    * the diff-base equal to the object's essence (no change since it was handled: usually known by its text,
+      see :meth:`~.diffbase.DiffBaseStorage.surely_unchanged`), no progress records of the handlers and
+      no "touch" (nothing left to purge or untouch).
 
     Then the cycle would detect a ``RESUME`` with no handlers due, and end with an empty patch.
     The only difference: no memory is made for the object until its next event (then, it is made as for a
@@ -213,20 +215,11 @@ def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
         return False
     body = Body._wrapping(raw_body)
     storage = persistence.progress_storage
-    if not progress.holds_no_records(storage, keys=plan.handler_ids, body=body):
+    if not storage.holds_no_records(keys=plan.handler_ids, body=body):
         return False
     if not storage.holds_no_touch(body=body):
         return False
-    try:
-        old = persistence.diffbase_storage.fetch(body=body)
-    except Exception:
-        return False  # the general path reports an unreadable diff-base
-    if old is None or type(old) is not dict:
-        return False
-    new = persistence.diffbase_storage.build(body=body, extra_fields=plan.extra_fields)
-    old = progress.without_records(storage, essence=old)
-    new = progress.without_records(storage, essence=new)
-    if diffs.diff(old, new):
+    if not _unchanged(body=body, plan=plan, persistence=persistence):
         return False
     meters = metering.meters
     if meters is not None:
@@ -234,6 +227,24 @@ def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
         meters.child(meters.events, name).inc()
         meters.child(meters.changes_handled, name, Reason.RESUME).inc()
     return True
+
+
+def _unchanged(*, body: Body, plan: ListingPlan, persistence: PersistenceSettings) -> bool:
+    """Whether the object's essence has no diff from its diff-base (as the cycle's cause detection tells)."""
+    diffbase_storage = persistence.diffbase_storage
+    if diffbase_storage.surely_unchanged(body=body, extra_fields=plan.extra_fields):
+        return True  # the usual case, known without parsing, building, and diffing the essences
+    try:
+        old = diffbase_storage.fetch(body=body)
+    except Exception:
+        return False  # the general path reports an unreadable diff-base
+    if old is None or type(old) is not dict:
+        return False
+    new = diffbase_storage.build(body=body, extra_fields=plan.extra_fields)
+    storage = persistence.progress_storage
+    old = progress.without_records(storage, essence=old)
+    new = progress.without_records(storage, essence=new)
+    return not diffs.diff(old, new)
 
 
 def forget_deleted(*, raw_event: RawEvent, resource: Resource, scope: OperatorScope) -> bool:
