@@ -124,11 +124,13 @@ async def test_the_higher_priority_handles_and_the_lower_one_pauses(
 
 async def test_graceful_exit_of_the_higher_one_resumes_the_lower_one_at_once(
         cluster: Any, default_peering: None, make_operator: Any, handled: Handled, eventually: Any,
-        quiet: Any,
+        quiet: Any, caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with make_operator('low', priority=10, lifetime=60):
         async with make_operator('high', priority=20, lifetime=60) as high:
             await eventually(lambda: len(peers(cluster)) == 2)
+            # Both records are there, but the low one pauses only once it sees the high one's (a race in CI).
+            await eventually(lambda: any('Pausing operations in favour of' in m for m in caplog.messages))
             await cluster.create('kex1')
             await eventually(lambda: handled[('high', 'kex1')] == 1)
             await stop(high)
