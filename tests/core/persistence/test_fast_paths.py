@@ -2,7 +2,8 @@
 The persistence's fast paths, pinned to the general ones: for random objects, the same answers.
 
 The handling cycles skip the general methods of the storages when the storages tell that those would
-do nothing (``holds_no_records``, ``holds_no_touch``, ``holds_nothing_to_clear``), and the conventions
+do nothing (``holds_no_records``, ``holds_no_touch``, both at once as ``holds_no_state``,
+``holds_nothing_to_clear``), and the conventions
 remember or shortcut what they compute. Here, every fast answer is compared with what the general path
 computes, for random objects: random records of random storages (random prefixes and fields), touch
 markers, Kopf's old status records, garbage in the storages' places, and the ReplicaSets' marked keys;
@@ -18,6 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -117,6 +119,20 @@ class OwnTouchStorage(StatusProgressStorage):
             patch.spec['touched'] = value
 
 
+class NameMarkingStorage(AnnotationsProgressStorage):
+    """A descendant whose keys depend on the object (as the ReplicaSets' do): they cannot be remembered."""
+
+    def mark_key(self, key: str, *, body: Body) -> str:
+        return f'{key}.{dict(body).get("spec", {}).get("x")}'
+
+
+class OwnAnswerStorage(AnnotationsProgressStorage):
+    """A descendant with its own (cautious) answer about the records: the answers derived from it follow."""
+
+    def holds_no_records(self, *, keys: Collection[str], body: Body) -> bool:
+        return False
+
+
 BUILT_IN_CLASSES = {AnnotationsProgressStorage, StatusProgressStorage, MultiProgressStorage,
                     SmartProgressStorage, type(SmartProgressStorage().storages[1])}  # incl. the read-only one
 
@@ -159,6 +175,8 @@ custom_leaves = st.one_of(
     st.builds(BatchingStorage, prefix=PREFIXES),
     st.builds(ClearingStorage, field=FIELDS),
     st.builds(OwnTouchStorage, field=FIELDS),
+    st.builds(NameMarkingStorage, prefix=PREFIXES, touch_key=TOUCH_KEYS, v1=st.booleans()),
+    st.builds(OwnAnswerStorage, prefix=PREFIXES),
 )
 any_leaves = built_in_leaves | custom_leaves
 multi_storages = st.lists(any_leaves, min_size=1, max_size=3).map(MultiProgressStorage)
@@ -272,6 +290,54 @@ def test_records_are_absent_exactly_when_the_general_path_finds_none(
 
 
 @SETTINGS
+@given(st.data(), any_storages, st.lists(IDS, min_size=1, max_size=4), st.booleans())
+def test_no_state_is_no_records_and_no_touch(
+        data: st.DataObject, storage: ProgressStorage, keys: list[str], as_tuple: bool,
+) -> None:
+    body = Body(data.draw(objects(storage, keys)))
+    if data.draw(st.booleans()):
+        body['spec']['x'] = data.draw(st.integers(0, 2))  # another object for the keys that depend on it
+    asked: Collection[str] = tuple(keys) if as_tuple else keys  # the listings ask with tuples
+    fast = storage.holds_no_state(keys=asked, body=body)
+    again = storage.holds_no_state(keys=asked, body=body)  # remembered now, if it is remembered at all
+    records, touch = storage.holds_no_records(keys=keys, body=body), storage.holds_no_touch(body=body)
+    untouched = Patch()
+    storage.touch(body=body, patch=untouched, value=None)
+    event(f'built-in={is_built_in(storage)}, fast={fast}, records={records}, touch={touch}')
+    assert again is fast
+    if is_built_in(storage):
+        assert fast == (records and touch), f'the fast answer {fast} differs from the two for {storage!r}'
+    if fast:  # never a wrong "nothing": neither for the built-in storages, nor for the custom ones
+        assert general_holds_no_records(storage, keys=keys, body=body), f'records for {storage!r}'
+        assert not untouched, f'a touch for {storage!r}'
+
+
+@pytest.mark.parametrize('storage, raw', [
+    pytest.param(NameMarkingStorage(), {'kind': 'KopfExample', 'spec': {'x': 1}},
+                 id='marked-by-a-descendant'),
+    pytest.param(AnnotationsProgressStorage(), {
+        'kind': 'ReplicaSet', 'metadata': {'ownerReferences': [{'kind': 'Deployment'}]},
+    }, id='a-replicaset-of-a-deployment'),
+])
+@pytest.mark.parametrize('key', ['create_fn', 'touch-dummy'])
+def test_no_state_is_known_by_the_keys_of_each_object_where_they_depend_on_it(
+        storage: AnnotationsProgressStorage, raw: dict[str, Any], key: str,
+) -> None:
+    # E.g. one object of another kind first: its keys, if remembered, would not be this object's keys.
+    assert storage.holds_no_state(keys=('create_fn',), body=Body({'kind': 'Pod', 'spec': {'x': 2}}))
+    body = Body(copy.deepcopy(raw))
+    patch = Patch()
+    if key == 'touch-dummy':
+        storage.touch(body=body, patch=patch, value='x')
+    else:
+        storage.store(key=key, record={'started': '2020-01-01T00:00:00+00:00'}, body=body, patch=patch)
+    body = Body(apply_merge_patch(copy.deepcopy(raw), json.loads(json.dumps(patch))))
+    assert all(name.startswith('kopf.zalando.org/') for name in patch['metadata']['annotations'])
+    assert not storage.holds_no_state(keys=('create_fn',), body=body)
+    assert not storage.holds_no_state(keys=('create_fn',), body=body)  # also when remembered
+
+
+@SETTINGS
 @given(st.data(), any_storages)
 def test_untouching_is_touching_with_none_then_flushing(
         data: st.DataObject, storage: ProgressStorage,
@@ -357,15 +423,20 @@ def test_the_unreadable_records_are_located(data: st.DataObject, storage: Progre
 
 
 @given(st.sampled_from([GeneralOnlyStorage, ElsewhereStorage, BatchingStorage, ClearingStorage,
-                        OwnTouchStorage]))
+                        OwnTouchStorage, NameMarkingStorage, OwnAnswerStorage]))
 def test_the_redefined_general_methods_get_the_default_answers(cls: type[ProgressStorage]) -> None:
     # Not a property, but the premise of the properties above: which answers are derived from what.
-    redefined = {name for name in ['fetch', 'purge', 'touch', 'flush', 'clear'] if name in cls.__dict__}
+    redefined = {name for name in ['fetch', 'purge', 'touch', 'flush', 'clear', 'holds_no_records',
+                                   'holds_no_touch'] if name in cls.__dict__}
     answers = {'holds_no_records': {'fetch', 'purge'}, 'holds_no_touch': {'touch', 'flush'},
-               'holds_nothing_to_clear': {'clear'}}
+               'holds_nothing_to_clear': {'clear'},
+               'holds_no_state': {'fetch', 'purge', 'touch', 'flush', 'holds_no_records', 'holds_no_touch'}}
+    base = cls.__mro__[1]  # a built-in storage, or the interface itself
     for answer, general in answers.items():
-        is_default = getattr(cls, answer) is getattr(ProgressStorage, answer)
-        assert is_default == bool(general & redefined), f'{cls.__name__}.{answer}'
+        if answer in cls.__dict__:
+            continue  # its own answer: kept as it is
+        expected = getattr(ProgressStorage, answer) if general & redefined else getattr(base, answer)
+        assert getattr(cls, answer) is expected, f'{cls.__name__}.{answer}'
 
 
 #

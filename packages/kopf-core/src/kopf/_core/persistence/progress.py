@@ -21,7 +21,8 @@ The storages:
 Besides the general methods (:meth:`~ProgressStorage.fetch`, :meth:`~ProgressStorage.store`, etc.),
 every storage answers a few questions that let a handling cycle skip the general work when it would do
 nothing (e.g. most objects have no records at all): :meth:`~ProgressStorage.holds_no_records`,
-:meth:`~ProgressStorage.holds_no_touch`, :meth:`~ProgressStorage.holds_nothing_to_clear`.
+:meth:`~ProgressStorage.holds_no_touch`, :meth:`~ProgressStorage.holds_nothing_to_clear`, and both of the
+first two at once, :meth:`~ProgressStorage.holds_no_state` (for the listed objects that need nothing).
 Their answers are derived from the general methods: by default, "maybe" (then, the general methods
 are called); a built-in storage answers for itself with one look at the object, unless a descendant
 redefines the general methods that the answer is derived from (then, it answers "maybe" again).
@@ -36,6 +37,10 @@ from kopf._core.persistence import conventions
 
 # Called for every event, twice: a global name is found faster than a static method via the instance.
 _has_empty_stanzas = conventions.StorageStanzaCleaner.has_empty_stanzas
+
+# The conventions' own key-making: the object's keys are known without the object unless they are redefined.
+_MARK_KEY = conventions.CollisionEvadingConvention.mark_key
+_MAKE_KEYS = conventions.StorageKeyFormingConvention.make_keys
 
 
 class ProgressRecord(TypedDict, total=False):
@@ -101,6 +106,8 @@ class ProgressStorage(conventions.StorageStanzaCleaner, metaclass=abc.ABCMeta):
         'holds_no_records': ('fetch', 'purge'),
         'holds_no_touch': ('touch', 'flush'),
         'holds_nothing_to_clear': ('clear',),
+        # Both of the first two answers at once: derived from theirs, if a class redefines them itself.
+        'holds_no_state': ('fetch', 'purge', 'touch', 'flush', 'holds_no_records', 'holds_no_touch'),
     }
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -145,6 +152,15 @@ class ProgressStorage(conventions.StorageStanzaCleaner, metaclass=abc.ABCMeta):
         By default, False ("maybe something"): the essence is cleared then.
         """
         return False
+
+    def holds_no_state(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        """
+        Whether both :meth:`holds_no_records` of these handlers and :meth:`holds_no_touch`: one question.
+
+        Asked for every listed object at an operator's start (most of them hold nothing). By default,
+        the two answers themselves; a built-in storage answers both with one look at the object.
+        """
+        return self.holds_no_records(keys=keys, body=body) and self.holds_no_touch(body=body)
 
     def locate(self, *, key: str, body: bodies.Body) -> tuple[str, Any] | None:
         """
@@ -248,6 +264,41 @@ class AnnotationsProgressStorage(
                 if annotations.get(full_key) is not None:
                     return False
         return True
+
+    def holds_no_state(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        # Usually, none of the object's annotations is a record or the touch: one look at all of them.
+        raw = dicts.raw_mapping(body)
+        annotations = conventions.annotations_of(raw)
+        if not annotations:
+            return True
+        names = self._names_of_state(keys, kind=raw.get('kind'))
+        if names is not None and names.isdisjoint(annotations):
+            return True
+        return self.holds_no_records(keys=keys, body=body) and self.holds_no_touch(body=body)
+
+    def _names_of_state(self, keys: Collection[str], *, kind: Any) -> frozenset[str] | None:
+        """
+        All the annotations of these handlers' records and of the touch, remembered per storage.
+
+        None if they might depend on the object (the marked keys of the ReplicaSets, a redefined marking
+        or forming of the keys): then, the keys are looked for one by one, as :meth:`make_keys` makes them.
+        """
+        cls = type(self)
+        if (kind == 'ReplicaSet' or cls.mark_key is not _MARK_KEY or cls.make_keys is not _MAKE_KEYS
+                or type(keys) is not tuple):
+            return None
+        cache_key = (self.prefix, self.v1, self.touch_key, keys)
+        cache: dict[tuple[str, bool, str, tuple[str, ...]], frozenset[str]] | None
+        cache = self.__dict__.get('_cached_names_of_state')
+        if cache is None:
+            cache = self.__dict__['_cached_names_of_state'] = {}
+        names: frozenset[str] | None = cache.get(cache_key)
+        if names is None:
+            if len(cache) >= self._MAX_CACHED_KEYS:
+                cache.clear()
+            names = frozenset(name for key in (*keys, self.touch_key) for name in self.make_keys(key))
+            cache[cache_key] = names
+        return names
 
     def holds_nothing_to_clear(self, *, essence: bodies.BodyEssence) -> bool:
         # clear() removes the annotations of the prefix, then the empty stanzas (if any: checked first).
@@ -388,6 +439,9 @@ class _ReadOnlyStatusProgressStorage(StatusProgressStorage):
     def holds_no_touch(self, *, body: bodies.Body) -> bool:
         return True  # it never touches, and flushes nothing
 
+    def holds_no_state(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        return self.holds_no_records(keys=keys, body=body)  # and never a touch
+
 
 class MultiProgressStorage(ProgressStorage):
     """
@@ -447,6 +501,12 @@ class MultiProgressStorage(ProgressStorage):
     def holds_nothing_to_clear(self, *, essence: bodies.BodyEssence) -> bool:
         for storage in self.storages:  # noqa: SIM110
             if not storage.holds_nothing_to_clear(essence=essence):
+                return False
+        return True
+
+    def holds_no_state(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        for storage in self.storages:  # noqa: SIM110
+            if not storage.holds_no_state(keys=keys, body=body):
                 return False
         return True
 

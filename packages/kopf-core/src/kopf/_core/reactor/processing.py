@@ -214,11 +214,8 @@ def dismiss_listed(*, raw_event: RawEvent, resource: Resource, scope: OperatorSc
     if cycles.finalizer_decision(raw_body, finalizer, requires=plan.requires_finalizer) is not None:
         return False
     body = Body._wrapping(raw_body)
-    storage = persistence.progress_storage
-    if not storage.holds_no_records(keys=plan.handler_ids, body=body):
-        return False
-    if not storage.holds_no_touch(body=body):
-        return False
+    if not persistence.progress_storage.holds_no_state(keys=plan.handler_ids, body=body):
+        return False  # the handlers' records or the touch (nothing to purge or untouch)
     if not _unchanged(body=body, plan=plan, persistence=persistence):
         return False
     meters = metering.meters
