@@ -126,8 +126,10 @@ def free_port() -> int:
 
 def read_gauges(port: int) -> tuple[float, float] | None:
     """``kopf_objects{state="known"}`` and ``kopf_workqueue_depth``, or None if not served yet."""
+    # Only these two (the others' rendering would cost the operator's loop ~1-2 ms every 0.1 s).
+    query = 'name[]=kopf_objects&name[]=kopf_workqueue_depth'
     try:
-        with urllib.request.urlopen(f'http://127.0.0.1:{port}/metrics', timeout=2) as response:
+        with urllib.request.urlopen(f'http://127.0.0.1:{port}/metrics?{query}', timeout=2) as response:
             text = response.read().decode()
     except OSError:
         return None

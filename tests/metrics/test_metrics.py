@@ -128,6 +128,33 @@ def test_handler_calls_are_counted_by_outcome_per_attempt_and_per_change(
     assert metering.meters is None
 
 
+def test_a_scrape_restricted_by_names_renders_only_those(
+        cluster: Cluster, operator_path: pathlib.Path) -> None:
+    url = f'http://127.0.0.1:{free_port()}/metrics'
+    args = ['run', '-A', '--standalone', f'--metrics={url}', str(operator_path)]
+    names = ['kopf_objects', 'kopf_workqueue_depth', 'kopf_handler_calls_total']
+    query = '&'.join(f'name[]={name}' for name in names)
+    with KopfRunner(args, registry=kopf.OperatorRegistry(), timeout=WAIT) as runner:
+        sample = yaml.safe_load((REPO / 'examples' / 'obj.yaml').read_text())
+        cluster.create('/apis/kopf.dev/v1/namespaces/default/kopfexamples', sample)
+
+        def handled() -> Samples:
+            samples = scrape(url)
+            assert value(samples, 'kopf_handler_calls_total', resource='kopfexamples.kopf.dev',
+                         handler='create_fn', outcome='success') == 1
+            return samples
+
+        full = eventually(handled, within=WAIT)
+        restricted = scrape(f'{url}?{query}')
+        cluster.delete('/apis/kopf.dev/v1/namespaces/default/kopfexamples/kopf-example-1')
+
+    assert runner.exit_code == 0, runner.output
+    assert {name for name, _ in restricted} == set(names)  # the gauges of the state among them
+    assert {name for name, _ in full} > set(names)  # e.g. the histograms, not rendered when restricted
+    assert value(restricted, 'kopf_handler_calls_total', resource='kopfexamples.kopf.dev',
+                 handler='create_fn', outcome='success') == 1
+
+
 def test_metrics_share_the_liveness_endpoints_port(cluster: Cluster, operator_path: pathlib.Path) -> None:
     port = free_port()
     args = ['run', '-A', '--standalone', f'--liveness=http://127.0.0.1:{port}/healthz',

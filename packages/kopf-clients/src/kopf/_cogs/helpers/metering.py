@@ -305,7 +305,10 @@ class _GaugeCollector:
         self._sources = sources
 
     def describe(self) -> list['Metric']:
-        return []  # no fixed set: the sources come and go
+        # The known names, so that a scrape restricted by names (``?name[]=``) finds them; the sources may
+        # yield others (then, they are in the full scrapes only).
+        from prometheus_client.core import GaugeMetricFamily
+        return [GaugeMetricFamily(name, help) for name, help in self.HELP.items()]
 
     def collect(self) -> Iterator['Metric']:
         from prometheus_client.core import GaugeMetricFamily

@@ -48,12 +48,19 @@ def check_installed() -> None:
 
 
 def make_handler(registry: Any) -> Handler:
-    """The request handler that renders the registry's metrics in Prometheus' text format."""
+    """
+    The request handler that renders the registry's metrics in Prometheus' text format.
+
+    Only the named metrics if asked so (``?name[]=kopf_objects&name[]=...``, as ``prometheus-client``'s own
+    exposition does): e.g. for a frequent probe of a few gauges, without rendering all the histograms.
+    """
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     async def handle(request: 'web.Request') -> 'web.StreamResponse':
-        return web.Response(body=generate_latest(registry), headers={'Content-Type': CONTENT_TYPE_LATEST})
+        names = request.query.getall('name[]', [])
+        source = registry.restricted_registry(names) if names else registry
+        return web.Response(body=generate_latest(source), headers={'Content-Type': CONTENT_TYPE_LATEST})
 
     return handle
 
