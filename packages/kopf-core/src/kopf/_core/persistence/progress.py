@@ -38,10 +38,6 @@ from kopf._core.persistence import conventions
 # Called for every event, twice: a global name is found faster than a static method via the instance.
 _has_empty_stanzas = conventions.StorageStanzaCleaner.has_empty_stanzas
 
-# The conventions' own key-making: the object's keys are known without the object unless they are redefined.
-_MARK_KEY = conventions.CollisionEvadingConvention.mark_key
-_MAKE_KEYS = conventions.StorageKeyFormingConvention.make_keys
-
 
 class ProgressRecord(TypedDict, total=False):
     """
@@ -247,58 +243,35 @@ class AnnotationsProgressStorage(
         return result  # type: ignore[return-value]  # not cast(): it is a call, for every event
 
     def holds_no_records(self, *, keys: Collection[str], body: bodies.Body) -> bool:
-        # Both fetch() and purge() look for the same keys: a record is there if any key is.
         annotations = conventions.annotations_of(dicts.raw_mapping(body))
-        if annotations:
-            for key in keys:
-                for full_key in self.make_keys(key, body=body):
-                    if full_key in annotations:
-                        return False
-        return True
+        return not annotations or self._no_records_among(annotations, keys=keys, body=body)
 
     def holds_no_touch(self, *, body: bodies.Body) -> bool:
-        # touch(None) removes the dummy annotation if it has a value; flush() does nothing.
         annotations = conventions.annotations_of(dicts.raw_mapping(body))
-        if annotations:
-            for full_key in self.make_keys(self.touch_key, body=body):
-                if annotations.get(full_key) is not None:
+        return not annotations or self._no_touch_among(annotations, body=body)
+
+    def holds_no_state(self, *, keys: Collection[str], body: bodies.Body) -> bool:
+        # The two answers above with one look for the annotations.
+        annotations = conventions.annotations_of(dicts.raw_mapping(body))
+        return not annotations or (self._no_records_among(annotations, keys=keys, body=body) and
+                                   self._no_touch_among(annotations, body=body))
+
+    def _no_records_among(
+            self, annotations: Mapping[str, str], *, keys: Collection[str], body: bodies.Body,
+    ) -> bool:
+        # Both fetch() and purge() look for the same keys: a record is there if any key is.
+        for key in keys:
+            for full_key in self.make_keys(key, body=body):
+                if full_key in annotations:
                     return False
         return True
 
-    def holds_no_state(self, *, keys: Collection[str], body: bodies.Body) -> bool:
-        # Usually, none of the object's annotations is a record or the touch: one look at all of them.
-        raw = dicts.raw_mapping(body)
-        annotations = conventions.annotations_of(raw)
-        if not annotations:
-            return True
-        names = self._names_of_state(keys, kind=raw.get('kind'))
-        if names is not None and names.isdisjoint(annotations):
-            return True
-        return self.holds_no_records(keys=keys, body=body) and self.holds_no_touch(body=body)
-
-    def _names_of_state(self, keys: Collection[str], *, kind: Any) -> frozenset[str] | None:
-        """
-        All the annotations of these handlers' records and of the touch, remembered per storage.
-
-        None if they might depend on the object (the marked keys of the ReplicaSets, a redefined marking
-        or forming of the keys): then, the keys are looked for one by one, as :meth:`make_keys` makes them.
-        """
-        cls = type(self)
-        if (kind == 'ReplicaSet' or cls.mark_key is not _MARK_KEY or cls.make_keys is not _MAKE_KEYS
-                or type(keys) is not tuple):
-            return None
-        cache_key = (self.prefix, self.v1, self.touch_key, keys)
-        cache: dict[tuple[str, bool, str, tuple[str, ...]], frozenset[str]] | None
-        cache = self.__dict__.get('_cached_names_of_state')
-        if cache is None:
-            cache = self.__dict__['_cached_names_of_state'] = {}
-        names: frozenset[str] | None = cache.get(cache_key)
-        if names is None:
-            if len(cache) >= self._MAX_CACHED_KEYS:
-                cache.clear()
-            names = frozenset(name for key in (*keys, self.touch_key) for name in self.make_keys(key))
-            cache[cache_key] = names
-        return names
+    def _no_touch_among(self, annotations: Mapping[str, str], *, body: bodies.Body) -> bool:
+        # touch(None) removes the dummy annotation if it has a value; flush() does nothing.
+        for full_key in self.make_keys(self.touch_key, body=body):
+            if annotations.get(full_key) is not None:
+                return False
+        return True
 
     def holds_nothing_to_clear(self, *, essence: bodies.BodyEssence) -> bool:
         # clear() removes the annotations of the prefix, then the empty stanzas (if any: checked first).
