@@ -168,7 +168,8 @@ class ThreadedOperator:
     def __init__(self, **kwargs: Any) -> None:
         self.stop_flag = threading.Event()
         self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._main, kwargs=kwargs, daemon=True)
+        name = f'operator-{kwargs["identity"]}' if kwargs.get('identity') else None  # in the captured logs
+        self.thread = threading.Thread(target=self._main, kwargs=kwargs, daemon=True, name=name)
 
     def _main(self, **kwargs: Any) -> None:
         try:

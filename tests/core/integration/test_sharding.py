@@ -6,6 +6,7 @@ The timings are shortened (leases of 2 s, renewed every 0.2 s); the waits are fo
 import asyncio
 import collections
 import contextlib
+import logging
 import os
 import pathlib
 import re
@@ -139,6 +140,7 @@ def assert_handled_once_by_their_shards(cluster: Any, handled: Handled, names: l
 
 
 GATE = 'ShardedListAndWatch'
+logger = logging.getLogger(__name__)  # the test's own steps among the operators' logs (with the time)
 OBSERVER = 'timeoutSeconds=3333'  # the test's own watch of all the objects, as the emulator sees it
 
 
@@ -168,6 +170,7 @@ async def test_replicas_ask_the_server_only_for_the_objects_of_their_shards(
         expected = sorted(shard_selector({shard for shard, holder in owners.items() if holder == name}, COUNT)
                           or '' for name in names)
         await eventually(lambda: watch_selectors(cluster) == expected, within=10)  # rewatched with the shards
+        logger.info(f'Balanced: {owners}; watched by {watch_selectors(cluster)}; leases: {leases(cluster)}')
 
         # Every event of the objects goes to one replica only (both if the server ignores the selectors).
         url = f'{cluster.emulator.url}/apis/kopf.dev/v1/namespaces/default/kopfexamples'
