@@ -1,3 +1,8 @@
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
 import kmock
 import pytest
 
@@ -106,6 +111,85 @@ async def test_list_restarts_when_continuation_expires(
     assert [obj['metadata']['name'] for obj in objs] == ['a', 'b']
     assert resource_version == '200'
     assert [req.params.get('continue') for req in kmock] == [None, 'old', None, 'new']
+
+
+async def test_list_requests_the_next_page_while_the_consumer_handles_the_current_one(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+) -> None:
+    settings.watching.chunk_size = 1
+    requested = {token: asyncio.Event() for token in ['', 'token1', 'token2']}
+
+    def page(token: str, name: str, next_token: str | None) -> Any:
+        def respond() -> dict[str, Any]:
+            requested[token].set()
+            metadata = {'resourceVersion': '100', **({'continue': next_token} if next_token else {})}
+            return {'metadata': metadata, 'items': [{'metadata': {'name': name}}]}
+        return respond
+
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 'token1'})] << page('token1', 'b', 'token2')
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 'token2'})] << page('token2', 'c', None)
+    kmock[f'get {URL}', kmock.params(limit='1')] << page('', 'a', 'token1')
+
+    names: list[str] = []
+    pages = fetching.list_pages(settings=settings, vault=vault, resource=KEX, namespace='ns1')
+    async with contextlib.aclosing(pages):
+        async for listed in pages:
+            names.extend(obj['metadata']['name'] for obj in listed.items)
+            if len(names) == 1:  # the server has the next page's request before this one is done with
+                await asyncio.wait_for(requested['token1'].wait(), timeout=1)
+    assert names == ['a', 'b', 'c']
+    assert [req.params.get('continue') for req in kmock] == [None, 'token1', 'token2']  # each page once
+    assert looptime == 0
+
+
+async def test_list_stopped_early_cancels_the_page_requested_ahead(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings.watching.chunk_size = 1
+    requested = asyncio.Event()
+
+    def never() -> Any:
+        requested.set()
+        return asyncio.sleep(100)
+
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 'token1'})] << never << {}
+    kmock[f'get {URL}', kmock.params(limit='1')] << {
+        'metadata': {'resourceVersion': '100', 'continue': 'token1'}, 'items': [{'metadata': {'name': 'a'}}],
+    }
+    pages = fetching.list_pages(settings=settings, vault=vault, resource=KEX, namespace='ns1')
+    async with contextlib.aclosing(pages):
+        async for listed in pages:
+            assert [obj['metadata']['name'] for obj in listed.items] == ['a']
+            await asyncio.wait_for(requested.wait(), timeout=1)  # it is in the server
+            ahead = [task for task in asyncio.all_tasks() if task.get_coro().__name__ == 'request']
+            break
+    assert len(ahead) == 1
+    await asyncio.wait(ahead, timeout=1)
+    assert ahead[0].cancelled()
+    assert looptime == 0  # not waited for
+    assert [req.params.get('continue') for req in kmock] == [None, 'token1']
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_list_requests_again_a_page_requested_ahead_that_is_not_json(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings.watching.chunk_size = 1
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 'token1'})][:1] << 200 << b'<html>502</html>'
+    kmock[f'get {URL}', kmock.params(limit='1', **{'continue': 'token1'})][1:] << {
+        'metadata': {'resourceVersion': '100'}, 'items': [{'metadata': {'name': 'b'}}],
+    }
+    kmock[f'get {URL}', kmock.params(limit='1')] << {
+        'metadata': {'resourceVersion': '100', 'continue': 'token1'}, 'items': [{'metadata': {'name': 'a'}}],
+    }
+    objs, _ = await fetching.list_objs(settings=settings, vault=vault, resource=KEX, namespace='ns1')
+    assert [obj['metadata']['name'] for obj in objs] == ['a', 'b']
+    assert [req.params.get('continue') for req in kmock] == [None, 'token1', 'token1']
+    assert [m.split(':')[0] for m in caplog.messages] == [
+        'The page of kopfexamples.kopf.dev requested ahead is not JSON; requesting it again']
+    assert looptime == 0
 
 
 async def test_list_with_selectors(kmock: kmock.RawHandler, settings: StandaloneClientSettings,

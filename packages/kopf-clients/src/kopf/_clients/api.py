@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iter
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kopf._clients import auth, errors
-from kopf._clients.connections import NetworkError, StreamedResponse, Timeouts
+from kopf._clients.connections import NetworkError, Response, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits.backoffs import BackoffsSpec, iter_backoffs
 from kopf._cogs.aiokits.capacity import OWN_LENDING_DELAY, Hold
@@ -220,6 +220,7 @@ async def _fetch(
         timeouts: Timeouts,
         logger: Logger,
         seat: Hold | None = None,
+        decode: bool = True,
 ) -> Any:
     """
     Make a regular request with the best credentials (switching them on HTTP 401) and read its response.
@@ -234,7 +235,7 @@ async def _fetch(
     if lease is not None:
         try:
             return await _fetch_with(lease.obj, method, url, data=data, headers=headers, params=params,
-                                     timeouts=timeouts, seat=seat)
+                                     timeouts=timeouts, seat=seat, decode=decode)
         except errors.APIUnauthorizedError as e:
             await _reject(vault, lease.key, lease.info, e, logger=logger)
         finally:
@@ -245,7 +246,7 @@ async def _fetch(
         async for key, info, context in credentials:
             try:
                 return await _fetch_with(context, method, url, data=data, headers=headers, params=params,
-                                         timeouts=timeouts, seat=seat)
+                                         timeouts=timeouts, seat=seat, decode=decode)
             except errors.APIUnauthorizedError as e:
                 await _reject(vault, key, info, e, logger=logger)
     # The vault yields each credential once; all of them were rejected but are still there (a race).
@@ -271,6 +272,7 @@ async def _fetch_with(
         params: Mapping[str, str] | None,
         timeouts: Timeouts,
         seat: Hold | None = None,
+        decode: bool = True,
 ) -> Any:
     """
     Send a request with one credential's context and read the response, in one of its request slots.
@@ -302,10 +304,15 @@ async def _fetch_with(
         text = response.body.decode('utf-8', errors='replace')
         raise errors.error_of_response(response.status, text, method=method, url=response.url,
                                        retry_after=response.headers.get('retry-after'))
+    return decode_response(response) if decode else response
+
+
+def decode_response(response: Response) -> Any:
+    """The JSON-decoded body of a successful response (None if empty); see :func:`request`'s ``decode``."""
     try:
         return jsons.loads(response.body) if response.body else None  # None if empty
     except ValueError:  # incl. UnicodeDecodeError
-        raise errors.APINonJSONResponseError(response.body, status=response.status, method=method,
+        raise errors.APINonJSONResponseError(response.body, status=response.status, method=response.method,
                                              url=response.url) from None
 
 
@@ -356,6 +363,7 @@ async def request(
         backoffs: BackoffsSpec | None = None,
         best_effort: bool = False,
         seat: Hold | None = None,
+        decode: bool = True,
 ) -> Any:
     """
     Make a regular request and return its JSON-decoded response (None if the response is empty).
@@ -366,7 +374,8 @@ async def request(
     that escalate immediately instead of being retried (e.g. 503 of optional API groups).
     ``backoffs`` replace the settings' ``error_backoffs`` for this call; ``best_effort`` retries every
     failure except "not found" (see the module's docs). The caller's ``seat`` is lent while the call waits
-    for the server (see the module's docs).
+    for the server (see the module's docs). With ``decode=False``, the response itself is returned, its body
+    to be decoded later by :func:`decode_response` (then, a body that is not JSON is the caller's to retry).
     Errors escalate as :class:`~kopf._clients.errors.APIError` or the network exceptions.
     """
     actual_logger: Logger = logger if logger is not None else default_logger
@@ -376,7 +385,7 @@ async def request(
 
     attempt = functools.partial(_fetch, method, url, settings=settings, vault=vault, data=data,
                                 headers=headers, params=params, timeouts=timeouts, logger=actual_logger,
-                                seat=seat)
+                                seat=seat, decode=decode)
     return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
                            no_retry_statuses=no_retry_statuses, backoffs=backoffs, best_effort=best_effort,
                            seat=seat)

@@ -9,10 +9,11 @@ as they come (:func:`list_pages`) or all together (:func:`list_objs`).
 The sharding's ``shardSelector`` (the ranges of the uids' hashes, KEP-5866) is given by the caller;
 the servers that apply it say so in the list's ``metadata.shardInfo`` (the others ignore it silently).
 """
+import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Mapping
 from typing import Any, cast
 
 from kopf._clients import api, errors
@@ -147,7 +148,8 @@ async def list_pages(
 
     If the continuation token of the pages expires midway (HTTP 410), the listing restarts from the first
     page (yielded with ``first=True``): the pages are consistent only together, so the consumer must void
-    the pages it has got before.
+    the pages it has got before. The next page is requested while the consumer handles the current one
+    (one page ahead; cancelled if the consumer stops early).
 
     ``shard_selector`` goes with every page (the continuation tokens do not keep it); ``on_shard_info``
     gets the selector that the server says it has applied (``metadata.shardInfo.selector`` of the first
@@ -163,41 +165,67 @@ async def list_pages(
     if chunk_size:
         params['limit'] = str(int(chunk_size))
 
+    def request_page(token: str | None, *, decode: bool = True) -> Coroutine[Any, Any, Any]:
+        page_params = dict(params, **({'continue': token} if token else {}))
+        return api.request('GET', url, params=page_params, settings=settings, vault=vault,
+                           logger=actual_logger, decode=decode)
+
     resource_version: str | None = None
     continue_token: str | None = None
     first = True
-    while True:
-        page_params = dict(params, **({'continue': continue_token} if continue_token else {}))
-        try:
-            data = await api.request('GET', url, params=page_params, settings=settings, vault=vault,
-                                     logger=actual_logger)
-        except errors.APIGoneError:
+    next_page: asyncio.Task[Any] | None = None  # requested ahead, while the consumer handles the current page
+    try:
+        while True:
+            ahead, next_page = next_page, None
+            try:
+                if ahead is None:
+                    data = await request_page(continue_token)
+                else:
+                    response = await ahead
+                    try:
+                        data = api.decode_response(response)
+                    except errors.APINonJSONResponseError as e:
+                        actual_logger.warning(f'The page of {resource} requested ahead is not JSON; '
+                                              f'requesting it again: {e}')
+                        data = await request_page(continue_token)  # retried as any response is
+                    del response
+            except errors.APIGoneError:
+                if continue_token is None:
+                    raise
+                actual_logger.warning(f'The listing of {resource} has expired midway; restarting it.')
+                continue_token, first = None, True
+                continue
+
+            data = data if isinstance(data, Mapping) else {}
+            list_kind = data.get('kind')
+            item_kind = resource.kind or (list_kind[:-4] if isinstance(list_kind, str) and
+                                          list_kind.endswith('List') else None)
+            items = [_complete_item(item, api_version=resource.api_version, kind=item_kind)
+                     for item in data.get('items') or [] if isinstance(item, dict)]
+
+            metadata = data.get('metadata') or {}
+            if on_shard_info is not None and shard_selector and not shard_info_told:
+                shard_info_told = True
+                shard_info = metadata.get('shardInfo')
+                selector = shard_info.get('selector') if isinstance(shard_info, Mapping) else None
+                on_shard_info(selector if isinstance(selector, str) and selector else None)
+            resource_version = metadata.get('resourceVersion') or resource_version
+            continue_token = metadata.get('continue') or None
+            del data, metadata  # not kept while the consumer handles the page
+            if continue_token is not None:
+                # The server prepares the next page while the consumer handles this one (as client-go's pager
+                # buffers its pages); one page ahead at most. The request is sent before the consumer goes on.
+                # Its body is decoded only when consumed: its objects made among this page's long-lived ones
+                # (e.g. the consumer's records of them) would keep more memory after both pages are gone.
+                next_page = asyncio.create_task(request_page(continue_token, decode=False))
+                await asyncio.sleep(0)
+            yield ListedPage(items=items, resource_version=resource_version, first=first)
+            first = False
             if continue_token is None:
-                raise
-            actual_logger.warning(f'The listing of {resource} has expired midway; restarting it.')
-            continue_token, first = None, True
-            continue
-
-        data = data if isinstance(data, Mapping) else {}
-        list_kind = data.get('kind')
-        item_kind = resource.kind or (list_kind[:-4] if isinstance(list_kind, str) and
-                                      list_kind.endswith('List') else None)
-        items = [_complete_item(item, api_version=resource.api_version, kind=item_kind)
-                 for item in data.get('items') or [] if isinstance(item, dict)]
-
-        metadata = data.get('metadata') or {}
-        if on_shard_info is not None and shard_selector and not shard_info_told:
-            shard_info_told = True
-            shard_info = metadata.get('shardInfo')
-            selector = shard_info.get('selector') if isinstance(shard_info, Mapping) else None
-            on_shard_info(selector if isinstance(selector, str) and selector else None)
-        resource_version = metadata.get('resourceVersion') or resource_version
-        continue_token = metadata.get('continue') or None
-        del data, metadata  # not kept while the consumer handles the page
-        yield ListedPage(items=items, resource_version=resource_version, first=first)
-        first = False
-        if continue_token is None:
-            return
+                return
+    finally:
+        if next_page is not None:  # the consumer has stopped early: the page is not needed
+            next_page.cancel()  # if already failed (e.g. 410), no warning about the error that nobody sees
 
 
 async def list_objs(
