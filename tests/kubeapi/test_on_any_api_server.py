@@ -136,6 +136,40 @@ def test_the_streaming_listing_sees_the_existing_objects_then_the_changes(
     assert 'not supported by the server' not in runner.output
 
 
+def test_the_paginated_listing_sees_every_existing_object_once(
+        api: kubernetes.client.ApiClient, kex_crd: None, namespace: str, tmp_path: pathlib.Path) -> None:
+    # settings.watching.chunk_size: the listing in pages (limit & continue), each next page requested while
+    # the previous one is processed: the server's continuation tokens are taken in any order of arrival.
+    custom, where = kex(api, namespace)
+    names = [f'kex{index}' for index in range(20)]
+    for name in names:
+        custom.create_namespaced_custom_object(**where, body={
+            'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': name}, 'spec': {}})
+    operator = tmp_path / 'paginated.py'
+    operator.write_text(textwrap.dedent("""
+        import kopf
+
+        @kopf.on.startup()
+        def paginated(settings, **_):
+            settings.watching.chunk_size = 3
+
+        @kopf.on.create('kopfexamples')
+        def create_fn(name, **_):
+            print(f'SEEN {name}', flush=True)
+            return {'seen': name}
+    """))
+
+    def seen(name: str) -> bool:
+        obj = custom.get_namespaced_custom_object(**where, name=name)
+        return bool(obj.get('status', {}).get('create_fn') == {'seen': name})
+
+    with KopfRunner([*RUN, '-n', namespace, str(operator)], timeout=WAIT) as runner:
+        wait_until(lambda: all(seen(name) for name in names))
+    assert runner.exit_code == 0, runner.output
+    assert sorted(line for line in runner.output.splitlines() if line.startswith('SEEN ')) == \
+        sorted(f'SEEN {name}' for name in names)  # each once
+
+
 @pytest.mark.parametrize('token', [False, True], ids=['current-context', 'token-context'])
 def test_the_benchmarks_floor_logs_in_by_the_kubeconfig(
         k8s_api: Any, api: kubernetes.client.ApiClient, kex_crd: None, namespace: str,
