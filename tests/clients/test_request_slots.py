@@ -11,9 +11,9 @@ async def test_free_slots_are_taken_without_waiting() -> None:
     assert slots.take_nowait()
     assert slots.take_nowait()
     assert not slots.take_nowait()
-    assert slots.free == 0
+    assert (slots.free, slots.taken, slots.waiting) == (0, 2, 0)
     slots.give()
-    assert slots.free == 1
+    assert (slots.free, slots.taken) == (1, 1)
 
 
 async def test_waiters_get_the_released_slots_in_their_order() -> None:
@@ -27,6 +27,7 @@ async def test_waiters_get_the_released_slots_in_their_order() -> None:
 
     tasks = [asyncio.create_task(waiter(name)) for name in ['first', 'second']]
     await asyncio.sleep(0)  # both are in line now
+    assert (slots.taken, slots.waiting) == (1, 2)
     assert not slots.take_nowait()  # a newcomer does not jump the line, even if a slot is freed meanwhile
 
     slots.give()
@@ -35,7 +36,7 @@ async def test_waiters_get_the_released_slots_in_their_order() -> None:
     slots.give()
     await asyncio.wait_for(tasks[1], timeout=1)
     assert order == ['first', 'second']
-    assert slots.free == 0
+    assert (slots.free, slots.taken, slots.waiting) == (0, 1, 0)
 
 
 async def test_a_cancelled_waiter_leaves_the_line() -> None:

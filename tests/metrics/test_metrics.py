@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -314,6 +315,54 @@ def test_lease_and_handling_gauges(cluster: Cluster, operator_path: pathlib.Path
             return samples
 
         eventually(leading, within=WAIT)
+    assert runner.exit_code == 0, runner.output
+
+
+def test_seats_and_requests_in_flight_are_gauged(k8s_emulator: Any) -> None:
+    # Whether the framework's own steps or the API server hold the objects back: the seats taken, the objects
+    # waiting for one (the workqueue's depth), the requests in flight. The emulator delays the responses.
+    cluster = Cluster(k8s_emulator.kubeconfig_path)
+    cluster.apply_crd(yaml.safe_load((REPO / 'examples' / 'crd.yaml').read_text()))
+    registry = kopf.OperatorRegistry()
+    release = threading.Event()
+    kex = {'resource': 'kopfexamples.kopf.dev'}
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.queueing.processing_seats = 2
+        settings.execution.lending_delay = 3600  # the handlers keep their objects' seats
+        settings.posting.enabled = False
+
+    @kopf.on.create('kopfexamples', registry=registry)
+    def create_fn(**_: Any) -> None:
+        release.wait(WAIT)
+
+    url = f'http://127.0.0.1:{free_port()}/metrics'
+    args = ['run', '-A', '--standalone', f'--metrics={url}']
+    with KopfRunner(args, registry=registry, timeout=WAIT) as runner:
+        for index in range(3):
+            body = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': f'kex{index}'}}
+            cluster.create('/apis/kopf.dev/v1/namespaces/default/kopfexamples', body)
+
+        def seated() -> None:  # two objects in their handlers, the third one waits for a seat
+            samples = scrape(url)
+            assert value(samples, 'kopf_processing_seats', state='taken') == 2
+            assert value(samples, 'kopf_processing_seats', state='free') == 0
+            assert value(samples, 'kopf_workqueue_depth', **kex) == 1
+            assert value(samples, 'kopf_rest_client_requests_in_flight') == 0
+
+        eventually(seated, within=WAIT)
+        k8s_emulator.add_latency(WAIT, method='PATCH', after_applying=True, count=2)  # the next two responses
+        release.set()
+
+        def in_flight() -> None:  # the two results' patches wait for the server, the third object is seated
+            samples = scrape(url)
+            assert value(samples, 'kopf_rest_client_requests_in_flight') == 2
+            assert value(samples, 'kopf_rest_client_requests_waiting') == 0
+            assert value(samples, 'kopf_processing_seats', state='taken') >= 1
+
+        eventually(in_flight, within=WAIT)
+        k8s_emulator.clear_faults()
     assert runner.exit_code == 0, runner.output
 
 

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 
 from kopf._clients.connections import ConnectionPool, HTTPTransport
+from kopf._cogs.helpers import metering
 from kopf._cogs.structs.credentials import AiohttpSession, ConnectionInfo, KubeContext
 
 DEFAULT_USER_AGENT = 'kopf'
@@ -118,16 +119,28 @@ class RequestSlots:
     (first come, first served), and a released slot is handed over to the first waiter directly.
     """
 
-    __slots__ = ('_free', '_waiters')
+    __slots__ = ('__weakref__', '_count', '_free', '_waiters')
 
     def __init__(self, count: int) -> None:
         super().__init__()
+        self._count = count
         self._free = count
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        metering.track_request_slots(self)  # for the gauges of the requests in flight, if they are ever on
 
     @property
     def free(self) -> int:
         return self._free
+
+    @property
+    def taken(self) -> int:
+        """How many requests hold a slot now (in flight, or being sent)."""
+        return self._count - self._free
+
+    @property
+    def waiting(self) -> int:
+        """How many requests wait for a slot now."""
+        return len(self._waiters)
 
     def take_nowait(self) -> bool:
         """Take a free slot if there is one and nobody waits in line; True if taken."""

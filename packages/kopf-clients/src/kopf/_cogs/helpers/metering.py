@@ -16,15 +16,16 @@ without bound.
 import bisect
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
 __all__ = ['INSTALL_HINT', 'MAX_LABEL_VALUES', 'GaugeSource', 'Meters', 'disable', 'enable', 'meters',
-           'resource_of_path']
+           'resource_of_path', 'track_request_slots']
 
 INSTALL_HINT = 'pip install "kopf[metrics]" (or prometheus-client)'
 MAX_LABEL_VALUES = 500  # distinct values of a free-form label per metric; the rest are "other"
@@ -36,6 +37,35 @@ meters: 'Meters | None' = None
 
 # What reports gauges when scraped: (name, labels, value) for each sample.
 GaugeSource = Callable[[], Iterable[tuple[str, dict[str, str], float]]]
+
+
+class RequestSlots(Protocol):
+    """The API client's slots of one credential's regular requests (``kopf._clients.auth.RequestSlots``)."""
+
+    @property
+    def taken(self) -> int: ...
+
+    @property
+    def waiting(self) -> int: ...
+
+
+# The request slots of all credentials in the process, tracked even while the metrics are off (they are made
+# once per credential, and the metrics can be enabled later); their gauges are per process, as the counters.
+_request_slots: 'weakref.WeakSet[RequestSlots]' = weakref.WeakSet()
+_request_slots_lock = threading.Lock()  # the operators in other threads add theirs while a scrape reads them
+
+
+def track_request_slots(slots: RequestSlots) -> None:
+    """Report the slots' requests in flight and waiting as gauges, for as long as the slots exist."""
+    with _request_slots_lock:
+        _request_slots.add(slots)
+
+
+def _request_gauges() -> Iterator[tuple[str, dict[str, str], float]]:
+    with _request_slots_lock:
+        slots = list(_request_slots)
+    yield 'kopf_rest_client_requests_in_flight', {}, float(sum(item.taken for item in slots))
+    yield 'kopf_rest_client_requests_waiting', {}, float(sum(item.waiting for item in slots))
 
 
 class _CounterChild:
@@ -161,7 +191,7 @@ class Meters:
         self.registry = registry
         self._capped: dict[str, set[str]] = {}
         self._lock = threading.Lock()
-        self._gauge_sources: list[GaugeSource] = []
+        self._gauge_sources: list[GaugeSource] = [_request_gauges]
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
 
         # Handlers.
@@ -299,6 +329,11 @@ class _GaugeCollector:
         'kopf_shards_held': 'The shards whose objects this replica handles now (--shards), by sharding.',
         'kopf_shard_members': 'The live replicas of the sharding as of the latest round (this one included).',
         'kopf_handling_paused': '1 if the handling is paused (by peering, a freeze, a Lease of another).',
+        'kopf_processing_seats': 'The processing\'s seats (settings.queueing.processing_seats): taken by the '
+                                 'objects in the framework\'s own steps, or free.',
+        'kopf_rest_client_requests_in_flight': 'API requests holding one of the client\'s slots now (sent or '
+                                               'being sent; the watch-streams take none).',
+        'kopf_rest_client_requests_waiting': 'API requests waiting for a slot now (all are taken).',
     }
 
     def __init__(self, sources: list['GaugeSource']) -> None:

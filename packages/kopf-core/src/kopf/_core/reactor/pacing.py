@@ -35,6 +35,8 @@ client's request slots (``MAX_CONCURRENT_REQUESTS`` per credential), the slots a
 a slow server. The default was chosen by benchmarks/core_handling.py (see the figures in
 benchmarks/README.md, "Figures cited by the code").
 """
+from collections.abc import Iterator
+
 from kopf._cogs.aiokits import capacity
 from kopf._core.intents.configuration import QueueingSettings
 
@@ -76,3 +78,9 @@ class Pacer(capacity.Capacity[object]):  # nothing is queued: the processing's o
 
     def seat(self) -> Seat:
         return Seat(self)
+
+    def gauges(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        """The seats taken (by the objects in the framework's own steps) and free: read when scraped."""
+        free = self.free  # negative while the returning holders have taken theirs back beyond the limit
+        yield 'kopf_processing_seats', {'state': 'taken'}, float(self.limit - free)
+        yield 'kopf_processing_seats', {'state': 'free'}, float(max(free, 0))

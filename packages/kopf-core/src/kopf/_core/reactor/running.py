@@ -573,6 +573,7 @@ def _spawn_core_tasks(
     gate = gating.HandlingGate()
     if metering.meters is not None:  # read when scraped
         metering.meters.add_gauges(lambda: [('kopf_handling_paused', {}, 0.0 if gate.is_open else 1.0)])
+        metering.meters.add_gauges(pacer.gauges)  # the objects in the framework's own steps
     peering_resource = coordination.peering_resource(settings)
     rewatching: orchestration.Rewatching | None = None
     sharded: queueing.Sharded | None = None
