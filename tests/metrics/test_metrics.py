@@ -355,11 +355,12 @@ def test_seats_and_requests_in_flight_are_gauged(k8s_emulator: Any) -> None:
         k8s_emulator.add_latency(WAIT, method='PATCH', after_applying=True, count=2)  # the next two responses
         release.set()
 
-        def in_flight() -> None:  # the two results' patches wait for the server, the third object is seated
+        def in_flight() -> None:  # the two results' patches wait for the server (the seats are not lent)
             samples = scrape(url)
             assert value(samples, 'kopf_rest_client_requests_in_flight') == 2
             assert value(samples, 'kopf_rest_client_requests_waiting') == 0
-            assert value(samples, 'kopf_processing_seats', state='taken') >= 1
+            assert value(samples, 'kopf_processing_seats', state='taken') == 2
+            assert value(samples, 'kopf_workqueue_depth', **kex) == 1
 
         eventually(in_flight, within=WAIT)
         k8s_emulator.clear_faults()
