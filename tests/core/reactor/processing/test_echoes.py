@@ -162,16 +162,47 @@ async def test_echo_processed_with_debug_logs(
 
 
 @pytest.mark.usefixtures('handled')
-async def test_intermediate_echo_is_processed(
-        operator: Any, cluster: Any, storage: CountingDiffBaseStorage, calls: list[str],
+async def test_earlier_echoes_are_dropped_until_the_settled_one(
+        operator: Any, cluster: Any, storage: CountingDiffBaseStorage, calls: list[str], kex: Resource,
 ) -> None:
+    # E.g. the echo of the main patch before the status patch's one: it could only wait for ours, which comes.
     body = cluster.get()
     body['metadata']['resourceVersion'] = str(int(body['metadata']['resourceVersion']) - 1)
-    await operator.process(body=body, pressure=_SetEvent())  # the main patch's echo: waits for ours
-    assert storage.fetches == 1  # not handled: the newer event has come while waiting for our patch
+    earlier = {'type': 'MODIFIED', 'object': body}
+    assert finish_unattended(raw_event=earlier, resource=kex, scope=scope_of(operator))  # type: ignore[arg-type]
+    await operator.process(body=body)  # by a worker: not waiting for our patch for the consistency timeout
+    assert storage.fetches == 1
     await operator.process()  # the latest echo: skipped, it is the version of our latest patch
     assert storage.fetches == 1
     assert calls == ['create']
+
+    # The consistency is noticed as the processing would: the next change is handled at once.
+    await cluster.patch('kex1', {'spec': {'field': 'changed'}})
+    await operator.process()
+    assert calls == ['create', 'update']
+
+
+async def test_a_change_of_others_under_our_patch_is_not_settled(
+        registry: OperatorRegistry, kex: Resource, operator: Any, cluster: Any, calls: list[str],
+) -> None:
+    # A merge-patch has no precondition: ours goes on top of a change made while the handler ran.
+    @kopf.on.create(kex.plural, registry=registry)
+    async def create_fn(**_: Any) -> Any:
+        calls.append('create')
+        await cluster.patch('kex1', {'spec': {'field': 'changed'}})
+        return {'message': 'hello'}
+
+    @kopf.on.update(kex.plural, registry=registry)
+    def update_fn(new: Any, **_: Any) -> None:
+        calls.append(f'update to {new["spec"]["field"]}')
+
+    await cluster.create()
+    await operator.process(type=None)
+    assert calls == ['create']
+    echo = {'type': 'MODIFIED', 'object': cluster.get()}  # our patch's version, with the change in it
+    assert not finish_unattended(raw_event=echo, resource=kex, scope=scope_of(operator))  # type: ignore[arg-type]
+    await operator.process()
+    assert calls == ['create', 'update to changed']
 
 
 @pytest.mark.usefixtures('handled')
@@ -284,12 +315,3 @@ async def test_other_kinds_of_handlers_see_the_echo(
     await operator.process()
     assert storage.fetches == 2
 
-
-class _SetEvent:
-    """A stream pressure that is always set: a newer event has arrived (no waiting for consistency)."""
-
-    def is_set(self) -> bool:
-        return True
-
-    async def wait(self) -> bool:
-        return True

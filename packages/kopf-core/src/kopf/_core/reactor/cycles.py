@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 
 from kopf._clients.errors import APIUnprocessableEntityError
 from kopf._cogs.helpers import metering, tracing
-from kopf._cogs.structs.bodies import BodyEssence, RawBody
+from kopf._cogs.structs.bodies import Body, BodyEssence, RawBody
 from kopf._core.actions import application, execution, lifecycles, progression
 from kopf._core.intents import causes
 from kopf._core.intents.handlers import HANDLER_REASONS, ChangingHandler, Reason
@@ -105,6 +105,7 @@ async def run_cycle(event: ObjectEvent, *, changing: bool, requires_finalizer: b
     # (The checks read the raw body, not its view: the same data, with no Python-level call per read.)
     finalizer: str = scope.settings.persistence.finalizer
     deletion_ongoing = finalizers.is_deletion_ongoing(raw_body)
+    requires = False  # as the cycle leaves it: while deleted, our finalizer goes once the object is released
     if not deletion_ongoing:
         if cause is not None:
             requires = scope.registry.requires_finalizer(cause)
@@ -152,7 +153,8 @@ async def run_cycle(event: ObjectEvent, *, changing: bool, requires_finalizer: b
             released = True
 
     # 5. The end.
-    await _finish_cycle(event, delays=delays, handled=handled, done=done and changing)
+    await _finish_cycle(event, delays=delays, handled=handled, done=done and changing,
+                        essence=new if cause is not None else None, requires_finalizer=requires)
     return released
 
 
@@ -305,16 +307,21 @@ async def _spawning_exited(event: ObjectEvent) -> bool:
             within=event.scope.settings.background.cancellation_polling)
 
 
-async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: bool, done: bool) -> None:
+async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: bool, done: bool,
+                        essence: BodyEssence | None, requires_finalizer: bool) -> None:
     """
     Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then.
 
     ``done``: the change handling's cycle is over; if nothing is due and the patch has only the framework's
-    own writes (:func:`versions.settles`; the object writer never modifies the patch), its version is settled.
+    own writes (:func:`versions.settles`; the object writer never modifies the patch), its version is settled
+    --- unless the patched object has changes of others too (see :func:`_settles`). ``essence``: the handled
+    essence of the object (None if its change was not detected); ``requires_finalizer``: the cycle's decision.
     """
     patching = bool(event.patch)
-    patched = await apply_changes(event)
-    if patched and done and not delays and _settles(event):
+    latest = await _apply_patch(event)
+    patched = latest is not None
+    if (latest is not None and done and not delays and essence is not None and
+            _settles(event, latest, essence=essence, requires_finalizer=requires_finalizer)):
         event.memory.settled_version = event.memory.expected_version
 
     if handled and not patching and not delays and event.debug:
@@ -335,23 +342,42 @@ async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: boo
         versions.remember_version(event.memory, old_raw=event.raw_body, new_raw=touched)
 
 
-def _settles(event: ObjectEvent) -> bool:
+def _settles(event: ObjectEvent, latest: RawBody, *, essence: BodyEssence, requires_finalizer: bool) -> bool:
     """
     Whether the patched object will be handled exactly as it has just been (see :func:`versions.settles`).
 
     No handler of another kind (event handlers, daemons, timers) may see the object: they get every change,
-    and their echoes too.
+    and their echoes too. The patch has no precondition (but for the finalizers): it is applied on top of
+    what others have changed since the handled version (e.g. while the handlers ran), so the patched object
+    (``latest``, the API's response) must have the handled ``essence`` and deletion state, and our finalizer
+    as the cycle has decided: otherwise, its echo brings a change to handle (the changes between batched in).
     """
     if event.watching or event.spawning:
         return False
-    blind = event.scope.registry.changing.is_blind_to_own_writes(event.delivery.resource)
-    return versions.settles(event.patch, blind_to_own_writes=blind)
+    scope = event.scope
+    resource = event.delivery.resource
+    blind = scope.registry.changing.is_blind_to_own_writes(resource)
+    if not versions.settles(event.patch, blind_to_own_writes=blind):
+        return False
+    if finalizers.is_deletion_ongoing(latest) != finalizers.is_deletion_ongoing(event.raw_body):
+        return False
+    persistence = scope.settings.persistence
+    if finalizer_decision(latest, persistence.finalizer, requires=requires_finalizer, deletion_done=True):
+        return False
+    extra_fields = scope.registry.changing.get_extra_fields(resource)
+    patched = persistence.diffbase_storage.build(body=Body._wrapping(latest), extra_fields=extra_fields)
+    return progress.without_records(persistence.progress_storage, essence=patched) == essence
 
 
 async def apply_changes(event: ObjectEvent) -> bool:
     """Apply the accumulated patch (if not empty); True if the object has got a new version from it."""
+    return await _apply_patch(event) is not None
+
+
+async def _apply_patch(event: ObjectEvent) -> RawBody | None:
+    """Apply the accumulated patch (if not empty); the patched object if it has got a new version from it."""
     if not event.patch:
-        return False
+        return None
     scope = event.scope
     try:
         latest = await application.apply_patch(settings=scope.settings, vault=scope.vault,
@@ -360,11 +386,11 @@ async def apply_changes(event: ObjectEvent) -> bool:
     except APIUnprocessableEntityError as e:
         # Repeating the same patch cannot help: say why, once, with the fix (not a traceback per retry).
         event.local_logger.error(_explain_rejected_patch(e))
-        return False
+        return None
     event.memory.settled_version = None  # the caller decides if the new version is settled
     if latest is None:
-        return False  # the object is gone: nothing to wait for, the deletion event will come.
-    return versions.remember_version(event.memory, old_raw=event.raw_body, new_raw=latest)
+        return None  # the object is gone: nothing to wait for, the deletion event will come.
+    return latest if versions.remember_version(event.memory, old_raw=event.raw_body, new_raw=latest) else None
 
 
 def _explain_rejected_patch(error: APIUnprocessableEntityError) -> str:

@@ -11,8 +11,10 @@ echo is late by our own doing), or by an interruption (e.g. the API server resta
 timeout): the echo will come with the re-established stream. Otherwise, the handlers whose outcomes the
 patch has stored would run again. The event-watching handlers are never delayed by this.
 
-The echo of a patch that needs nothing from us (only the framework's own writes, nothing due after it)
-is "settled": it is known when the patch is made, and its event is dropped by its version unprocessed.
+The echo of a patch that needs nothing from us (only the framework's own writes, nothing due after it,
+and no changes of others under it: the patched object as the API returns it is checked) is "settled": it
+is known when the patch is made, and its event is dropped by its version unprocessed, as are the events of
+the earlier versions (e.g. of the cycle's earlier patches), which would only wait for it.
 
 The fields of an object's memory that this owns are declared here (:class:`VersionBook`).
 """
@@ -48,17 +50,21 @@ class VersionBook:
 
 def is_settled_echo(raw_event: RawEvent, book: VersionBook | None) -> bool:
     """
-    Whether the event is the echo of our own latest patch that needs no processing at all.
+    Whether the event is the echo of our own latest patch, or an earlier one, that needs no processing at all.
 
     It is known when the patch is made (see :func:`settles`): the version that the patch has made
     differs from the handled one only by the framework's own writes, which nothing looks at, and nothing
     was due after it. So the processing of that very version would do nothing but notice the consistency.
     The object's state is the same for the same version, so a version check is enough for the echo.
+    The versions before it (e.g. the echoes of the cycle's earlier patches: our finalizer, the object before
+    its status) would only wait for it (they are not consistent): they are stale, and it surely comes after
+    them (or a newer one): they are dropped too, the latest state is the same with or without them.
     """
     if raw_event['type'] != 'MODIFIED' or book is None or book.settled_version is None:
         return False
-    if book.settled_version != version_of(raw_event['object']):
-        return False
+    version = version_of(raw_event['object'])
+    if book.settled_version != version:
+        return is_newer_version(book.settled_version, version)
     book.settled_version = book.expected_version = None  # consistent now, as the processing would find
     return True
 
