@@ -19,7 +19,9 @@ interleaved, and the medians are shown. Per run, all timed by the emulator (not 
   that the benchmark's own requests cost nothing per object), then objects/s from that request
   to the last PATCH (every finalizer removed, every object gone);
 * the operator's CPU time per object from its LIST to the end of the last phase
-  (``/proc/PID/stat``), its peak RSS (``VmHWM``), its API requests per object by verb;
+  (``/proc/PID/stat``), its peak RSS (``VmHWM``), its API requests per object by verb (and, in the
+  progress lines, its watch requests: more than one per watched resource are re-watches, e.g. after the
+  server has ended a watch whose client did not read for a while, as both servers do);
 * the ratios of each measure to Kopf's and to the floor's.
 
 ``--api control-plane`` runs every measurement on a fresh real etcd + kube-apiserver instead
@@ -725,7 +727,8 @@ def main() -> None:
                 delete = f', delete {result.delete_rate:,.0f}/s' if result.delete_rate is not None else ''
                 print(f'create {result.create_rate:,.0f}/s{delete}, '
                       f'CPU {result.cpu_ms_per_object:.2f} ms/obj, '
-                      f'peak RSS {result.peak_rss_mb:.1f} MB', flush=True)
+                      f'peak RSS {result.peak_rss_mb:.1f} MB, '
+                      f'{result.requests.get("watch", 0)} watch requests', flush=True)  # more: re-watches
                 measured.setdefault((scenario, implementation.name), []).append(result)
                 by_repeat.setdefault((scenario, implementation.name), {})[repeat] = result
     results = {key: median_result(runs) for key, runs in measured.items()}

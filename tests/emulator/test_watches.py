@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import aiohttp
+import pytest
 
 from kopf.testing import KubernetesEmulator
 
@@ -201,3 +202,34 @@ async def test_a_watcher_gone_mid_stream_is_not_a_server_error(emulator, caplog)
     assert not emulator.open_watches
     problems = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert not problems, [record.getMessage() for record in problems]
+
+
+@pytest.mark.parametrize('capacity', [200, None], ids=['like-kube-apiserver', 'unlimited'])
+async def test_a_watcher_that_does_not_read_is_cut_off_as_kube_apiserver_does(capacity: int | None) -> None:
+    # Its events fill the sockets' buffers, then the watcher's capacity: the stream ends after what is in the
+    # sockets (the client re-watches from its last version, as after any end). Not with no capacity.
+    async with (
+        KubernetesEmulator(watcher_capacity=capacity) as emulator,
+        aiohttp.ClientSession(emulator.url) as session,
+    ):
+        async with session.get(CMS) as response:
+            start = (await response.json())['metadata']['resourceVersion']
+        async with session.get(f'{CMS}?watch=true&resourceVersion={start}') as watch:
+            assert watch.status == 200
+            count = 0
+            while count < 2000 and not (count % 50 == 0 and emulator.terminated_watches):
+                async with session.post(CMS, json={**configmap(f'cm{count}'), 'data': {'x': 'x' * 10_000}}):
+                    count += 1  # ~10 KB per event, never read meanwhile
+            if capacity is None:  # the stream goes on: all the events, in order
+                lines = [await asyncio.wait_for(watch.content.readline(), timeout=10) for _ in range(count)]
+            else:  # the stream ends: what was in the sockets
+                lines = (await asyncio.wait_for(watch.read(), timeout=10)).splitlines()
+        terminated = emulator.terminated_watches
+    names = [json.loads(line)['object']['metadata']['name'] for line in lines]
+    if capacity is None:
+        assert terminated == []
+        assert names == [f'cm{index}' for index in range(2000)]
+    else:
+        assert terminated == [f'{CMS}?watch=true&resourceVersion={start}']
+        assert 0 < len(names) < count
+        assert names == [f'cm{index}' for index in range(len(names))]  # in order, nothing lost but the tail

@@ -339,6 +339,26 @@ def test_watch_of_custom_resources_from_a_list_replays_the_history(server: Api, 
     assert [(e['type'], e['object']['spec']['size']) for e in events] == [('ADDED', 1), ('MODIFIED', 2)]
 
 
+def test_watch_whose_client_does_not_read_is_ended(server: Api, ns: str, crd: None) -> None:
+    # The events fill the sockets' buffers, then the server's own (a real server's watcher channels: ~200
+    # events of a custom resource); then, after its dispatch budget (0.1 s), the stream is ended, what is in
+    # the sockets still comes (in order, a prefix), and the client re-watches from the last version it got.
+    code, listed = server('GET', crs(ns))
+    assert code == 200
+    params = {'watch': 'true', 'resourceVersion': listed['metadata']['resourceVersion']}
+    with requests.get(server.url + crs(ns), params=params, headers=dict(server.session.headers),
+                      verify=server.verify, stream=True, timeout=(5, 30)) as watch:
+        assert watch.status_code == 200
+        count = 600  # ~30 MB of events: more than the sockets' buffers and the server's channels
+        for index in range(count):
+            body = fidelity(f'f{index}', {'size': 1, 'extra': {'data': 'x' * 50_000}})
+            assert server('POST', crs(ns), body)[0] == 201
+        lines = list(watch.iter_lines())  # ends by itself (not by the read timeout, which would raise)
+    names = [json.loads(line)['object']['metadata']['name'] for line in lines if line]
+    assert 0 < len(names) < count
+    assert names == [f'f{index}' for index in range(len(names))]
+
+
 # ------------------------------------------------------------------------------------------------
 # Deletion.
 

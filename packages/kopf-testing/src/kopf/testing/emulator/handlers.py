@@ -11,6 +11,7 @@ import binascii
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -174,6 +175,10 @@ def _limit(query: Mapping[str, str]) -> int:
 class WatchSettings:
     bookmark_interval: float = 60.0
     default_timeout: float | None = None  # a server-side limit for watches that do not ask for one
+    # Like kube-apiserver (its watchers' channels of a custom resource, its dispatch budget): a watch whose
+    # client does not read is ended when so many events wait for so long (beyond the sockets' buffers).
+    watcher_capacity: int | None = 200
+    watcher_patience: float = 0.1
     feature_gates: dict[str, bool] = dataclasses.field(default_factory=dict)  # the emulator's, shared
 
 
@@ -607,6 +612,7 @@ class ApiHandler:
             shard_selector=shard_selector,
         )
         state = self.store.state(info.storage_key)
+        # The initial and the replayed events are queued before the watcher is subscribed: never too many.
 
         # Everything until the watcher is subscribed is synchronous: no event can slip in between.
         if send_initial_events or resource_version in ('', '0'):
@@ -638,6 +644,8 @@ class ApiHandler:
             for event in reversed(replayed):
                 watcher.offer(event)
         state.watchers.add(watcher)
+        watcher.capacity = self.watch_settings.watcher_capacity
+        watcher.patience = self.watch_settings.watcher_patience
 
         response = web.StreamResponse(status=200, headers={'Content-Type': _JSON})
         response.enable_chunked_encoding()
@@ -658,6 +666,9 @@ class ApiHandler:
         finally:
             state.watchers.discard(watcher)
             self.store.finished_watches.append((watcher.path, watcher.sent))
+            if watcher.terminated:
+                self.store.terminated_watches.append(watcher.path)
+                logger.debug('The watcher of %s is cut off: it does not read its events.', request.path_qs)
         return response
 
     async def _stream(
@@ -679,7 +690,11 @@ class ApiHandler:
             if watcher.pending:
                 chunk = b''.join(watcher.pending)
                 watcher.pending.clear()
-                await response.write(chunk)
+                watcher.blocked_since = time.monotonic()  # until written: the client's not reading blocks it
+                try:
+                    await response.write(chunk)
+                finally:
+                    watcher.blocked_since = None
                 continue
             watcher.wakeup.clear()
             now = loop.time()

@@ -70,6 +70,7 @@ class KubernetesEmulator:
         history_limit: int = 10_000,
         watch_timeout: float | None = None,
         feature_gates: Mapping[str, bool] | None = None,
+        watcher_capacity: int | None = 200,
     ) -> None:
         """
         :param port: the port to listen on; 0 picks a free one (see :attr:`port` once started).
@@ -79,6 +80,10 @@ class KubernetesEmulator:
         :param history_limit: how many past events of each resource are kept for watches that
             start from an old resourceVersion; older ones get 410 Gone.
         :param watch_timeout: the server-side limit of watches that do not set ``timeoutSeconds``.
+        :param watcher_capacity: how many events can wait for a watch's client that does not read (beyond
+            the sockets' buffers) for 0.1 s before its stream is ended, as kube-apiserver ends such watches
+            (its watchers' channels of a custom resource, its dispatch budget); the client re-watches from
+            the last version it has seen. ``None``: never (the events wait in the emulator's memory).
         :param feature_gates: the features of kube-apiserver that are off by default, as in
             :class:`~kopf.testing.KubernetesControlPlane`: only ``{'ShardedListAndWatch': True}`` (the
             ``shardSelector`` of lists & watches; see :mod:`kopf.testing.emulator.sharding`). They can
@@ -107,6 +112,7 @@ class KubernetesEmulator:
             bookmark_interval=bookmark_interval,
             default_timeout=watch_timeout,
             feature_gates=self.feature_gates,
+            watcher_capacity=watcher_capacity,
         )
         self._handler = ApiHandler(
             registry=self.registry,
@@ -478,6 +484,11 @@ class KubernetesEmulator:
     def open_watch_paths(self) -> list[str]:
         """The URLs (with the query strings) of the watch streams open now."""
         return self._in_loop(lambda: [w.path for w in self.store.watchers() if not w.closed])
+
+    @property
+    def terminated_watches(self) -> list[str]:
+        """The URLs of the watch streams ended since their clients did not read (see ``watcher_capacity``)."""
+        return self._in_loop(lambda: list(self.store.terminated_watches))
 
     def watch_events(self, *, path: str | None = None) -> int:
         """

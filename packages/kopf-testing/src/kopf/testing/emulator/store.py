@@ -13,6 +13,7 @@ import asyncio
 import bisect
 import collections
 import json
+import time
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, Literal
@@ -123,6 +124,8 @@ class Watcher:
         path: str,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         shard_selector: ShardSelector | None = None,
+        capacity: int | None = None,
+        patience: float = 0.0,
     ) -> None:
         self.info = info
         self.shard_selector = shard_selector
@@ -137,6 +140,11 @@ class Watcher:
         self.closed = False
         self.aborted = False
         self.sent = 0  # the events of objects queued for it (not the bookmarks): see watch_events()
+        # Like kube-apiserver's watchers: a client that does not read is cut off (see :meth:`send`).
+        self.capacity = capacity  # how many events can wait while the writing to the client is blocked
+        self.patience = patience  # for how long the writing can be blocked before they are too many
+        self.blocked_since: float | None = None  # when the writing to the client started waiting for it
+        self.terminated = False
         self._filtered = bool(namespace is not None or label_selector or field_selector or transform
                               or shard_selector is not None)
 
@@ -155,7 +163,23 @@ class Watcher:
         self.wakeup.set()
 
     def send(self, line: bytes) -> None:
-        """Queue an event of an object (counted), not a service line (e.g. a bookmark)."""
+        """
+        Queue an event of an object (counted), not a service line (e.g. a bookmark).
+
+        As kube-apiserver does with a watcher whose channels are full (its client does not read, and the
+        sockets' buffers are full too), the stream is ended if the event finds the capacity filled and the
+        writing blocked for longer than the patience (the server's dispatch budget): the unwritten events are
+        dropped, the client gets the end of the stream after what is in the sockets, and it re-watches from
+        the last version it has seen (kube-apiserver counts these in ``apiserver_terminated_watchers_total``).
+        """
+        if (self.capacity is not None and len(self.pending) >= self.capacity and
+                self.blocked_since is not None and time.monotonic() - self.blocked_since >= self.patience):
+            self.terminated = True
+            self.pending.clear()
+            self.close()
+            return
+        if self.closed:
+            return
         self.sent += 1
         self.pending.append(line)
         self.wakeup.set()
@@ -235,6 +259,7 @@ class ObjectStore:
         self.last_resource_version = 0
         self._states: dict[StorageKey, ResourceState] = {}
         self.finished_watches: list[tuple[str, int]] = []  # (path, events sent) of the watches ended so far
+        self.terminated_watches: list[str] = []  # the paths of those ended for their clients' not reading
         self._namespace_counts: collections.Counter[str] = collections.Counter()
         self._dependents: dict[str, set[ObjectRef]] = {}
         self._uids: set[str] = set()
