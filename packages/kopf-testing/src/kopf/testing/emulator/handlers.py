@@ -612,7 +612,6 @@ class ApiHandler:
             shard_selector=shard_selector,
         )
         state = self.store.state(info.storage_key)
-        # The initial and the replayed events are queued before the watcher is subscribed: never too many.
 
         # Everything until the watcher is subscribed is synchronous: no event can slip in between.
         if send_initial_events or resource_version in ('', '0'):
@@ -644,6 +643,7 @@ class ApiHandler:
             for event in reversed(replayed):
                 watcher.offer(event)
         state.watchers.add(watcher)
+        # Only the live events can be too many: the initial and the replayed ones above were queued before it.
         watcher.capacity = self.watch_settings.watcher_capacity
         watcher.patience = self.watch_settings.watcher_patience
 
