@@ -8,7 +8,11 @@ each suspended deep in the processing until a seat is free (a stack of coroutine
 deferred object costs only its latest event, which is kept anyway. They are started by batches as the
 waiters get seated. When twice as many objects wait (for seats, or for their workers' start), the watch-
 stream is held back (not read) until only half as many wait: its events wait in the sockets' buffers as
-bytes, not in memory as bodies. Nothing is lost: the events are only read a bit later.
+bytes, not in memory as bodies. Nothing is lost: the events are only read a bit later. When the buffers are
+full for a while (a burst of thousands of events), kube-apiserver ends the stream (its watcher's channels
+are full: "Forcing ... watcher close due to unresponsiveness"), and it is re-established from the last version
+seen, as after any end: the server replays the rest from its watch cache (see benchmarks/README.md, "#39, an
+eleventh round", for how often, and what reading on instead would cost).
 
 Held back, the echoes of our own patches come late: :meth:`Backlog.was_held_back_since` tells it to the
 processing (with every delivery) and to the idling workers.
