@@ -5,6 +5,7 @@ and the delay after which a running handler or timer function lends its seat to 
 Whole operators against the emulator; the functions observe how many of them run at once.
 """
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -159,3 +160,29 @@ async def test_seats_are_lent_during_the_retries_backoffs(
         assert max(called.values()) - min(called.values()) < 1
         for name in ['kex1', 'kex2']:
             await eventually(lambda name=name: cluster.status(name).get('create_fn') == 'done', within=10)
+
+
+async def test_a_held_back_watch_ended_by_the_server_loses_nothing(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, caplog: pytest.LogCaptureFixture) -> None:
+    # One seat: the watch-stream is held back while 2 objects wait; a burst of big objects fills the sockets,
+    # and the server ends the stream (as kube-apiserver does): it is re-established from the last version.
+    caplog.set_level(logging.INFO, logger='kopf.objects')  # the usual logs: the echoes skipped, not processed
+    settings.queueing.processing_seats = 1
+    calls: list[str] = []
+
+    @kopf.on.create('kopfexamples', registry=registry)
+    async def create_fn(name: str, **_: Any) -> str:
+        calls.append(name)
+        await asyncio.sleep(0.02)  # slower than the creations (and quicker than the lending delay: seated)
+        return name
+
+    names = [f'kex{index}' for index in range(200)]
+    async with operator(registry, settings):
+        for name in names:  # ~20 MB of events for the creations alone, more with the patches' echoes
+            await cluster.create(name, {'field': 'x' * 100_000})
+        await eventually(lambda: len(calls) >= len(names), within=60)
+        await eventually(lambda: all((cluster.status(name) or {}).get('create_fn') == name for name in names),
+                         within=60)
+        assert cluster.emulator.terminated_watches  # the case itself: the server has ended the stream
+    assert sorted(calls) == sorted(names)  # each once: nothing lost, nothing handled twice
