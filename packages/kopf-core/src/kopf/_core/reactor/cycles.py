@@ -172,12 +172,9 @@ def _detect_cause(event: ObjectEvent) -> tuple[causes.ResourceChangingCause, Bod
     body = event.body
     resource = event.delivery.resource
 
-    # The essences never contain the storages' own data, even if the progress is stored in the spec.
-    extra_fields = scope.registry.changing.get_extra_fields(resource)
     old = progression.fetch_diffbase(storage=persistence.diffbase_storage, body=body, logger=event.logger)
-    new: BodyEssence = persistence.diffbase_storage.build(body=body, extra_fields=extra_fields)
     old = progress.without_records(persistence.progress_storage, essence=old) if old is not None else None
-    new = progress.without_records(persistence.progress_storage, essence=new)
+    new = _essence(event, body)
 
     cause = causes.detect_changing_cause(
         event_type=event.delivery.raw_event['type'],
@@ -195,6 +192,16 @@ def _detect_cause(event: ObjectEvent) -> tuple[causes.ResourceChangingCause, Bod
     if cause.reason == Reason.CREATE:
         cause.initial = False  # the objects created during the downtime are not resumed (as in Kopf).
     return cause, old, new
+
+
+def _essence(event: ObjectEvent, body: Body) -> BodyEssence:
+    """The object's essence as its changes are detected (and as it is stored as the diff-base)."""
+    scope = event.scope
+    persistence = scope.settings.persistence
+    # The essences never contain the storages' own data, even if the progress is stored in the spec.
+    extra_fields = scope.registry.changing.get_extra_fields(event.delivery.resource)
+    essence = persistence.diffbase_storage.build(body=body, extra_fields=extra_fields)
+    return progress.without_records(persistence.progress_storage, essence=essence)
 
 
 async def _run_handlers(
@@ -361,12 +368,10 @@ def _settles(event: ObjectEvent, latest: RawBody, *, essence: BodyEssence, requi
         return False
     if finalizers.is_deletion_ongoing(latest) != finalizers.is_deletion_ongoing(event.raw_body):
         return False
-    persistence = scope.settings.persistence
-    if finalizer_decision(latest, persistence.finalizer, requires=requires_finalizer, deletion_done=True):
+    finalizer = scope.settings.persistence.finalizer
+    if finalizer_decision(latest, finalizer, requires=requires_finalizer, deletion_done=True):
         return False
-    extra_fields = scope.registry.changing.get_extra_fields(resource)
-    patched = persistence.diffbase_storage.build(body=Body._wrapping(latest), extra_fields=extra_fields)
-    return progress.without_records(persistence.progress_storage, essence=patched) == essence
+    return _essence(event, Body._wrapping(latest)) == essence
 
 
 async def apply_changes(event: ObjectEvent) -> bool:

@@ -643,7 +643,6 @@ class ApiHandler:
             for event in reversed(replayed):
                 watcher.offer(event)
         state.watchers.add(watcher)
-        # Only the live events can be too many: the initial and the replayed ones above were queued before it.
         watcher.capacity = self.watch_settings.watcher_capacity
         watcher.patience = self.watch_settings.watcher_patience
 

@@ -124,8 +124,6 @@ class Watcher:
         path: str,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         shard_selector: ShardSelector | None = None,
-        capacity: int | None = None,
-        patience: float = 0.0,
     ) -> None:
         self.info = info
         self.shard_selector = shard_selector
@@ -140,9 +138,10 @@ class Watcher:
         self.closed = False
         self.aborted = False
         self.sent = 0  # the events of objects queued for it (not the bookmarks): see watch_events()
-        # Like kube-apiserver's watchers: a client that does not read is cut off (see :meth:`send`).
-        self.capacity = capacity  # how many events can wait while the writing to the client is blocked
-        self.patience = patience  # for how long the writing can be blocked before they are too many
+        # Like kube-apiserver's watchers: a client that does not read is cut off (see :meth:`send`); set once
+        # subscribed (the initial and the replayed events, queued before, are never too many).
+        self.capacity: int | None = None  # events waiting while the writing is blocked
+        self.patience = 0.0  # for how long the writing can be blocked before they are too many
         self.blocked_since: float | None = None  # when the writing to the client started waiting for it
         self.terminated = False
         self._filtered = bool(namespace is not None or label_selector or field_selector or transform
