@@ -233,3 +233,11 @@ async def test_a_watcher_that_does_not_read_is_cut_off_as_kube_apiserver_does(ca
         assert terminated == [f'{CMS}?watch=true&resourceVersion={start}']
         assert 0 < len(names) < count
         assert names == [f'cm{index}' for index in range(len(names))]  # in order, nothing lost but the tail
+
+
+@pytest.mark.parametrize('capacity', [0, -1, 1.5, '200'])
+def test_a_bad_watcher_capacity_is_a_clear_error(capacity: Any) -> None:
+    message = (r"^The emulator's watcher_capacity must be a positive integer \(events\) "
+               r"or None \(never end a watch\), got ")
+    with pytest.raises(ValueError, match=message):
+        KubernetesEmulator(watcher_capacity=capacity)

@@ -89,6 +89,9 @@ class KubernetesEmulator:
             ``shardSelector`` of lists & watches; see :mod:`kopf.testing.emulator.sharding`). They can
             also be changed later in :attr:`feature_gates` (for the new requests).
         """
+        if watcher_capacity is not None and (type(watcher_capacity) is not int or watcher_capacity < 1):
+            raise ValueError(f'The emulator\'s watcher_capacity must be a positive integer (events) or None '
+                             f'(never end a watch), got {watcher_capacity!r}.')
         unknown = sorted(set(feature_gates or {}) - KNOWN_FEATURE_GATES)
         if unknown:
             raise ValueError(f'Unknown feature gates of the emulator: {", ".join(unknown)}; '
