@@ -317,3 +317,128 @@ async def test_newcomers_wait_for_room_until_half_of_the_backlog_is_served() -> 
     for _ in range(3):
         capacity.release()
     await asyncio.gather(*waiters)
+
+
+async def test_ceding_hands_the_unit_to_a_returning_holder_never_to_a_newcomer(looptime: float) -> None:
+    capacity = Capacity(1)
+    events: list[tuple[float, str]] = []
+    waiting = asyncio.Event()  # e.g. a request slot, which the ceding holder waits for
+
+    async def returning() -> None:  # lent its unit (e.g. to its handler), is back before the ceding one waits
+        async with capacity.hold() as hold:
+            async with hold.lending():
+                await asyncio.sleep(1)
+            events.append((asyncio.get_running_loop().time(), 'returned'))
+            await asyncio.sleep(1)
+
+    async def ceding() -> None:
+        await asyncio.sleep(0.5)
+        async with capacity.hold() as hold:  # the unit lent by the returning holder
+            events.append((asyncio.get_running_loop().time(), 'ceding-in'))
+            await asyncio.sleep(1)  # the returning holder is back at 1 s and waits for the unit
+            async with hold.ceding():
+                assert not hold.taken
+                await waiting.wait()
+            assert hold.taken
+            events.append((asyncio.get_running_loop().time(), 'ceding-back'))
+
+    async def newcomer() -> None:
+        await asyncio.sleep(0.7)
+        async with capacity.hold():
+            events.append((asyncio.get_running_loop().time(), 'newcomer'))
+            await asyncio.sleep(1)
+
+    async def wake() -> None:
+        await asyncio.sleep(5)
+        waiting.set()
+
+    await asyncio.gather(returning(), ceding(), newcomer(), wake())
+    # The ceded unit goes to the returning one at 1.5 s (not when the ceding one's wait is over at 5 s), not
+    # to the newcomer waiting since 0.7 s: the newcomer gets it only when the returning one leaves it.
+    assert [(round(time, 2), name) for time, name in events] == [
+        (0.5, 'ceding-in'), (1.5, 'returned'), (2.5, 'newcomer'), (5, 'ceding-back'),
+    ]
+
+
+async def test_ceding_with_nobody_returning_keeps_the_unit(looptime: float) -> None:
+    capacity = Capacity(1)
+    async with capacity.hold() as hold:
+        newcomer = asyncio.create_task(capacity.acquire())
+        await asyncio.sleep(0)
+        async with hold.ceding():
+            assert hold.taken  # the newcomer waits: it does not get a ceded unit
+            await asyncio.sleep(1)
+        assert hold.taken
+        assert not newcomer.done()
+    await newcomer
+    assert looptime == pytest.approx(1)
+
+
+async def test_ceding_of_a_unit_not_taken_does_nothing(looptime: float) -> None:
+    capacity = Capacity(1)
+    hold = capacity.hold()
+    async with hold.ceding():
+        assert not hold.taken
+    assert not hold.taken
+    assert capacity.free == 1
+
+
+
+async def test_spare_ceding_lends_to_newcomers_within_the_reserve(looptime: float) -> None:
+    capacity = Capacity(2, reserve=1)
+    entered: list[tuple[float, str]] = []
+    waiting = asyncio.Event()  # e.g. a request slot, which the ceding holders wait for
+
+    async def ceding(name: str) -> None:
+        async with capacity.hold() as hold:
+            async with hold.ceding(spare=True):
+                entered.append((asyncio.get_running_loop().time(), name))
+                await waiting.wait()
+            assert hold.taken
+
+    async def newcomer(name: str) -> None:
+        async with capacity.hold():
+            entered.append((asyncio.get_running_loop().time(), name))
+            await asyncio.sleep(1)
+
+    async def wake() -> None:
+        await asyncio.sleep(5)
+        waiting.set()
+
+    tasks = [asyncio.create_task(ceding('ceding1')), asyncio.create_task(ceding('ceding2'))]
+    await asyncio.sleep(0.1)
+    await asyncio.gather(*tasks, newcomer('newcomer1'), newcomer('newcomer2'), wake())
+    # The first one's unit is lent out (the reserve is 1), the second one keeps its own: the newcomers get in
+    # one at a time, on the lent unit; the ceding one takes it back when its own wait is over.
+    assert [(round(time, 2), name) for time, name in entered] == [
+        (0, 'ceding1'), (0, 'ceding2'), (0.1, 'newcomer1'), (1.1, 'newcomer2'),
+    ]
+    assert looptime == pytest.approx(5.1)  # the wait was over at 5.1 s
+    assert capacity.free == 2
+
+
+async def test_ceding_to_a_returning_holder_takes_nothing_from_the_reserve(looptime: float) -> None:
+    capacity = Capacity(1, reserve=1)
+
+    async def returning() -> None:
+        async with capacity.hold() as hold:
+            async with hold.lending():
+                await asyncio.sleep(1)
+            await asyncio.sleep(1)
+
+    lender = asyncio.create_task(returning())
+    await asyncio.sleep(0)
+    async with capacity.hold() as hold:
+        await asyncio.sleep(1.5)  # the returning one waits since 1 s
+        async with hold.ceding(spare=True):
+            assert not hold.taken
+            await asyncio.sleep(1)
+        assert hold.taken
+    await lender
+    assert looptime == pytest.approx(2.5)  # the returning one left at 2.5 s: taken back then
+
+
+@pytest.mark.parametrize('reserve', [-1])
+async def test_a_negative_reserve_is_an_error(reserve: int) -> None:
+    with pytest.raises(ValueError, match=r'A reserve must be 0 units or more, got -1\.'):
+        Capacity(1, reserve=reserve)

@@ -1,7 +1,8 @@
 """
 The caller's seat (a unit of its capacity, e.g. the processing's seat of an object) is lent to others while
 its request waits for the server: after the capacity's lending delay while in flight, at once in the retries'
-backoffs; never while the request waits for a slot; and it is taken back before the call returns.
+backoffs; while the request waits for a slot, to a returning holder that waits for a seat, or to a newcomer
+only within the capacity's reserve (ceded: see the capacity); and it is taken back before the call returns.
 """
 import asyncio
 from typing import Any
@@ -65,24 +66,75 @@ async def test_seat_is_kept_during_a_quick_request(
     assert times == [pytest.approx(0.04)]
 
 
-async def test_seat_is_not_lent_while_the_request_waits_for_a_slot(
+@pytest.mark.parametrize('reserve, lending_delay, lent_at, back_at', [
+    (0, 0, 1, 1.5),  # lent only once the slot was free (at 1 s, in flight), taken back when the newcomer left
+    (1, 0, 0, 1),  # lent at once to a newcomer (from the capacity's reserve), free again when the slot is
+    (1, 0.05, 0.05, 1),  # lent after the lending delay to a newcomer (from the reserve), as in flight
+])
+async def test_seat_is_lent_to_newcomers_while_the_request_waits_for_a_slot_only_from_the_reserve(
         kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, reserve: int, lending_delay: float, lent_at: float,
+        back_at: float) -> None:
     monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
     kmock['get /slow'] << (lambda: asyncio.sleep(1)) << {'slow': True}
     kmock['get /api'] << {'ok': True}
     busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
     await asyncio.sleep(0)
-    capacity, seat = await _taken_seat(lending_delay=0)
+    capacity: Capacity[object] = Capacity(1, lending_delay=lending_delay, reserve=reserve)
+    seat = Hold(capacity)
+    await seat.__aenter__()
     other, times = _newcomer(capacity, looptime, keep=0.5)
     result = await api.request('GET', '/api', settings=settings, vault=vault, seat=seat)
     assert result == {'ok': True}
     assert await busy == {'slow': True}
-    # Lent only once the slot was free (at 1 s), then taken back when the newcomer left (at 1.5 s).
-    assert times == [pytest.approx(1)]
-    assert looptime == pytest.approx(1.5)
+    assert times == [pytest.approx(lent_at)]
+    assert looptime == pytest.approx(back_at)
     assert seat.taken
     await other
+
+
+@pytest.mark.parametrize('request_at, ceded_at', [
+    (0.7, 0.7),  # the returning one waits for a seat already when the request starts waiting for its slot
+    (0.3, None),  # the returning one comes while the request waits for its slot: not ceded to (it is late)
+])
+async def test_seat_is_ceded_to_a_returning_holder_while_the_request_waits_for_a_slot(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+        monkeypatch: pytest.MonkeyPatch, request_at: float, ceded_at: float | None) -> None:
+    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+    kmock['get /slow'] << (lambda: asyncio.sleep(1)) << {'slow': True}
+    kmock['get /api'] << {'ok': True}
+    busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
+    capacity: Capacity[object] = Capacity(1, lending_delay=0)
+    times: list[float] = []
+
+    async def returning() -> None:  # e.g. an object whose handler runs: its seat lent, back at 0.6 s
+        async with Hold(capacity) as hold:
+            async with hold.lending():
+                await asyncio.sleep(0.6)
+            times.append(float(looptime))
+            await asyncio.sleep(0.2)
+
+    other = asyncio.create_task(returning())
+    await asyncio.sleep(0)
+    seat = Hold(capacity)
+    await seat.__aenter__()  # the seat lent by the returning one
+    newcomer, newcomer_times = _newcomer(capacity, looptime, keep=0)
+    await asyncio.sleep(request_at)
+    result = await api.request('GET', '/api', settings=settings, vault=vault, seat=seat)
+    assert result == {'ok': True}
+    assert await busy == {'slow': True}
+    if ceded_at is not None:
+        assert times == [pytest.approx(ceded_at)]  # not at 1 s, when the slot was free and the request went
+        assert newcomer_times == [pytest.approx(ceded_at + 0.2)]  # when the returning one left: not at once
+        assert looptime == pytest.approx(1)  # then the seat was free to take back
+    else:
+        assert times == [pytest.approx(1)]  # lent in flight only (at once: the lending delay is 0)
+        assert looptime == pytest.approx(1.2)  # taken back when the returning one left, before the newcomer
+        assert not newcomer_times
+    assert seat.taken
+    await other
+    seat.leave()
+    await newcomer
 
 
 async def test_seat_is_lent_at_once_during_the_retries_backoffs(

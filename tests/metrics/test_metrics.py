@@ -348,6 +348,7 @@ def test_seats_and_requests_in_flight_are_gauged(k8s_emulator: Any) -> None:
             samples = scrape(url)
             assert value(samples, 'kopf_processing_seats', state='taken') == 2
             assert value(samples, 'kopf_processing_seats', state='free') == 0
+            assert samples[('kopf_processing_reserve_used', ())] == 0  # no request waits for a slot
             assert value(samples, 'kopf_workqueue_depth', **kex) == 1
             assert value(samples, 'kopf_rest_client_requests_in_flight') == 0
 

@@ -170,3 +170,32 @@ async def test_cancelled_waiters_leave_the_queue_and_pass_the_seat_on() -> None:
     pacer.release()
     assert pacer.free == 1
     assert pacer.waiting == 0
+
+
+async def test_the_reserve_lets_in_nine_objects_per_seat_while_the_seated_ones_wait_for_the_api(
+        looptime: float) -> None:
+    pacer = Pacer(2)
+    assert pacer.reserve == 18
+    waiting = asyncio.Event()  # e.g. the API client's request slots, all taken
+    seated = 0
+
+    async def object_processing() -> None:
+        nonlocal seated
+        async with pacer.seat() as seat:
+            seated += 1
+            async with seat.ceding(spare=True):
+                await waiting.wait()
+
+    tasks = [asyncio.create_task(object_processing()) for _ in range(30)]
+    await asyncio.sleep(0.049)
+    assert seated == 2  # the seats are lent only after the lending delay, as in flight
+    await asyncio.sleep(1)
+    gauges = {(name, tuple(labels.items())): value for name, labels, value in pacer.gauges()}
+    assert seated == 20  # 2 seats + 18 from the reserve, not all 30
+    assert gauges[('kopf_processing_reserve_used', ())] == 18
+    assert gauges[('kopf_processing_seats', (('state', 'taken'),))] == 2
+    waiting.set()
+    await asyncio.gather(*tasks)
+    assert seated == 30
+    assert pacer.reserved == 0
+    assert pacer.free == 2

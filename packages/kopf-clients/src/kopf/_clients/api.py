@@ -20,9 +20,11 @@ every failure except "not found" is retried, the client errors and the exhausted
 
 A call can bring its caller's ``seat`` (a :class:`~kopf._cogs.aiokits.capacity.Hold`, e.g. the processing's
 seat of the object it patches): the seat is lent to others while the request is in flight for longer than
-the seat's capacity's lending delay (not while it waits for a request slot: so the lent seats are at most
-as many as the slots; and only if its capacity lends in flight), and at once during the retries' backoffs;
-it is taken back before the call returns.
+the seat's capacity's lending delay (only if its capacity lends in flight), and at once during the retries'
+backoffs; if the request must wait for a slot, the seat is ceded meanwhile to a returning holder that waits
+for one (back from its own request or handler), and lent to a newcomer after the lending delay only within
+the capacity's reserve (see :meth:`~kopf._cogs.aiokits.capacity.Hold.ceding`): so the lent seats are at most
+as many as the slots plus the reserve; it is taken back before the call returns.
 So the seated callers are those in their own CPU steps, not those waiting for a slow API server.
 """
 import asyncio
@@ -277,29 +279,38 @@ async def _fetch_with(
     """
     Send a request with one credential's context and read the response, in one of its request slots.
 
-    The ``seat`` is lent only once the request has its slot (see the module's description), and is taken
+    The ``seat`` is lent after the lending delay in flight, or while waiting for the slot (then only within
+    its capacity's reserve, and at once to a returning holder: see the module's description); it is taken
     back (waiting for it, if lent out) only after the slot is given back: a slot is never held by a caller
-    waiting for a seat, while the seated callers may be waiting for slots.
+    waiting for a seat.
     """
     slots = context.slots
-    if not slots.take_nowait():
-        await slots.take()
-    meters = metering.meters
-    started = time.monotonic() if meters is not None else 0.0
     lender = seat if seat is not None and seat.capacity.lending_in_flight else None
-    async with lender.lending(OWN_LENDING_DELAY) if lender is not None else _NOT_LENDING:  # never suspends
-        try:
-            path = url(context) if callable(url) else url
-            if tracing.tracer is None:
-                response = await context.transport.request(method, path, data=data, headers=headers,
-                                                           params=params, timeouts=timeouts)
-            else:
-                response = await _traced_request(tracing.tracer, context, method, path, data=data,
-                                                 headers=headers, params=params, timeouts=timeouts)
-        finally:
-            slots.give()
-        if meters is not None:  # the request's own time, not the wait for the seat
-            _measure(meters, method, path, response.status, time.monotonic() - started)
+    got_slot = slots.take_nowait()
+    # Waiting for a slot, the seat goes to a returning holder that waits for one (if any), or to anyone after
+    # the lending delay within the pacer's reserve; taken back after the request (its slot given back first).
+    ceding = lender.ceding(spare=True) if lender is not None and not got_slot else None
+    async with ceding if ceding is not None else _NOT_LENDING:
+        if not got_slot:
+            await slots.take()
+            if ceding is not None:
+                ceding.stop()  # in flight, it is lent as usual (if not lent already)
+        meters = metering.meters
+        started = time.monotonic() if meters is not None else 0.0
+        lending = lender.lending(OWN_LENDING_DELAY) if lender is not None else _NOT_LENDING
+        async with lending:  # never suspends
+            try:
+                path = url(context) if callable(url) else url
+                if tracing.tracer is None:
+                    response = await context.transport.request(method, path, data=data, headers=headers,
+                                                               params=params, timeouts=timeouts)
+                else:
+                    response = await _traced_request(tracing.tracer, context, method, path, data=data,
+                                                     headers=headers, params=params, timeouts=timeouts)
+            finally:
+                slots.give()
+            if meters is not None:  # the request's own time, not the wait for the seat
+                _measure(meters, method, path, response.status, time.monotonic() - started)
     if response.status >= 400:
         text = response.body.decode('utf-8', errors='replace')
         raise errors.error_of_response(response.status, text, method=method, url=response.url,

@@ -8,6 +8,11 @@ it lends its unit to others --- at once (e.g. for the sleeps), or after a delay 
 ones, most of them, keep the unit and are finished without waiting in line again). Back from them, the holder
 takes its unit back: it waits for it ahead of the newcomers (:meth:`Hold.lending`, a context manager), or,
 if it cannot wait (e.g. in a sync callback), takes it at once, even beyond the limit (:meth:`Hold.take_back`).
+A holder that waits for something other than its own steps (e.g. a request for a slot of the API client) can
+also cede its unit to a returning holder that waits for one (:meth:`Hold.ceding`): so the holders in hand are
+no more than without it, and the returning ones are not held back by the waiting ones; and, if that wait is
+long, lend it to a newcomer, but only within the capacity's ``reserve``: a second, larger bound for the
+holders in hand while they wait for others (e.g. a busy API server), not for the framework's own steps.
 
 There are two ways to wait for a unit:
 
@@ -30,7 +35,7 @@ from typing import Any, Generic, TypeVar
 
 from kopf._cogs.aiokits.alarms import Alarms
 
-__all__ = ['DEFAULT_LENDING_DELAY', 'OWN_LENDING_DELAY', 'Capacity', 'Hold', 'Lending']
+__all__ = ['DEFAULT_LENDING_DELAY', 'OWN_LENDING_DELAY', 'Capacity', 'Ceding', 'Hold', 'Lending']
 
 _T = TypeVar('_T')
 
@@ -66,6 +71,7 @@ class Capacity(Generic[_T]):
             *,
             lending_delay: float = DEFAULT_LENDING_DELAY,
             lending_in_flight: bool = True,
+            reserve: int = 0,
             on_granted: Callable[[_T], bool] | None = None,
     ) -> None:
         super().__init__()
@@ -73,10 +79,14 @@ class Capacity(Generic[_T]):
             raise ValueError(f'A capacity needs at least one unit, got {limit!r}.')
         if not lending_delay >= 0:  # NaN too
             raise ValueError(f'A lending delay must be 0 seconds or more, got {lending_delay!r}.')
+        if reserve < 0:
+            raise ValueError(f'A reserve must be 0 units or more, got {reserve!r}.')
         self._limit = limit
         self._free = limit  # negative while the units taken back at once are beyond the limit
         self._lending_delay = lending_delay
         self._lending_in_flight = lending_in_flight
+        self._reserve = reserve  # how many units may be lent to anyone by the (spare) ceding holders at most
+        self._reserved = 0  # how many are lent so now
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
         self._queued: collections.deque[_T] = collections.deque()
@@ -85,7 +95,7 @@ class Capacity(Generic[_T]):
         self._room_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closed = False
         # The units lent after a delay: one timer of the loop for all the holders, not one each.
-        self._lendings: Alarms[Hold | Lending] = Alarms(operator.methodcaller('_lend_out'))
+        self._lendings: Alarms[Hold | Lending | Ceding] = Alarms(operator.methodcaller('_lend_out'))
 
     def __repr__(self) -> str:
         return f'<{type(self).__name__} {self._limit - self._free}/{self._limit} waiting={self.waiting}>'
@@ -113,6 +123,16 @@ class Capacity(Generic[_T]):
     @property
     def free(self) -> int:
         return self._free
+
+    @property
+    def reserve(self) -> int:
+        """How many units may be lent to anyone by the ceding holders at most (see :meth:`Hold.ceding`)."""
+        return self._reserve
+
+    @property
+    def reserved(self) -> int:
+        """How many units are lent so now: the holders let in beyond the limit while the ceding ones wait."""
+        return self._reserved
 
     @property
     def waiting(self) -> int:
@@ -180,6 +200,18 @@ class Capacity(Generic[_T]):
         if self._queued and self._granting is None and not self._closed:
             # Not right now: e.g. a holder that has lent its unit out will take it back in a moment.
             self._granting = asyncio.get_running_loop().call_soon(self._grant)
+
+    def _cede(self) -> bool:
+        """Hand a unit over to the next returning holder that waits for one, if any (never to a newcomer)."""
+        urgent = self._urgent
+        while urgent:
+            waiter = urgent.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                if self._room_waiters:
+                    self._notify_room()
+                return True
+        return False
 
     def close(self) -> None:
         """No more grants and lendings: the queued items are forgotten, the delayed lendings are not done."""
@@ -283,6 +315,18 @@ class Hold:
         """
         return Lending(self, delay)
 
+    def ceding(self, spare: bool = False) -> 'Ceding':
+        """
+        Cede the unit to a returning holder that waits for one now (if any) while in the context.
+
+        Unlike :meth:`lending`, no newcomer gets the unit: only a holder already in hand, which would
+        otherwise wait for this one to finish its wait (e.g. for a request slot). It is taken back on
+        exiting, as by :meth:`lending`. If nobody returning waits and ``spare`` (e.g. the wait is for a busy
+        API server), the unit is lent to anyone after the capacity's lending delay if its ``reserve`` allows
+        then: so there are up to that many more holders in hand to wait for it too, not more.
+        """
+        return Ceding(self, spare)
+
     def lend_later(self) -> None:
         """Lend the unit after the capacity's lending delay (at once if 0), until :meth:`take_back`."""
         capacity = self._capacity
@@ -367,3 +411,70 @@ class Lending:
 
     def _lend_out(self) -> None:
         self._hold.leave()
+
+
+class Ceding:
+    """
+    One ceding of a hold's unit in a context (:meth:`Hold.ceding`): the holder waits to take it back.
+
+    A spare one lends the unit to anyone after the capacity's lending delay, if its reserve allows then.
+    """
+
+    __slots__ = ('_ceded', '_hold', '_pending', '_reserved', '_spare', '_timer')
+
+    def __init__(self, hold: Hold, spare: bool) -> None:
+        self._hold = hold
+        self._spare = spare
+        self._ceded = False
+        self._reserved = False
+        self._pending = False  # in the capacity's alarms, or a timer of its own, for the reserve's lending
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> None:
+        hold = self._hold
+        if not hold._taken:
+            return
+        capacity = hold._capacity
+        if capacity._cede():
+            hold._taken = False
+            self._ceded = True
+        elif self._spare and capacity._reserve > 0 and not capacity._closed:
+            delay = capacity._lending_delay
+            if delay > 0:
+                loop = asyncio.get_running_loop()
+                self._pending = True
+                if not capacity._lendings.add(self, loop.time() + delay):
+                    self._timer = loop.call_later(delay, self._lend_out)  # out of the order of the others
+            else:
+                self._lend_out()
+
+    async def __aexit__(self, *_: object) -> None:
+        self.stop()
+        if self._ceded:
+            self._ceded = False
+            hold = self._hold
+            if self._reserved:
+                self._reserved = False
+                hold._capacity._reserved -= 1
+            await hold._capacity.acquire(urgent=True)
+            hold._taken = True
+
+    def stop(self) -> None:
+        """Lend no more from now on (not lent yet: the unit is kept; lent: it is taken back on exiting)."""
+        if self._pending:
+            self._pending = False
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            else:
+                self._hold._capacity._lendings.discard(self)
+
+    def _lend_out(self) -> None:
+        self._pending = False
+        self._timer = None
+        hold = self._hold
+        capacity = hold._capacity
+        if hold._taken and capacity._reserved < capacity._reserve:
+            capacity._reserved += 1
+            self._ceded = self._reserved = True
+            hold.leave()

@@ -331,6 +331,8 @@ class _GaugeCollector:
         'kopf_handling_paused': '1 if the handling is paused (by peering, a freeze, a Lease of another).',
         'kopf_processing_seats': 'The processing\'s seats (settings.queueing.processing_seats): taken by the '
                                  'objects in the framework\'s own steps, or free.',
+        'kopf_processing_reserve_used': 'Objects let in beyond the processing\'s seats while the seated ones '
+                                        'wait for a request slot (a busy API server; up to 9 per seat).',
         'kopf_rest_client_requests_in_flight': 'API requests holding one of the client\'s slots now (sent or '
                                                'being sent; the watch-streams take none).',
         'kopf_rest_client_requests_waiting': 'API requests waiting for a slot now (all are taken).',

@@ -15,11 +15,18 @@ at once for the sleeps and the retries' backoffs, and only after a short while f
 requests in flight (``settings.execution.lending_delay``), so that the quick ones (most of them) keep
 the seat and the object is finished without more waiting. A request lends the seat only once it has
 its request slot (see :func:`kopf._clients.api.request`), so the objects in the framework's hands are
-at most the seats plus the client's request slots (and those in the handlers). Those who return from
-a handler, a sleep or a request take the next free seat before any new object, so that the started
-objects are finished first and the new ones are started only when there is a free seat. The seats are
-the units of a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers' calls in the framework's
-hands are.
+at most the seats plus the client's request slots (and those in the handlers). While it waits for
+a slot (all are taken: the API server is slower than the framework), it cedes the seat at once to an
+object back from its request or handler, if one waits for a seat: the objects waiting for the API
+server do not keep those that could go on; and if it waits longer than the lending delay, it lends
+the seat to a new object, but only within the pacer's reserve (:data:`RESERVE_PER_SEAT` new objects
+per seat at most): so on a busy API server, up to ten times as many objects are prepared and wait for
+the slots, and the server gets the next request as soon as it takes one (as if there were more seats),
+while on a fast one (the slots are free soon) the seats stay as few as configured.
+Those who return from a handler, a sleep or a request take the next free seat before any new object,
+so that the started objects are finished first and the new ones are started only when there is a free
+seat. The seats are the units of a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers' calls
+in the framework's hands are.
 
 This is not a limit on how many objects can be handled in parallel (that is ``settings.queueing.
 worker_limit``, unlimited by default): the slow handlers of all objects run concurrently anyway.
@@ -52,6 +59,10 @@ DEFAULT_SEATS: int = QueueingSettings.processing_seats
 LENDING_DELAY: float = capacity.OWN_LENDING_DELAY
 
 
+# How many new objects per seat may be let in while the seated ones wait for the API client's request
+# slots (all taken: a busy API server), at most: prepared, they wait for the slots too (see above).
+RESERVE_PER_SEAT = 9
+
 # One processing's place in the pacer: taken at the start, released at the end, lent in between.
 Seat = capacity.Hold
 
@@ -69,7 +80,7 @@ class Pacer(capacity.Capacity[object]):  # nothing is queued: the processing's o
         seats = DEFAULT_SEATS if seats is None else seats
         if seats < 1:
             raise ValueError(f'The pacer needs at least one seat, got {seats!r}.')
-        super().__init__(seats, lending_delay=lending_delay)
+        super().__init__(seats, lending_delay=lending_delay, reserve=RESERVE_PER_SEAT * seats)
 
     @property
     def seats(self) -> int:
@@ -84,3 +95,4 @@ class Pacer(capacity.Capacity[object]):  # nothing is queued: the processing's o
         free = self.free  # negative while the returning holders have taken theirs back beyond the limit
         yield 'kopf_processing_seats', {'state': 'taken'}, float(self.limit - free)
         yield 'kopf_processing_seats', {'state': 'free'}, float(max(free, 0))
+        yield 'kopf_processing_reserve_used', {}, float(self.reserved)
