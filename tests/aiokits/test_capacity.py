@@ -442,3 +442,32 @@ async def test_ceding_to_a_returning_holder_takes_nothing_from_the_reserve(loopt
 async def test_a_negative_reserve_is_an_error(reserve: int) -> None:
     with pytest.raises(ValueError, match=r'A reserve must be 0 units or more, got -1\.'):
         Capacity(1, reserve=reserve)
+
+
+async def test_a_spare_ceding_cancelled_while_lent_gives_the_reserve_back_and_takes_the_unit_back(
+        looptime: float) -> None:
+    capacity = Capacity(1, reserve=1, lending_delay=0.05)
+    hold = capacity.hold()
+    await hold.__aenter__()
+
+    async def ceding() -> None:
+        async with hold.ceding(spare=True):
+            await asyncio.sleep(10)  # e.g. waiting for a request slot, then cancelled (the operator exits)
+
+    async def newcomer() -> None:
+        async with capacity.hold():
+            await asyncio.sleep(1)
+
+    task = asyncio.create_task(ceding())
+    other = asyncio.create_task(newcomer())
+    await asyncio.sleep(0.5)
+    assert capacity.reserved == 1 and not hold.taken  # lent to the newcomer at 0.05 s
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert capacity.reserved == 0
+    assert hold.taken  # taken back when the newcomer left, before the cancellation went further
+    assert looptime == pytest.approx(1.05)
+    await other
+    hold.leave()
+    assert capacity.free == 1

@@ -181,3 +181,49 @@ async def test_a_lent_out_seat_is_not_taken_back_by_a_request(
         assert looptime == pytest.approx(1)
         holder.leave()
     assert seat.taken
+
+
+async def test_seat_of_a_capacity_not_lending_in_flight_is_kept_while_the_request_waits_for_a_slot(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # E.g. the timers' hands: they bound the calls waiting for the API, so they are kept for the slot too.
+    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+    kmock['get /slow'] << (lambda: asyncio.sleep(1)) << {'slow': True}
+    kmock['get /api'] << {'ok': True}
+    busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
+    await asyncio.sleep(0)
+    capacity: Capacity[object] = Capacity(1, lending_delay=0, lending_in_flight=False, reserve=1)
+    seat = Hold(capacity)
+    await seat.__aenter__()
+    other, times = _newcomer(capacity, looptime, keep=0.5)
+    await api.request('GET', '/api', settings=settings, vault=vault, seat=seat)
+    await busy
+    assert not times
+    assert looptime == pytest.approx(1)
+    assert seat.taken and capacity.reserved == 0
+    seat.leave()
+    await other
+
+
+async def test_seat_lent_from_the_reserve_is_taken_back_when_the_request_is_cancelled_in_the_slot_wait(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+    kmock['get /slow'] << (lambda: asyncio.sleep(10)) << {'slow': True}
+    busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
+    await asyncio.sleep(0)
+    capacity: Capacity[object] = Capacity(1, lending_delay=0.05, reserve=1)
+    seat = Hold(capacity)
+    await seat.__aenter__()
+    other, times = _newcomer(capacity, looptime, keep=0.5)
+    waiting = asyncio.create_task(api.request('GET', '/api', settings=settings, vault=vault, seat=seat))
+    await asyncio.sleep(0.2)
+    assert times == [pytest.approx(0.05)]  # lent from the reserve while waiting for the slot
+    assert capacity.reserved == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert looptime == pytest.approx(0.55)  # the seat was taken back when the newcomer left it
+    assert seat.taken and capacity.reserved == 0
+    busy.cancel()
+    await asyncio.gather(busy, other, return_exceptions=True)
