@@ -384,14 +384,14 @@ async def test_ceding_of_a_unit_not_taken_does_nothing(looptime: float) -> None:
 
 
 
-async def test_spare_ceding_lends_to_newcomers_within_the_reserve(looptime: float) -> None:
+async def test_ceding_lends_to_newcomers_within_the_reserve_after_the_lending_delay(looptime: float) -> None:
     capacity = Capacity(2, reserve=1)
     entered: list[tuple[float, str]] = []
     waiting = asyncio.Event()  # e.g. a request slot, which the ceding holders wait for
 
     async def ceding(name: str) -> None:
         async with capacity.hold() as hold:
-            async with hold.ceding(spare=True):
+            async with hold.ceding():
                 entered.append((asyncio.get_running_loop().time(), name))
                 await waiting.wait()
             assert hold.taken
@@ -430,7 +430,7 @@ async def test_ceding_to_a_returning_holder_takes_nothing_from_the_reserve(loopt
     await asyncio.sleep(0)
     async with capacity.hold() as hold:
         await asyncio.sleep(1.5)  # the returning one waits since 1 s
-        async with hold.ceding(spare=True):
+        async with hold.ceding():
             assert not hold.taken
             await asyncio.sleep(1)
         assert hold.taken
@@ -444,14 +444,14 @@ async def test_a_negative_reserve_is_an_error(reserve: int) -> None:
         Capacity(1, reserve=reserve)
 
 
-async def test_a_spare_ceding_cancelled_while_lent_gives_the_reserve_back_and_takes_the_unit_back(
+async def test_a_ceding_cancelled_while_lent_gives_the_reserve_back_and_takes_the_unit_back(
         looptime: float) -> None:
     capacity = Capacity(1, reserve=1, lending_delay=0.05)
     hold = capacity.hold()
     await hold.__aenter__()
 
     async def ceding() -> None:
-        async with hold.ceding(spare=True):
+        async with hold.ceding():
             await asyncio.sleep(10)  # e.g. waiting for a request slot, then cancelled (the operator exits)
 
     async def newcomer() -> None:

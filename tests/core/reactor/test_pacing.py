@@ -183,7 +183,7 @@ async def test_the_reserve_lets_in_nine_objects_per_seat_while_the_seated_ones_w
         nonlocal seated
         async with pacer.seat() as seat:
             seated += 1
-            async with seat.ceding(spare=True):
+            async with seat.ceding():
                 await waiting.wait()
 
     tasks = [asyncio.create_task(object_processing()) for _ in range(30)]

@@ -289,7 +289,7 @@ async def _fetch_with(
     got_slot = slots.take_nowait()
     # Waiting for a slot, the seat goes to a returning holder that waits for one (if any), or to anyone after
     # the lending delay within the pacer's reserve; taken back after the request (its slot given back first).
-    ceding = lender.ceding(spare=True) if lender is not None and not got_slot else None
+    ceding = lender.ceding() if lender is not None and not got_slot else None
     async with ceding if ceding is not None else _NOT_LENDING:
         if not got_slot:
             await slots.take()

@@ -85,7 +85,7 @@ class Capacity(Generic[_T]):
         self._free = limit  # negative while the units taken back at once are beyond the limit
         self._lending_delay = lending_delay
         self._lending_in_flight = lending_in_flight
-        self._reserve = reserve  # how many units may be lent to anyone by the (spare) ceding holders at most
+        self._reserve = reserve  # how many units may be lent to anyone by the ceding holders at most
         self._reserved = 0  # how many are lent so now
         self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
         self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
@@ -315,17 +315,17 @@ class Hold:
         """
         return Lending(self, delay)
 
-    def ceding(self, spare: bool = False) -> 'Ceding':
+    def ceding(self) -> 'Ceding':
         """
         Cede the unit to a returning holder that waits for one now (if any) while in the context.
 
         Unlike :meth:`lending`, no newcomer gets the unit: only a holder already in hand, which would
         otherwise wait for this one to finish its wait (e.g. for a request slot). It is taken back on
-        exiting, as by :meth:`lending`. If nobody returning waits and ``spare`` (e.g. the wait is for a busy
-        API server), the unit is lent to anyone after the capacity's lending delay if its ``reserve`` allows
-        then: so there are up to that many more holders in hand to wait for it too, not more.
+        exiting, as by :meth:`lending`. If nobody returning waits, the unit is lent to anyone after the
+        capacity's lending delay if its ``reserve`` allows then (none by default): so there are up to that
+        many more holders in hand to wait for it too (e.g. for a busy API server), not more.
         """
-        return Ceding(self, spare)
+        return Ceding(self)
 
     def lend_later(self) -> None:
         """Lend the unit after the capacity's lending delay (at once if 0), until :meth:`take_back`."""
@@ -417,14 +417,14 @@ class Ceding:
     """
     One ceding of a hold's unit in a context (:meth:`Hold.ceding`): the holder waits to take it back.
 
-    A spare one lends the unit to anyone after the capacity's lending delay, if its reserve allows then.
+    If nobody returning waits, the unit is lent to anyone after the capacity's lending delay, if its reserve
+    allows then.
     """
 
-    __slots__ = ('_ceded', '_hold', '_pending', '_reserved', '_spare', '_timer')
+    __slots__ = ('_ceded', '_hold', '_pending', '_reserved', '_timer')
 
-    def __init__(self, hold: Hold, spare: bool) -> None:
+    def __init__(self, hold: Hold) -> None:
         self._hold = hold
-        self._spare = spare
         self._ceded = False
         self._reserved = False
         self._pending = False  # in the capacity's alarms, or a timer of its own, for the reserve's lending
@@ -438,7 +438,7 @@ class Ceding:
         if capacity._cede():
             hold._taken = False
             self._ceded = True
-        elif self._spare and capacity._reserve > 0 and not capacity._closed:
+        elif capacity._reserve > 0 and not capacity._closed:
             delay = capacity._lending_delay
             if delay > 0:
                 loop = asyncio.get_running_loop()

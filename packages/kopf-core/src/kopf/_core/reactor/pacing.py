@@ -91,7 +91,7 @@ class Pacer(capacity.Capacity[object]):  # nothing is queued: the processing's o
         return Seat(self)
 
     def gauges(self) -> Iterator[tuple[str, dict[str, str], float]]:
-        """The seats taken (by the objects in the framework's own steps) and free: read when scraped."""
+        """The seats taken (by the objects in the framework's own steps) and free; the reserve used."""
         free = self.free  # negative while the returning holders have taken theirs back beyond the limit
         yield 'kopf_processing_seats', {'state': 'taken'}, float(self.limit - free)
         yield 'kopf_processing_seats', {'state': 'free'}, float(max(free, 0))
