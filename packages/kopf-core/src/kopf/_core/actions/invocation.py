@@ -146,15 +146,15 @@ class RunningCall:
         return f'<{type(self).__name__} {self.description!r}>'
 
 
-# The sync calls being run by the threads now (of all lanes and executors): for the operator's exit.
-_running: set[RunningCall] = set()
-_running_lock = threading.Lock()
+# The sync calls being run by the threads now (of all lanes and executors), by the threads' identities: for
+# the operator's exit. Each thread sets and removes only its own entry, one call at a time: a dict's item
+# assignment and removal are atomic, so no lock for every call; a copy of the dict is atomic too.
+_running: dict[int, tuple['_Call', float]] = {}
 
 
 def running_sync_calls() -> list[RunningCall]:
     """The sync calls that run in the threads now (and cannot be interrupted), the longest-running first."""
-    with _running_lock:
-        calls = list(_running)
+    calls = [RunningCall(call.description, call.fn, started) for call, started in dict(_running).values()]
     return sorted(calls, key=lambda call: call.started)
 
 
@@ -230,12 +230,11 @@ class _Lane:
                     raise
 
     def _run(self) -> None:
+        thread = threading.get_ident()
         call = self._take(finished=False)
         while call is not None:
             if not call.cancelled:
-                running = RunningCall(call.description, call.fn, time.monotonic())
-                with _running_lock:
-                    _running.add(running)
+                _running[thread] = (call, time.monotonic())
                 try:
                     result = call.context.run(call.fn, **call.kwargs)
                 except BaseException as e:
@@ -243,8 +242,7 @@ class _Lane:
                 else:
                     call.inbox.put(call.waiter, result, None)
                 finally:
-                    with _running_lock:
-                        _running.discard(running)
+                    del _running[thread]
             call = None  # do not keep the call's objects while waiting for the next one
             call = self._take(finished=True)
 
