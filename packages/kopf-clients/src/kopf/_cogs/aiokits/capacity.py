@@ -213,6 +213,18 @@ class Capacity(Generic[_T]):
                 return True
         return False
 
+    def _lend_later(self, lender: 'Hold | Lending | Ceding', delay: float) -> asyncio.TimerHandle | None:
+        """
+        Call the lender's ``_lend_out()`` after the delay: by the shared alarms, or by a timer of its own.
+
+        The timer (returned, to be cancelled) is only for a delay out of the alarms' order (e.g. changed
+        meanwhile); otherwise, the lender is discarded from :attr:`_lendings` to cancel it.
+        """
+        loop = asyncio.get_running_loop()
+        if self._lendings.add(lender, loop.time() + delay):
+            return None
+        return loop.call_later(delay, lender._lend_out)
+
     def close(self) -> None:
         """No more grants and lendings: the queued items are forgotten, the delayed lendings are not done."""
         self._closed = True
@@ -334,10 +346,8 @@ class Hold:
             return
         delay = capacity._lending_delay
         if delay > 0:
-            loop = asyncio.get_running_loop()
-            self._lent = True
-            if not capacity._lendings.add(self, loop.time() + delay):
-                self._lent = loop.call_later(delay, self._lend_out)  # out of the order of the others
+            timer = capacity._lend_later(self, delay)
+            self._lent = True if timer is None else timer
         else:
             self.leave()
 
@@ -387,9 +397,7 @@ class Lending:
             if capacity._closed:
                 return
             self._lent = True
-            loop = asyncio.get_running_loop()
-            if not capacity._lendings.add(self, loop.time() + delay):
-                self._timer = loop.call_later(delay, hold.leave)  # out of the order of the other lendings
+            self._timer = capacity._lend_later(self, delay)
         else:
             self._lent = True
             hold.leave()
@@ -441,10 +449,8 @@ class Ceding:
         elif capacity._reserve > 0 and not capacity._closed:
             delay = capacity._lending_delay
             if delay > 0:
-                loop = asyncio.get_running_loop()
                 self._pending = True
-                if not capacity._lendings.add(self, loop.time() + delay):
-                    self._timer = loop.call_later(delay, self._lend_out)  # out of the order of the others
+                self._timer = capacity._lend_later(self, delay)
             else:
                 self._lend_out()
 

@@ -10,23 +10,22 @@ and the first objects are finished only when the last ones are.
 So the processing of an object takes a seat (one of ``settings.queueing.processing_seats``, shared by all
 the resources of the operator) for its own steps: parsing, detecting the causes, storing the progress,
 and sending the API requests. The handlers, the sleeps, and the waits for the API server are not the
-framework's steps: while they last, the seat can be lent to another object (see :meth:`Seat.lending`):
-at once for the sleeps and the retries' backoffs, and only after a short while for the handlers and the
-requests in flight (``settings.execution.lending_delay``), so that the quick ones (most of them) keep
-the seat and the object is finished without more waiting. A request lends the seat only once it has
-its request slot (see :func:`kopf._clients.api.request`), so the objects in the framework's hands are
-at most the seats plus the client's request slots (and those in the handlers). While it waits for
-a slot (all are taken: the API server is slower than the framework), it cedes the seat at once to an
-object back from its request or handler, if one waits for a seat: the objects waiting for the API
-server do not keep those that could go on; and if it waits longer than the lending delay, it lends
-the seat to a new object, but only within the pacer's reserve (:data:`RESERVE_PER_SEAT` new objects
-per seat at most): so on a busy API server, up to ten times as many objects are prepared and wait for
-the slots, and the server gets the next request as soon as it takes one (as if there were more seats),
-while on a fast one (the slots are free soon) the seats stay as few as configured.
-Those who return from a handler, a sleep or a request take the next free seat before any new object,
-so that the started objects are finished first and the new ones are started only when there is a free
-seat. The seats are the units of a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers' calls
-in the framework's hands are.
+framework's steps: while they last, the seat can be lent to another object (see :meth:`Seat.lending`): at
+once for the sleeps and the retries' backoffs, and only after a short while for the handlers and the
+requests in flight (``settings.execution.lending_delay``), so that the quick ones (most of them) keep the
+seat and the object is finished without more waiting. A request lends the seat in flight only once it has
+its request slot (see :func:`kopf._clients.api.request`), so the objects in the framework's hands are at
+most the seats plus the client's request slots (and those in the handlers), plus the reserve below. While
+it waits for a slot (all are taken: the API server is slower than the framework), it cedes the seat at
+once to an object back from its request or handler, if one waits for a seat: the objects waiting for the
+API server do not keep those that could go on; and if it waits longer than the lending delay, it lends the
+seat to a new object, but only within the pacer's reserve (:data:`RESERVE_PER_SEAT` new objects per seat
+at most): so on a busy API server, up to ten times as many objects are prepared and wait for the slots,
+and the server gets the next request as soon as it takes one (as if there were more seats), while on a
+fast one (the slots are free soon) the seats stay as few as configured. Those who return from a handler, a
+sleep or a request take the next free seat before any new object, so that the started objects are finished
+first and the new ones are started only when there is a free seat. The seats are the units of a
+:class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers' calls in the framework's hands are.
 
 This is not a limit on how many objects can be handled in parallel (that is ``settings.queueing.
 worker_limit``, unlimited by default): the slow handlers of all objects run concurrently anyway.
