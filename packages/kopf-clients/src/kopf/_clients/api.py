@@ -40,7 +40,7 @@ from kopf._clients import auth, errors
 from kopf._clients.connections import NetworkError, Response, StreamedResponse, Timeouts
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits.backoffs import BackoffsSpec, iter_backoffs
-from kopf._cogs.aiokits.capacity import OWN_LENDING_DELAY, Hold
+from kopf._cogs.aiokits.capacity import OWN_LENDING_DELAY, Ceding, Hold
 from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.helpers import jsons, metering, tracing
 from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
@@ -286,12 +286,15 @@ async def _fetch_with(
     """
     slots = context.slots
     lender = seat if seat is not None and seat.capacity.lending_in_flight else None
-    got_slot = slots.take_nowait()
     # Waiting for a slot, the seat goes to a returning holder that waits for one (if any), or to anyone after
     # the lending delay within the pacer's reserve; taken back after the request (its slot given back first).
-    ceding = lender.ceding() if lender is not None and not got_slot else None
-    async with ceding if ceding is not None else _NOT_LENDING:
-        if not got_slot:
+    # Not `async with`: no context to enter and exit for the usual requests, which get a slot at once.
+    ceding: Ceding | None = None
+    try:
+        if not slots.take_nowait():
+            if lender is not None:
+                ceding = lender.ceding()
+                await ceding.__aenter__()  # never suspends
             await slots.take()
             if ceding is not None:
                 ceding.stop()  # in flight, it is lent as usual (if not lent already)
@@ -311,6 +314,9 @@ async def _fetch_with(
                 slots.give()
             if meters is not None:  # the request's own time, not the wait for the seat
                 _measure(meters, method, path, response.status, time.monotonic() - started)
+    finally:
+        if ceding is not None:
+            await ceding.__aexit__(None, None, None)  # the seat taken back, waiting for it if lent out
     if response.status >= 400:
         text = response.body.decode('utf-8', errors='replace')
         raise errors.error_of_response(response.status, text, method=method, url=response.url,
