@@ -218,6 +218,7 @@ def test_seats_and_lending_delay_defaults():
     # Beyond Kopf: the bounds of the framework's own work (see ARCHITECTURE.md, "How work is bounded").
     settings = OperatorSettings()
     assert settings.queueing.processing_seats == 100
+    assert settings.queueing.processing_reserve is None  # 9 per seat
     assert settings.background.timer_seats == 400
     assert settings.execution.lending_delay == 0.05
 
@@ -225,6 +226,9 @@ def test_seats_and_lending_delay_defaults():
 @pytest.mark.parametrize('section, name, value', [
     ('queueing', 'processing_seats', 1),
     ('queueing', 'processing_seats', 10_000),
+    ('queueing', 'processing_reserve', 0),
+    ('queueing', 'processing_reserve', 5_000),
+    ('queueing', 'processing_reserve', None),
     ('background', 'timer_seats', 1),
     ('execution', 'lending_delay', 0),
     ('execution', 'lending_delay', 2),
@@ -238,6 +242,7 @@ def test_seats_and_lending_delay_accept_good_values(section, name, value):
 
 SEATS_MESSAGE = 'settings.{}.{} must be a positive integer, got {}.'
 DELAY_MESSAGE = 'settings.{}.{} must be a number of seconds, 0 or more, got {}.'
+RESERVE_MESSAGE = 'settings.{}.{} must be an integer, 0 or more, or None for 9 per seat; got {}.'
 
 
 @pytest.mark.parametrize('section, name, value, message', [
@@ -246,6 +251,10 @@ DELAY_MESSAGE = 'settings.{}.{} must be a number of seconds, 0 or more, got {}.'
     ('queueing', 'processing_seats', 2.5, SEATS_MESSAGE),
     ('queueing', 'processing_seats', None, SEATS_MESSAGE),
     ('queueing', 'processing_seats', True, SEATS_MESSAGE),
+    ('queueing', 'processing_reserve', -1, RESERVE_MESSAGE),
+    ('queueing', 'processing_reserve', 2.5, RESERVE_MESSAGE),
+    ('queueing', 'processing_reserve', False, RESERVE_MESSAGE),
+    ('queueing', 'processing_reserve', '900', RESERVE_MESSAGE),
     ('background', 'timer_seats', 0, SEATS_MESSAGE),
     ('background', 'timer_seats', '400', SEATS_MESSAGE),
     ('execution', 'lending_delay', -0.1, DELAY_MESSAGE),

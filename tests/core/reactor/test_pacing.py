@@ -7,7 +7,9 @@ import asyncio
 
 import pytest
 
+from kopf._core.intents.configuration import OperatorSettings
 from kopf._core.reactor.pacing import Pacer
+from kopf._core.reactor.running import make_pacer
 
 pytestmark = pytest.mark.looptime
 
@@ -172,10 +174,11 @@ async def test_cancelled_waiters_leave_the_queue_and_pass_the_seat_on() -> None:
     assert pacer.waiting == 0
 
 
-async def test_the_reserve_lets_in_nine_objects_per_seat_while_the_seated_ones_wait_for_the_api(
-        looptime: float) -> None:
-    pacer = Pacer(2)
-    assert pacer.reserve == 18
+@pytest.mark.parametrize('reserve, expected', [(None, 18), (0, 0), (3, 3)])
+async def test_the_reserve_lets_in_nine_objects_per_seat_or_as_set_while_the_seated_ones_wait_for_the_api(
+        looptime: float, reserve: int | None, expected: int) -> None:
+    pacer = Pacer(2, reserve=reserve)
+    assert pacer.reserve == expected
     waiting = asyncio.Event()  # e.g. the API client's request slots, all taken
     seated = 0
 
@@ -191,11 +194,23 @@ async def test_the_reserve_lets_in_nine_objects_per_seat_while_the_seated_ones_w
     assert seated == 2  # the seats are lent only after the lending delay, as in flight
     await asyncio.sleep(1)
     gauges = {(name, tuple(labels.items())): value for name, labels, value in pacer.gauges()}
-    assert seated == 20  # 2 seats + 18 from the reserve, not all 30
-    assert gauges[('kopf_processing_reserve_used', ())] == 18
+    assert seated == 2 + expected  # by default, 2 seats + 18 from the reserve, not all 30
+    assert gauges[('kopf_processing_reserve_used', ())] == expected
     assert gauges[('kopf_processing_seats', (('state', 'taken'),))] == 2
     waiting.set()
     await asyncio.gather(*tasks)
     assert seated == 30
     assert pacer.reserved == 0
     assert pacer.free == 2
+
+
+async def test_the_operators_pacer_takes_its_seats_and_reserve_from_the_settings() -> None:
+    settings = OperatorSettings()
+    pacer = make_pacer(settings)
+    assert (pacer.seats, pacer.reserve) == (100, 900)  # 9 per seat by default
+    settings.queueing.processing_seats = 10
+    settings.queueing.processing_reserve = 0
+    pacer = make_pacer(settings)
+    assert (pacer.seats, pacer.reserve) == (10, 0)
+    settings.queueing.processing_reserve = 25
+    assert make_pacer(settings).reserve == 25

@@ -18,6 +18,7 @@ from kopf._cogs.configs.networking import NetworkingSettings, WatchingSettings
 from kopf._core.persistence import diffbase, progress
 
 __all__ = [
+    'RESERVE_PER_SEAT',
     'AdmissionSettings',
     'BackgroundSettings',
     'BatchingSettings',
@@ -39,6 +40,16 @@ __all__ = [
 def _check_positive_integer(path: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f'{path} must be a positive integer, got {value!r}.')
+
+
+# The processing's reserve per seat when ``settings.queueing.processing_reserve`` is None (see the pacing).
+RESERVE_PER_SEAT = 9
+
+
+def _check_reserve(path: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f'{path} must be an integer, 0 or more, '
+                         f'or None for {RESERVE_PER_SEAT} per seat; got {value!r}.')
 
 
 def _check_delay(path: str, value: Any) -> None:
@@ -256,6 +267,7 @@ class QueueingSettings(_CheckedFields):
     _section: ClassVar[str] = 'queueing'
     _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
         'processing_seats': _check_positive_integer,
+        'processing_reserve': _check_reserve,
     }
 
     worker_limit: int | None = None
@@ -283,6 +295,18 @@ class QueueingSettings(_CheckedFields):
     at once), the object lends its seat to another one. So this bounds the memory and the CPU's work of the
     bursts (e.g. the initial listing of thousands of objects), not the handlers' concurrency (that is
     ``worker_limit``) nor the API's (the client's request slots). Those returning go before the new ones.
+    """
+
+    processing_reserve: int | None = None
+    """
+    How many more objects may be let in beyond the seats while the seated ones wait for the API (beyond Kopf).
+
+    When the API client's request slots are all taken (a busy API server), an object whose request waits for
+    one lends its seat to a new object after ``settings.execution.lending_delay``, but only within this
+    reserve: the objects let in are prepared and wait for the slots too, so the server always has the next
+    request at hand. More objects in hand cost memory at the peak (their bodies, patches, causes). ``None``:
+    9 per seat (900 with the default seats); ``0``: never more objects in hand than the seats (and those in
+    flight); on a fast API server, the reserve is not used at all (``kopf_processing_reserve_used``).
     """
 
     @property

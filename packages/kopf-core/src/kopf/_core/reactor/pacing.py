@@ -19,13 +19,14 @@ most the seats plus the client's request slots (and those in the handlers), plus
 it waits for a slot (all are taken: the API server is slower than the framework), it cedes the seat at
 once to an object back from its request or handler, if one waits for a seat: the objects waiting for the
 API server do not keep those that could go on; and if it waits longer than the lending delay, it lends the
-seat to a new object, but only within the pacer's reserve (:data:`RESERVE_PER_SEAT` new objects per seat
-at most): so on a busy API server, up to ten times as many objects are prepared and wait for the slots,
-and the server gets the next request as soon as it takes one (as if there were more seats), while on a
-fast one (the slots are free soon) the seats stay as few as configured. Those who return from a handler, a
-sleep or a request take the next free seat before any new object, so that the started objects are finished
-first and the new ones are started only when there is a free seat. The seats are the units of a
-:class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers' calls in the framework's hands are.
+seat to a new object, but only within the pacer's reserve (``settings.queueing.processing_reserve``,
+:data:`RESERVE_PER_SEAT` new objects per seat by default): so on a busy API server, up to ten times as many
+objects are prepared and wait for the slots, and the server gets the next request as soon as it takes one
+(as if there were more seats), while on a fast one (the slots are free soon) the seats stay as few as
+configured. Those who return from a handler, a sleep or a request take the next free seat before any new
+object, so that the started objects are finished first and the new ones are started only when there is a
+free seat. The seats are the units of a :class:`kopf._cogs.aiokits.capacity.Capacity`, as the timers'
+calls in the framework's hands are.
 
 This is not a limit on how many objects can be handled in parallel (that is ``settings.queueing.
 worker_limit``, unlimited by default): the slow handlers of all objects run concurrently anyway.
@@ -44,6 +45,7 @@ benchmarks/README.md, "Figures cited by the code").
 from collections.abc import Iterator
 
 from kopf._cogs.aiokits import capacity
+from kopf._core.intents import configuration
 from kopf._core.intents.configuration import QueueingSettings
 
 __all__ = ['DEFAULT_SEATS', 'LENDING_DELAY', 'Pacer', 'Seat']
@@ -58,9 +60,9 @@ DEFAULT_SEATS: int = QueueingSettings.processing_seats
 LENDING_DELAY: float = capacity.OWN_LENDING_DELAY
 
 
-# How many new objects per seat may be let in while the seated ones wait for the API client's request
-# slots (all taken: a busy API server), at most: prepared, they wait for the slots too (see above).
-RESERVE_PER_SEAT = 9
+# How many new objects per seat may be let in (by default) while the seated ones wait for the API client's
+# request slots (all taken: a busy API server), at most: prepared, they wait for the slots too (see above).
+RESERVE_PER_SEAT: int = configuration.RESERVE_PER_SEAT
 
 # One processing's place in the pacer: taken at the start, released at the end, lent in between.
 Seat = capacity.Hold
@@ -75,11 +77,12 @@ class Pacer(capacity.Capacity[object]):  # nothing is queued: the processing's o
     """
 
     def __init__(self, seats: int | None = None, *,
-                 lending_delay: float = capacity.DEFAULT_LENDING_DELAY) -> None:
+                 lending_delay: float = capacity.DEFAULT_LENDING_DELAY, reserve: int | None = None) -> None:
         seats = DEFAULT_SEATS if seats is None else seats
         if seats < 1:
             raise ValueError(f'The pacer needs at least one seat, got {seats!r}.')
-        super().__init__(seats, lending_delay=lending_delay, reserve=RESERVE_PER_SEAT * seats)
+        reserve = RESERVE_PER_SEAT * seats if reserve is None else reserve  # None: as many per seat
+        super().__init__(seats, lending_delay=lending_delay, reserve=reserve)
 
     @property
     def seats(self) -> int:

@@ -311,7 +311,8 @@ async def run_tasks(
 
 def make_pacer(settings: OperatorSettings) -> pacing.Pacer:
     """The seats of the processing of all the operator's objects, as the settings say (see the pacing)."""
-    return pacing.Pacer(settings.queueing.processing_seats, lending_delay=settings.execution.lending_delay)
+    return pacing.Pacer(settings.queueing.processing_seats, lending_delay=settings.execution.lending_delay,
+                        reserve=settings.queueing.processing_reserve)
 
 
 def make_indexer(
