@@ -16,7 +16,11 @@ down 50x). A cut of 1-2% of the per-object work is invisible in both. This gauge
 
 The phases: ``delete`` (a MODIFIED event of an object marked for deletion with our finalizer: the handler,
 then the finalizer's removal) and ``create`` (a listed object never handled: the finalizer, the handler,
-the diff-base and the result).
+the diff-base and the result); for the timers (#39's target 2), ``tick`` (one object's timer called again
+and again with ``interval`` ~0: the scheduler's wake-up, the call's task, the handler's call, its status
+patch) and ``echo`` (the watch-events of the timers' own patches, one per tick: an object with only a timer,
+whose events need no worker, shown to the spawning engine by the queueing's ``Forgetter``; no requests).
+Per processed event; for ``tick``, per tick.
 
 Usage (valgrind must be installed; each Python must have this project installed, e.g. a venv copy)::
 
@@ -60,9 +64,17 @@ def make_body(index: int, *, deleted: bool) -> dict[str, Any]:
     return body
 
 
-def serve(port: int) -> None:
+def make_ticking_body(index: int, version: int = 12345) -> dict[str, Any]:
+    """An object of a resource with only a timer: as stored once the finalizer is added (and ticked)."""
+    body = make_body(index, deleted=False)
+    body['metadata'].update(finalizers=['kopf.zalando.org/KopfFinalizerMarker'], resourceVersion=str(version))
+    body['status'] = {'tick': version}
+    return body
+
+
+def serve(port: int, phase: str) -> None:
     """The canned HTTP/1.1 server: the same 200 response with an object's JSON to every request."""
-    payload = json.dumps(make_body(0, deleted=True)).encode()
+    payload = json.dumps(make_ticking_body(0) if phase == 'tick' else make_body(0, deleted=True)).encode()
     response = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' % (
         len(payload), payload)
 
@@ -89,8 +101,78 @@ def serve(port: int) -> None:
     asyncio.run(main())
 
 
+def drive_timers(port: int, count: int, phase: str, sync: bool) -> None:
+    """
+    ``tick``: one object's timer called ``count`` times in a row; ``echo``: ``count`` events of the object.
+
+    For ``tick``, the timer's interval is ~0, so every next call is due as soon as the previous one ends: the
+    calls go one after another through the scheduler as in an operator (its wake-up, the hands, the task),
+    with nothing else in the loop. For ``echo``, the timer is never due (in the run).
+    """
+    import kopf
+    from kopf._clients.vault import Vault
+    from kopf._cogs.structs.credentials import ConnectionInfo, VaultKey
+    from kopf._cogs.structs.references import Resource
+    from kopf._core.engines.spawning import SpawningEngine
+    from kopf._core.reactor import pacing, processing
+    from kopf._core.reactor.contexts import Delivery, OperatorScope
+    from kopf._core.reactor.inventory import ResourceMemories
+
+    pacing.LENDING_DELAY = 1e6  # see the module's docs: no lending by the wall clock of valgrind
+    registry = kopf.OperatorRegistry()
+    resource = Resource('kopf.dev', 'v1', 'kopfexamples', namespaced=True, subresources=frozenset({'status'}))
+    ticking = phase == 'tick'
+    done: asyncio.Future[None] | None = None
+    ticks = 0
+
+    def tick(patch: kopf.Patch) -> None:  # in the loop's thread or in an executor's (sync)
+        nonlocal ticks
+        ticks += 1
+        patch.status['tick'] = ticks
+        if ticks == count and done is not None:
+            done.get_loop().call_soon_threadsafe(done.set_result, None)
+
+    options: dict[str, Any] = {'interval': 1e-9} if ticking else {'interval': 1e6, 'initial_delay': 1e6}
+    fn: Any
+    if sync:
+        def fn(patch: kopf.Patch, **_: Any) -> None:
+            tick(patch)
+    else:
+        async def fn(patch: kopf.Patch, **_: Any) -> None:
+            tick(patch)
+    kopf.timer('kopf.dev', 'v1', 'kopfexamples', registry=registry, **options)(fn)
+    settings = kopf.OperatorSettings()
+
+    async def main() -> None:
+        nonlocal done
+        done = asyncio.get_running_loop().create_future()
+        vault = Vault({VaultKey('main'): ConnectionInfo(server=f'http://127.0.0.1:{port}', token='x')})
+        spawner = SpawningEngine(registry=registry, settings=settings, vault=vault)
+        scope = OperatorScope(registry=registry, settings=settings, memories=ResourceMemories(), vault=vault,
+                              pacer=pacing.Pacer(), spawner=spawner)
+        try:
+            # The object as listed: its timer starts (no request: our finalizer is there already).
+            await processing.process_event(Delivery({'type': None, 'object': make_ticking_body(0)}, resource),
+                                           scope=scope)
+            if ticking:
+                await done
+            else:
+                for version in range(12346, 12346 + count):
+                    event: Any = {'type': 'MODIFIED', 'object': make_ticking_body(0, version)}
+                    if not processing.finish_unattended(raw_event=event, resource=resource, scope=scope):
+                        raise RuntimeError('The echo was not finished with no worker: the gauge is wrong.')
+        finally:
+            await spawner.shutdown()
+            await vault.close()
+
+    asyncio.run(main())
+
+
 def drive(port: int, count: int, phase: str, sync: bool, metrics: bool = False) -> None:
     """Process the events of ``count`` objects one by one, against the canned server (run under callgrind)."""
+    if phase in ('tick', 'echo'):
+        drive_timers(port, count, phase, sync)
+        return
     import kopf
     from kopf._cogs.structs.credentials import ConnectionInfo, VaultKey
     from kopf._cogs.structs.references import Resource
@@ -167,16 +249,16 @@ def free_port() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0] if __doc__ else None)
     parser.add_argument('--python', action='append', help='the Python(s) to measure (default: this one)')
-    parser.add_argument('--phase', choices=['delete', 'create'], default='delete')
+    parser.add_argument('--phase', choices=['delete', 'create', 'tick', 'echo'], default='delete')
     parser.add_argument('--sync', action='store_true', help='sync handlers (called in threads)')
     parser.add_argument('--events', default='300,1300', help='the two runs\' numbers of events')
     parser.add_argument('--metrics', action='store_true', help='with the framework\'s metrics on')
-    parser.add_argument('--serve', type=int, help=argparse.SUPPRESS)
+    parser.add_argument('--serve', nargs=2, help=argparse.SUPPRESS)
     parser.add_argument('--drive', nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.serve is not None:
-        serve(args.serve)
+        serve(int(args.serve[0]), args.serve[1])
         return
     if args.drive is not None:
         port, count, phase = args.drive
@@ -187,7 +269,7 @@ def main() -> None:
         sys.exit('valgrind is needed: e.g. `apt-get install valgrind`.')
     low, high = (int(value) for value in args.events.split(','))
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(HERE), '--serve', str(port)])
+    server = subprocess.Popen([sys.executable, str(HERE), '--serve', str(port), args.phase])
     try:
         for _ in range(100):  # until the server listens
             with socket.socket() as sock:

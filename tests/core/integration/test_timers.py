@@ -3,6 +3,7 @@ Timers (``@kopf.timer``) in whole operators against the emulator: schedules, res
 """
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -80,6 +81,31 @@ async def test_timer_sees_its_own_patches_and_stops_when_they_make_it_mismatch(
         await asyncio.sleep(0.2)  # a few intervals: no more calls
         assert seen == [0, 1, 2]
         assert cluster.status().get('count') == 3
+
+
+async def test_timer_filters_get_the_objects_logger_on_every_event(
+        registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
+        operator: Operator, eventually: Eventually, caplog: pytest.LogCaptureFixture) -> None:
+    # The filters are evaluated on every event of the object (e.g. the echoes of the timer's own patches);
+    # the logger is made for them only then (not for the unfiltered handlers): still the object's.
+    def logged(logger: kopf.Logger, status: kopf.Status, **_: Any) -> bool:
+        logger.info(f'Filtered at {status.get("count", 0)}.')
+        return True
+
+    @kopf.timer('kopfexamples', registry=registry, interval=0.05, when=logged)
+    async def counter(status: kopf.Status, patch: kopf.Patch, **_: Any) -> None:
+        patch.status['count'] = status.get('count', 0) + 1
+
+    def filtered() -> list[logging.LogRecord]:
+        return [record for record in caplog.records if record.getMessage().startswith('Filtered at ')]
+
+    async with operator(registry, settings):
+        await cluster.create('kex1')
+        await eventually(lambda: {'Filtered at 0.', 'Filtered at 1.', 'Filtered at 2.'} <=
+                                 {record.getMessage() for record in filtered()})
+    records = filtered()
+    assert {record.kopf_object_ref['name'] for record in records} == {'kex1'}  # type: ignore[attr-defined]
+    assert {record.kopf_object_prefix for record in records} == {'[default/kex1]'}  # type: ignore[attr-defined]
 
 
 async def test_timer_body_is_live_during_a_call_and_fresh_in_every_call(

@@ -86,16 +86,18 @@ class SpawningEngine:
             resource: Resource,
             raw_body: RawBody,
             gone: bool,
-            logger: Logger,
+            logger: Logger | None = None,
             received_at: float | None = None,
     ) -> bool:
         """
         React to an event of the object: remember its state, start or stop its daemons & timers.
 
-        ``received_at`` is when the event has arrived (the loop's time), if known: a new object's timers
-        count their ``initial_delay`` (and the idle ones their quiet period) from when the object became
-        visible to the operator, not from when its processing could start (e.g. the last of 10,000 listed
-        objects is processed seconds after the first).
+        ``logger`` is the object's, for the handlers' filters (made from the object's body if needed and
+        not given: usually it is not needed, e.g. for the echo of every timer's patch). ``received_at`` is
+        when the event has arrived (the loop's time), if known: a new object's timers count their
+        ``initial_delay`` (and the idle ones their quiet period) from when the object became visible to the
+        operator, not from when its processing could start (e.g. the last of 10,000 listed objects is
+        processed seconds after the first).
 
         Returns whether any of its daemons & timers that keep the object from deletion matches it now
         (i.e. whether our finalizer is needed while the object lives), so that nobody re-evaluates it.
@@ -176,8 +178,7 @@ class SpawningEngine:
         if not respawn:
             return
         for spawns in list(self._objects.values()):
-            logger = loggers.LocalObjectLogger(body=spawns.body, settings=self.settings)
-            self._respawn(spawns, logger=logger)
+            self._respawn(spawns, logger=None)
 
     async def disown(self, disowned: Callable[[str], bool]) -> None:
         """
@@ -247,14 +248,16 @@ class SpawningEngine:
         self._unfiltered[resource] = (handlers, unfiltered)
         return unfiltered
 
-    def _requires_finalizer(self, spawns: ObjectSpawns, *, logger: Logger) -> bool:
+    def _requires_finalizer(self, spawns: ObjectSpawns, *, logger: Logger | None) -> bool:
         return self.registry.spawning.requires_finalizer(self._make_cause(spawns, logger=logger))
 
-    def _make_cause(self, spawns: ObjectSpawns, *, logger: Logger) -> ResourceSpawningCause:
+    def _make_cause(self, spawns: ObjectSpawns, *, logger: Logger | None) -> ResourceSpawningCause:
+        if logger is None:
+            logger = loggers.LocalObjectLogger(body=spawns.body, settings=self.settings)
         return ResourceSpawningCause(resource=spawns.resource, body=spawns.transient_body(), logger=logger,
                                      patch=Patch(body=spawns.body), memo=spawns.memo, indices=self.indices)
 
-    def _respawn(self, spawns: ObjectSpawns, *, logger: Logger, since: float | None = None) -> bool:
+    def _respawn(self, spawns: ObjectSpawns, *, logger: Logger | None, since: float | None = None) -> bool:
         """
         Start the matching daemons & timers that do not run yet; stop those that do not match anymore.
 

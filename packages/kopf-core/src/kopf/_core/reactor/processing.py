@@ -338,8 +338,7 @@ def _show_to_spawner(
     being deleted, and our finalizer is as it must be (the same decision as in the cycle, not needed then).
     """
     requires_finalizer = spawner.process(memory=memory, resource=resource, raw_body=raw_body, gone=False,
-                                         received_at=received_at,
-                                         logger=loggers.LocalObjectLogger(body=raw_body, settings=settings))
+                                         received_at=received_at)  # the logger is made only if needed
     done = not finalizers.is_deletion_ongoing(raw_body) and cycles.finalizer_decision(
         raw_body, settings.persistence.finalizer, requires=requires_finalizer) is None
     return requires_finalizer, done
