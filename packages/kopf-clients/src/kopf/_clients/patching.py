@@ -107,6 +107,29 @@ async def patch_obj(
                               logger=logger if logger is not None else default_logger, seat=seat)
 
 
+async def merge_patch_endpoint(
+        *,
+        settings: ClientSettings,
+        vault: Vault,
+        resource: Resource,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        subresource: str | None = None,
+        logger: api.Logger | None = None,
+        seat: Hold | None = None,
+) -> RawBody | None:
+    """
+    Apply a JSON merge-patch as it is to one endpoint: the object's own (None) or a subresource (``status``).
+
+    For the parts that :func:`split_merge_patch` has made already (:func:`patch_obj` splits a whole patch):
+    one request, its patched object returned (None if the object does not exist).
+    """
+    return await _patch_parts([(subresource, patch)], content_type=MERGE_PATCH, settings=settings,
+                              vault=vault, resource=resource, namespace=namespace, name=name,
+                              logger=logger if logger is not None else default_logger, seat=seat)
+
+
 async def json_patch_obj(
         *,
         settings: ClientSettings,
