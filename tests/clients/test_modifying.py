@@ -177,3 +177,19 @@ async def test_delete_missing(kmock: kmock.RawHandler, settings: StandaloneClien
     result = await deleting.delete_obj(settings=settings, vault=vault, resource=WITH_STATUS,
                                        namespace='ns1', name='name1')
     assert result is None
+
+
+@pytest.mark.parametrize('resource, patch, main, status', [
+    (WITH_STATUS, {'spec': {'x': 1}}, {'spec': {'x': 1}}, {}),
+    (WITH_STATUS, {'status': {'y': 2}}, {}, {'status': {'y': 2}}),
+    (WITH_STATUS, {'spec': {'x': 1}, 'status': {'y': 2}}, {'spec': {'x': 1}}, {'status': {'y': 2}}),
+    (WITH_STATUS, {}, {}, {}),
+    (NO_STATUS, {'data': {'a': 'b'}, 'status': {'y': 2}}, {'data': {'a': 'b'}, 'status': {'y': 2}}, {}),
+    (NO_STATUS, {'status': {'y': 2}}, {'status': {'y': 2}}, {}),
+])
+def test_merge_patch_is_split_into_the_main_and_status_parts(
+        resource: Resource, patch: dict[str, object], main: dict[str, object], status: dict[str, object],
+) -> None:
+    result = patching.split_merge_patch(resource, patch)
+    assert result == (main, status)
+    assert result[0] is not patch and result[1] is not patch  # new dicts: the caller's patch is never shared

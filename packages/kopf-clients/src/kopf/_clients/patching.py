@@ -34,6 +34,8 @@ def split_merge_patch(
     """Split a merge-patch into the parts for the main endpoint and for ``/status`` (maybe empty)."""
     if 'status' not in resource.subresources or 'status' not in patch:
         return dict(patch), {}
+    if len(patch) == 1:  # the status alone: e.g. a timer's result, or the status part split already
+        return {}, {'status': patch['status']}
     main = {key: value for key, value in patch.items() if key != 'status'}
     return main, {'status': patch['status']}
 
@@ -104,29 +106,6 @@ async def patch_obj(
         parts.append(('status', status))
     return await _patch_parts(parts, content_type=MERGE_PATCH, settings=settings, vault=vault,
                               resource=resource, namespace=namespace, name=name,
-                              logger=logger if logger is not None else default_logger, seat=seat)
-
-
-async def merge_patch_endpoint(
-        *,
-        settings: ClientSettings,
-        vault: Vault,
-        resource: Resource,
-        namespace: str | None,
-        name: str,
-        patch: Mapping[str, Any],
-        subresource: str | None = None,
-        logger: api.Logger | None = None,
-        seat: Hold | None = None,
-) -> RawBody | None:
-    """
-    Apply a JSON merge-patch as it is to one endpoint: the object's own (None) or a subresource (``status``).
-
-    For the parts that :func:`split_merge_patch` has made already (:func:`patch_obj` splits a whole patch):
-    one request, its patched object returned (None if the object does not exist).
-    """
-    return await _patch_parts([(subresource, patch)], content_type=MERGE_PATCH, settings=settings,
-                              vault=vault, resource=resource, namespace=namespace, name=name,
                               logger=logger if logger is not None else default_logger, seat=seat)
 
 

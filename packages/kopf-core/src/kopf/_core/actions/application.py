@@ -5,10 +5,10 @@ Every caller (the change handling, the event-watching handlers, the daemons and 
 after the delays) accumulates its changes into one :class:`kopf.Patch` and hands it to
 :func:`apply_patch`, which sends it with as few requests as the API allows:
 
-* the merge-patch: the client's split (:func:`kopf._clients.patching.split_merge_patch`) decides which
-  part goes where: ``status`` to the ``/status`` endpoint if the resource has the status subresource (the
-  API ignores the status changes sent to the main endpoint then, and the other changes sent to ``/status``),
-  everything else to the main endpoint; the main part goes first; each part is sent to its endpoint as it is;
+* the merge-patch: the client (:mod:`kopf._clients.patching`) alone decides which part goes where:
+  ``status`` to the ``/status`` endpoint if the resource has the status subresource (the API ignores
+  the status changes sent to the main endpoint then, and the other changes sent to ``/status``),
+  everything else to the main endpoint; the main part goes first;
 * our finalizer: if the patch adds or removes it (as decided by :mod:`kopf._core.persistence.finalizers`),
   the main part is guarded by the object's ``resourceVersion``, so that the finalizers added by others
   meanwhile are never lost in the whole list; if the API rejects it (the object has changed),
@@ -35,7 +35,7 @@ from typing import Any
 
 from kopf._clients.errors import APIConflictError, APINotFoundError, APIUnprocessableEntityError
 from kopf._clients.fetching import read_obj
-from kopf._clients.patching import json_patch_obj, merge_patch_endpoint, split_merge_patch
+from kopf._clients.patching import json_patch_obj, patch_obj, split_merge_patch
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits.capacity import Hold
 from kopf._cogs.helpers.typedefs import Logger
@@ -134,13 +134,11 @@ class _Writer:
         return self._latest if self._latest is not None else _as_raw(self.original)
 
     async def merge_patch(self, part: Mapping[str, Any], *, subject: str) -> RawBody | None:
-        """Send a part of the split patch (see :func:`split_merge_patch`) to its endpoint as it is."""
         if self.logger.isEnabledFor(logging.DEBUG):  # the patches can be big; the debug logs are usually off
             self.logger.debug(f'Merge-patching the {subject} with: {part}')
-        patched = await merge_patch_endpoint(settings=self.settings, vault=self.vault, resource=self.resource,
-                                             namespace=self.namespace, name=self.name, patch=part,
-                                             subresource='status' if subject == 'status' else None,
-                                             logger=self.logger, seat=self.seat)
+        patched = await patch_obj(settings=self.settings, vault=self.vault, resource=self.resource,
+                                  namespace=self.namespace, name=self.name, patch=part, logger=self.logger,
+                                  seat=self.seat)
         return self._remember(patched)
 
     async def json_patch(self, operations: JSONPatch) -> RawBody | None:
@@ -180,11 +178,9 @@ class _Writer:
             rest['metadata'] = metadata
         self.logger.debug('The object has changed meanwhile; the finalizer is changed separately.')
 
-        fresh: RawBody | None = None
+        fresh: RawBody | None
         if rest or then:
-            for part, subject in [(rest, 'resource'), (then, 'status')]:
-                if part and (fresh := await self.merge_patch(part, subject=subject)) is None:
-                    break  # the object is gone
+            fresh = await self.merge_patch({**rest, **then}, subject='resource')
         else:
             fresh = await self._read()
         # Between the fresh state and the JSON-patch, the object can change again (e.g. other controllers
