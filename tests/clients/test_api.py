@@ -5,7 +5,7 @@ from typing import Any
 import kmock
 import pytest
 
-from kopf._clients import api, auth, errors
+from kopf._clients import api, errors
 from kopf._clients.connections import CannotConnect
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import StandaloneClientSettings
@@ -397,10 +397,27 @@ async def test_session_reused_per_credentials(kmock: kmock.RawHandler, settings:
     assert len({result['peer'] for result in results}) == 1
 
 
+async def test_concurrent_requests_are_limited_by_default(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault) -> None:
+    active: list[int] = [0]
+    peak: list[int] = [0]
+
+    async def slow(req: Any) -> dict[str, Any]:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        await asyncio.sleep(1)
+        active[0] -= 1
+        return {}
+
+    kmock['get /api'] << slow
+    assert settings.networking.max_concurrent_requests == 100
+    await asyncio.gather(*(api.request('GET', '/api', settings=settings, vault=vault) for _ in range(150)))
+    assert peak[0] == 100
+
+
 async def test_concurrent_requests_are_limited_and_reuse_the_connections(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 3)
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault) -> None:
+    settings.networking.max_concurrent_requests = 3
     active: list[int] = [0]
     peak: list[int] = [0]
 
@@ -418,10 +435,46 @@ async def test_concurrent_requests_are_limited_and_reuse_the_connections(
     assert len({result['peer'] for result in results}) == 3  # ...via 3 keep-alive connections only
 
 
+async def test_requests_limits_of_different_settings_are_kept_apart(
+        kmock: kmock.RawHandler, vault: Vault) -> None:
+    active: list[int] = [0]
+    peak: list[int] = [0]
+
+    async def slow(req: Any) -> dict[str, Any]:
+        active[0] += 1
+        peak[0] = max(peak[0], active[0])
+        await asyncio.sleep(1)
+        active[0] -= 1
+        return {}
+
+    kmock['get /api'] << slow
+    narrow, wide = StandaloneClientSettings(), StandaloneClientSettings()
+    narrow.networking.max_concurrent_requests = 2
+    wide.networking.max_concurrent_requests = 5
+    # The same credential, two operators' settings: each gets its own slots (a context of its own).
+    await asyncio.gather(*(api.request('GET', '/api', settings=narrow, vault=vault) for _ in range(10)))
+    assert peak[0] == 2
+    await asyncio.gather(*(api.request('GET', '/api', settings=wide, vault=vault) for _ in range(10)))
+    assert peak[0] == 5
+    peak[0] = 0
+    await asyncio.gather(*(api.request('GET', '/api', settings=settings, vault=vault)
+                           for settings in [narrow, wide] for _ in range(10)))
+    assert peak[0] == 2 + 5
+
+
+@pytest.mark.parametrize('value', [0, -1, 1.5, '10', None, True])
+def test_requests_limit_must_be_a_positive_integer(value: Any) -> None:
+    settings = StandaloneClientSettings()
+    with pytest.raises(ValueError) as err:
+        settings.networking.max_concurrent_requests = value
+    assert str(err.value) == (f'settings.networking.max_concurrent_requests must be a positive integer, '
+                              f'got {value!r}.')
+    assert settings.networking.max_concurrent_requests == 100
+
+
 async def test_streams_are_not_limited_by_the_requests_limit(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault) -> None:
+    settings.networking.max_concurrent_requests = 1
     kmock['get /stream'] << (b'hello\n', lambda: asyncio.sleep(10), b'world\n')
     kmock['get /api'] << {}
     async with (

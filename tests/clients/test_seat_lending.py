@@ -10,7 +10,7 @@ from typing import Any
 import kmock
 import pytest
 
-from kopf._clients import api, auth
+from kopf._clients import api
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits.capacity import Capacity, Hold
 from kopf._cogs.configs.networking import StandaloneClientSettings
@@ -73,9 +73,9 @@ async def test_seat_is_kept_during_a_quick_request(
 ])
 async def test_seat_is_lent_to_newcomers_while_the_request_waits_for_a_slot_only_from_the_reserve(
         kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
-        monkeypatch: pytest.MonkeyPatch, reserve: int, lending_delay: float, lent_at: float,
+        reserve: int, lending_delay: float, lent_at: float,
         back_at: float) -> None:
-    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+    settings.networking.max_concurrent_requests = 1
     kmock['get /slow'] << (lambda: asyncio.sleep(1)) << {'slow': True}
     kmock['get /api'] << {'ok': True}
     busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
@@ -99,8 +99,8 @@ async def test_seat_is_lent_to_newcomers_while_the_request_waits_for_a_slot_only
 ])
 async def test_seat_is_ceded_to_a_returning_holder_while_the_request_waits_for_a_slot(
         kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
-        monkeypatch: pytest.MonkeyPatch, request_at: float, ceded_at: float | None) -> None:
-    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+        request_at: float, ceded_at: float | None) -> None:
+    settings.networking.max_concurrent_requests = 1
     kmock['get /slow'] << (lambda: asyncio.sleep(1)) << {'slow': True}
     kmock['get /api'] << {'ok': True}
     busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
@@ -184,10 +184,9 @@ async def test_a_lent_out_seat_is_not_taken_back_by_a_request(
 
 
 async def test_seat_of_a_capacity_not_lending_in_flight_is_kept_while_the_request_waits_for_a_slot(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float) -> None:
     # E.g. the timers' hands: they bound the calls waiting for the API, so they are kept for the slot too.
-    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+    settings.networking.max_concurrent_requests = 1
     kmock['get /slow'] << (lambda: asyncio.sleep(1)) << {'slow': True}
     kmock['get /api'] << {'ok': True}
     busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
@@ -206,9 +205,8 @@ async def test_seat_of_a_capacity_not_lending_in_flight_is_kept_while_the_reques
 
 
 async def test_seat_lent_from_the_reserve_is_taken_back_when_the_request_is_cancelled_in_the_slot_wait(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auth, 'MAX_CONCURRENT_REQUESTS', 1)
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, looptime: float) -> None:
+    settings.networking.max_concurrent_requests = 1
     kmock['get /slow'] << (lambda: asyncio.sleep(10)) << {'slow': True}
     busy = asyncio.create_task(api.request('GET', '/slow', settings=settings, vault=vault))  # takes the slot
     await asyncio.sleep(0)

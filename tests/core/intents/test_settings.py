@@ -221,6 +221,7 @@ def test_seats_and_lending_delay_defaults():
     assert settings.queueing.processing_reserve is None  # 9 per seat
     assert settings.background.timer_seats == 400
     assert settings.execution.lending_delay == 0.05
+    assert settings.networking.max_concurrent_requests == 100  # per credential; as many as the seats
 
 
 @pytest.mark.parametrize('section, name, value', [
@@ -230,6 +231,8 @@ def test_seats_and_lending_delay_defaults():
     ('queueing', 'processing_reserve', 5_000),
     ('queueing', 'processing_reserve', None),
     ('background', 'timer_seats', 1),
+    ('networking', 'max_concurrent_requests', 1),
+    ('networking', 'max_concurrent_requests', 1_000),
     ('execution', 'lending_delay', 0),
     ('execution', 'lending_delay', 2),
     ('execution', 'lending_delay', 0.5),
@@ -257,6 +260,9 @@ RESERVE_MESSAGE = 'settings.{}.{} must be an integer, 0 or more, or None for 9 p
     ('queueing', 'processing_reserve', '900', RESERVE_MESSAGE),
     ('background', 'timer_seats', 0, SEATS_MESSAGE),
     ('background', 'timer_seats', '400', SEATS_MESSAGE),
+    ('networking', 'max_concurrent_requests', 0, SEATS_MESSAGE),
+    ('networking', 'max_concurrent_requests', None, SEATS_MESSAGE),
+    ('networking', 'max_concurrent_requests', 50.0, SEATS_MESSAGE),
     ('execution', 'lending_delay', -0.1, DELAY_MESSAGE),
     ('execution', 'lending_delay', float('nan'), DELAY_MESSAGE),
     ('execution', 'lending_delay', None, DELAY_MESSAGE),
@@ -275,5 +281,7 @@ def test_seats_and_lending_delay_are_checked_on_creation_too():
         QueueingSettings(processing_seats=0)
     with pytest.raises(ValueError, match=r'^settings.execution.lending_delay must be a number of seconds'):
         ExecutionSettings(lending_delay=-1)
+    with pytest.raises(ValueError, match=r'^settings.networking.max_concurrent_requests must be a positive'):
+        NetworkingSettings(max_concurrent_requests=0)
     assert ExecutionSettings(lending_delay=1) != ExecutionSettings(lending_delay=2)
     assert ExecutionSettings(lending_delay=1) == ExecutionSettings(lending_delay=1)

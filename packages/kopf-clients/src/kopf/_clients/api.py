@@ -71,19 +71,25 @@ _RETRIABLE_ERRORS: tuple[type[BaseException], ...] = (errors.APIError, LoginErro
 _NOT_LENDING: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
-def _make_context(info: KubeContext) -> auth.APIContext:
-    return auth.APIContext(info, trust_env=False)
-
-
-def _make_context_trusting_env(info: KubeContext) -> auth.APIContext:
-    return auth.APIContext(info, trust_env=True)
-
-
 def _context_factory(settings: ClientSettings) -> tuple[Callable[[KubeContext], auth.APIContext], str]:
     # Different settings must not share the same session: distinguish the cached objects by purpose.
-    if settings.networking.trust_env:
-        return _make_context_trusting_env, 'kopf-api-context(trust_env=True)'
-    return _make_context, 'kopf-api-context(trust_env=False)'
+    # Asked for every request: a lookup by the two values (not a cache of a function: a key tuple each time).
+    networking = settings.networking
+    trust_env = bool(networking.trust_env)
+    limit = networking.max_concurrent_requests
+    known = _CONTEXT_FACTORIES[trust_env].get(limit)
+    if known is None:
+        factory = functools.partial(auth.APIContext, trust_env=trust_env, max_concurrent_requests=limit)
+        purpose = f'kopf-api-context(trust_env={trust_env}, max_concurrent_requests={limit})'
+        known = _CONTEXT_FACTORIES[trust_env][limit] = (factory, purpose)
+    return known
+
+
+# The contexts' factories & purposes by trust_env & max_concurrent_requests: a few per process at most.
+_CONTEXT_FACTORIES: dict[bool, dict[int, tuple[Callable[[KubeContext], auth.APIContext], str]]] = {
+    False: {},
+    True: {},
+}
 
 
 def _request_timeout(settings: ClientSettings) -> Timeouts:

@@ -29,8 +29,7 @@ DEFAULT_USER_AGENT = 'kopf'
 # pooled connections they use: a burst of patches (e.g. a thousand objects at startup) then reuses
 # a few keep-alive connections instead of opening a thousand new ones (costly on both sides).
 # The API server processes them at its own pace anyway. The watch-streams are not limited.
-# As many as the processing's seats by default (``settings.queueing.processing_seats``), so that a seated
-# object does not also wait for a slot (a future and a wake-up more per request); also aiohttp's default
+# The default of ``settings.networking.max_concurrent_requests`` (see there); also aiohttp's default
 # limit of connections.
 MAX_CONCURRENT_REQUESTS = 100
 
@@ -181,7 +180,7 @@ class APIContext:
     The transport is the lean client's pool of keep-alive connections (:mod:`.connections`), or an
     aiohttp session (:mod:`.fallback`, imported only then) when a proxy is involved: explicitly in
     the credentials, or from the environment (``trust_env``). It is shared by all requests with
-    the same credential; the regular requests take a place in ``slots`` (:data:`MAX_CONCURRENT_REQUESTS`)
+    the same credential; the regular requests take a place in ``slots`` (``max_concurrent_requests``)
     for the time of the request, so they reuse the pooled connections instead of opening new ones
     in bursts. Timeouts are given per request.
     """
@@ -198,11 +197,12 @@ class APIContext:
             *,
             trust_env: bool = False,
             user_agent: str = DEFAULT_USER_AGENT,
+            max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS,
     ) -> None:
         super().__init__()
         self.server = info.server.rstrip('/')
         self.default_namespace = info.default_namespace
-        self.slots = RequestSlots(MAX_CONCURRENT_REQUESTS)
+        self.slots = RequestSlots(max_concurrent_requests)
         if isinstance(info, AiohttpSession):  # a custom aiohttp session: used as it is
             from kopf._clients import fallback  # aiohttp: only when needed (memory & start-up)
             self.proxy_url = None

@@ -5,10 +5,11 @@ They live here, at the bottom of the stack, so that the client can be used witho
 ``kopf.OperatorSettings`` in kopf-core composes them with its own sections.
 """
 import dataclasses
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Protocol
 
 from kopf._cogs.aiokits.backoffs import BackoffsSpec
+from kopf._cogs.configs.checks import CheckedFields, check_positive_integer
 
 __all__ = [
     'BackoffsSpec',
@@ -30,7 +31,12 @@ class SelectorMapping(dict[Any, Any]):
 
 
 @dataclasses.dataclass
-class NetworkingSettings:
+class NetworkingSettings(CheckedFields):
+    _section: ClassVar[str] = 'networking'
+    _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
+        'max_concurrent_requests': check_positive_integer,
+    }
+
     request_timeout: float | None = 5 * 60
     """How long a regular (non-watching) request may take in total, in seconds."""
 
@@ -45,6 +51,16 @@ class NetworkingSettings:
 
     trust_env: bool = False
     """Whether the HTTP client respects proxy environment variables and ~/.netrc."""
+
+    max_concurrent_requests: int = 100
+    """
+    How many regular requests can be in flight at once per credential (beyond Kopf); the rest wait in line.
+
+    The watch-streams are not counted. A burst of requests (e.g. thousands of objects at the start) then
+    reuses this many keep-alive connections at most, and the API server gets them at a pace it can serve;
+    a small or loaded server may serve fewer at once better. As many as the processing's seats by default
+    (``settings.queueing.processing_seats``), so that a seated object does not also wait for a slot.
+    """
 
 
 @dataclasses.dataclass

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from kopf._cogs.aiokits.backoffs import BackoffsSpec
 from kopf._cogs.aiokits.capacity import DEFAULT_LENDING_DELAY
+from kopf._cogs.configs.checks import CheckedFields, check_positive_integer
 from kopf._cogs.configs.networking import NetworkingSettings, WatchingSettings
 from kopf._core.persistence import diffbase, progress
 
@@ -37,11 +38,6 @@ __all__ = [
 ]
 
 
-def _check_positive_integer(path: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f'{path} must be a positive integer, got {value!r}.')
-
-
 # The processing's reserve per seat when ``settings.queueing.processing_reserve`` is None (see the pacing).
 RESERVE_PER_SEAT = 9
 
@@ -55,24 +51,6 @@ def _check_reserve(path: str, value: Any) -> None:
 def _check_delay(path: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:  # NaN too
         raise ValueError(f'{path} must be a number of seconds, 0 or more, got {value!r}.')
-
-
-class _CheckedFields:
-    """
-    A section whose fields in ``_checks`` are checked whenever they are set (on creation too).
-
-    A bad value fails right where it is set (e.g. in a startup handler) with a one-line error,
-    not later, when the operator uses it.
-    """
-
-    _section: ClassVar[str]
-    _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]]
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        check = self._checks.get(name)
-        if check is not None:
-            check(f'settings.{self._section}.{name}', value)
-        super().__setattr__(name, value)
 
 
 @dataclasses.dataclass
@@ -185,7 +163,7 @@ class ElectionSettings:
 
 
 @dataclasses.dataclass
-class ShardingSettings(_CheckedFields):
+class ShardingSettings(CheckedFields):
     """
     The replicas split the objects among themselves through Leases (beyond Kopf; see the sharding engine).
 
@@ -198,7 +176,7 @@ class ShardingSettings(_CheckedFields):
 
     _section: ClassVar[str] = 'sharding'
     _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
-        'count': _check_positive_integer,
+        'count': check_positive_integer,
         'lease_duration': _check_delay,
         'renew_deadline': _check_delay,
         'retry_period': _check_delay,
@@ -263,10 +241,10 @@ class TracingSettings:
 
 
 @dataclasses.dataclass
-class QueueingSettings(_CheckedFields):
+class QueueingSettings(CheckedFields):
     _section: ClassVar[str] = 'queueing'
     _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
-        'processing_seats': _check_positive_integer,
+        'processing_seats': check_positive_integer,
         'processing_reserve': _check_reserve,
     }
 
@@ -437,10 +415,10 @@ class ExecutionSettings:
 
 
 @dataclasses.dataclass
-class BackgroundSettings(_CheckedFields):
+class BackgroundSettings(CheckedFields):
     _section: ClassVar[str] = 'background'
     _checks: ClassVar[Mapping[str, Callable[[str, Any], None]]] = {
-        'timer_seats': _check_positive_integer,
+        'timer_seats': check_positive_integer,
     }
 
     cancellation_polling: float = 60

@@ -38,8 +38,8 @@ and the more objects are in hands at once, the colder their data is in the CPU's
 turn comes again (after a request, after a sync handler's call in a thread): the same work costs more
 CPU. Too few seats cost CPU too: the sync handlers' calls go to the threads in smaller batches
 (more switches of the GIL). The requests' latency is covered by the lending: with fewer seats than the
-client's request slots (``MAX_CONCURRENT_REQUESTS`` per credential), the slots are still kept busy by
-a slow server. The default was chosen by benchmarks/core_handling.py (see the figures in
+client's request slots (``settings.networking.max_concurrent_requests`` per credential), the slots are
+still kept busy by a slow server. The default was chosen by benchmarks/core_handling.py (see the figures in
 benchmarks/README.md, "Figures cited by the code").
 """
 from collections.abc import Iterator
