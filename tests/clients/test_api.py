@@ -1,4 +1,5 @@
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
@@ -397,69 +398,58 @@ async def test_session_reused_per_credentials(kmock: kmock.RawHandler, settings:
     assert len({result['peer'] for result in results}) == 1
 
 
-async def test_concurrent_requests_are_limited_by_default(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault) -> None:
-    active: list[int] = [0]
-    peak: list[int] = [0]
+@dataclasses.dataclass
+class InFlight:
+    now: int = 0
+    peak: int = 0
+
+
+@pytest.fixture
+def in_flight(kmock: kmock.RawHandler) -> InFlight:
+    """``GET /api`` takes 1 s and answers with the client's port; how many are in it at once, at the most."""
+    counter = InFlight()
 
     async def slow(req: Any) -> dict[str, Any]:
-        active[0] += 1
-        peak[0] = max(peak[0], active[0])
+        counter.now += 1
+        counter.peak = max(counter.peak, counter.now)
         await asyncio.sleep(1)
-        active[0] -= 1
-        return {}
-
-    kmock['get /api'] << slow
-    assert settings.networking.max_concurrent_requests == 100
-    await asyncio.gather(*(api.request('GET', '/api', settings=settings, vault=vault) for _ in range(150)))
-    assert peak[0] == 100
-
-
-async def test_concurrent_requests_are_limited_and_reuse_the_connections(
-        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault) -> None:
-    settings.networking.max_concurrent_requests = 3
-    active: list[int] = [0]
-    peak: list[int] = [0]
-
-    async def slow(req: Any) -> dict[str, Any]:
-        active[0] += 1
-        peak[0] = max(peak[0], active[0])
-        await asyncio.sleep(1)
-        active[0] -= 1
+        counter.now -= 1
         return {'peer': req._raw_request.transport.get_extra_info('peername')[1]}
 
     kmock['get /api'] << slow
+    return counter
+
+
+async def test_concurrent_requests_are_limited_by_default(
+        in_flight: InFlight, settings: StandaloneClientSettings, vault: Vault) -> None:
+    assert settings.networking.max_concurrent_requests == 100
+    await asyncio.gather(*(api.request('GET', '/api', settings=settings, vault=vault) for _ in range(150)))
+    assert in_flight.peak == 100
+
+
+async def test_concurrent_requests_are_limited_and_reuse_the_connections(
+        in_flight: InFlight, settings: StandaloneClientSettings, vault: Vault) -> None:
+    settings.networking.max_concurrent_requests = 3
     results = await asyncio.gather(*(api.request('GET', '/api', settings=settings, vault=vault)
                                      for _ in range(10)))
-    assert peak[0] == 3  # the burst is served 3 at a time...
+    assert in_flight.peak == 3  # the burst is served 3 at a time...
     assert len({result['peer'] for result in results}) == 3  # ...via 3 keep-alive connections only
 
 
 async def test_requests_limits_of_different_settings_are_kept_apart(
-        kmock: kmock.RawHandler, vault: Vault) -> None:
-    active: list[int] = [0]
-    peak: list[int] = [0]
-
-    async def slow(req: Any) -> dict[str, Any]:
-        active[0] += 1
-        peak[0] = max(peak[0], active[0])
-        await asyncio.sleep(1)
-        active[0] -= 1
-        return {}
-
-    kmock['get /api'] << slow
+        in_flight: InFlight, vault: Vault) -> None:
     narrow, wide = StandaloneClientSettings(), StandaloneClientSettings()
     narrow.networking.max_concurrent_requests = 2
     wide.networking.max_concurrent_requests = 5
     # The same credential, two operators' settings: each gets its own slots (a context of its own).
     await asyncio.gather(*(api.request('GET', '/api', settings=narrow, vault=vault) for _ in range(10)))
-    assert peak[0] == 2
+    assert in_flight.peak == 2
     await asyncio.gather(*(api.request('GET', '/api', settings=wide, vault=vault) for _ in range(10)))
-    assert peak[0] == 5
-    peak[0] = 0
+    assert in_flight.peak == 5
+    in_flight.peak = 0
     await asyncio.gather(*(api.request('GET', '/api', settings=settings, vault=vault)
                            for settings in [narrow, wide] for _ in range(10)))
-    assert peak[0] == 2 + 5
+    assert in_flight.peak == 2 + 5
 
 
 @pytest.mark.parametrize('value', [0, -1, 1.5, '10', None, True])
