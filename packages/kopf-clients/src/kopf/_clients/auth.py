@@ -20,18 +20,11 @@ import tempfile
 from collections.abc import Iterator
 
 from kopf._clients.connections import ConnectionPool, HTTPTransport
+from kopf._cogs.configs.networking import MAX_CONCURRENT_REQUESTS
 from kopf._cogs.helpers import metering
 from kopf._cogs.structs.credentials import AiohttpSession, ConnectionInfo, KubeContext
 
 DEFAULT_USER_AGENT = 'kopf'
-
-# How many regular (non-streaming) requests can be in flight at once per credential, i.e. how many
-# pooled connections they use: a burst of patches (e.g. a thousand objects at startup) then reuses
-# a few keep-alive connections instead of opening a thousand new ones (costly on both sides).
-# The API server processes them at its own pace anyway. The watch-streams are not limited.
-# The default of ``settings.networking.max_concurrent_requests`` (see there); also aiohttp's default
-# limit of connections.
-MAX_CONCURRENT_REQUESTS = 100
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from kopf._cogs.aiokits.backoffs import BackoffsSpec
 from kopf._cogs.configs.checks import CheckedFields, check_positive_integer
 
 __all__ = [
+    'MAX_CONCURRENT_REQUESTS',
     'BackoffsSpec',
     'ClientSettings',
     'NetworkingSettings',
@@ -28,6 +29,11 @@ class SelectorMapping(dict[Any, Any]):
     singular, short names) or :data:`kopf.EVERYTHING`; values are selector strings or mappings.
     The API client uses the first key that matches a resource when it lists and watches it.
     """
+
+
+# The default of ``settings.networking.max_concurrent_requests`` (see there); also aiohttp's default limit of
+# connections.
+MAX_CONCURRENT_REQUESTS = 100
 
 
 @dataclasses.dataclass
@@ -52,12 +58,13 @@ class NetworkingSettings(CheckedFields):
     trust_env: bool = False
     """Whether the HTTP client respects proxy environment variables and ~/.netrc."""
 
-    max_concurrent_requests: int = 100
+    max_concurrent_requests: int = MAX_CONCURRENT_REQUESTS
     """
     How many regular requests can be in flight at once per credential (beyond Kopf); the rest wait in line.
 
     The watch-streams are not counted. A burst of requests (e.g. thousands of objects at the start) then
-    reuses this many keep-alive connections at most, and the API server gets them at a pace it can serve;
+    reuses this many keep-alive connections at most instead of opening thousands of new ones (costly on both
+    sides), and the API server gets them at a pace it can serve;
     a small or loaded server may serve fewer at once better. As many as the processing's seats by default
     (``settings.queueing.processing_seats``), so that a seated object does not also wait for a slot.
     """
