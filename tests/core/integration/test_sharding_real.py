@@ -11,12 +11,12 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 import kopf
-from kopf._core.engines.sharding import shard_of
+from kopf._core.engines.sharding import fair_share, shard_of
 
 pytestmark = pytest.mark.real_apiserver
 
@@ -58,11 +58,12 @@ def holders(plane: Any, namespace: str) -> dict[int, str]:
     return result
 
 
-def is_balanced(plane: Any, namespace: str, names: set[str]) -> bool:
+def settled(plane: Any, namespace: str, names: set[str]) -> dict[int, str] | Literal[False]:
+    """The holders if all shards are held by these replicas only, each its fair share; else False."""
     shards = holders(plane, namespace)
     counts = collections.Counter(shards.values())
-    return len(shards) == COUNT and set(shards.values()) == names and \
-        max(counts.values()) - min(counts.values()) <= 1
+    fair = {name: fair_share(name, names, COUNT) for name in names}
+    return shards if len(shards) == COUNT and counts == fair else False
 
 
 def create_configmaps(plane: Any, namespace: str, names: list[str]) -> None:
@@ -117,8 +118,8 @@ async def test_replicas_on_the_real_server_handle_every_object_exactly_once_and_
     try:
         leaves = start('leaves')
         try:
-            await eventually(lambda: is_balanced(plane, namespace, {'stays', 'leaves'}), within=20)
-            owners = holders(plane, namespace)
+            owners: dict[int, str] = await eventually(
+                lambda: settled(plane, namespace, {'stays', 'leaves'}), within=20)
             create_configmaps(plane, namespace, first)
             await eventually(lambda: len(handled) == len(first), within=60)
             assert holders(plane, namespace) == owners
@@ -126,7 +127,7 @@ async def test_replicas_on_the_real_server_handle_every_object_exactly_once_and_
             await leaves.stop(within=20)
 
         # Released on exit: taken over by the other replica within a few retry periods.
-        await eventually(lambda: is_balanced(plane, namespace, {'stays'}), within=5)
+        await eventually(lambda: settled(plane, namespace, {'stays'}), within=5)
         create_configmaps(plane, namespace, second)
         await eventually(lambda: len(handled) == len(first) + len(second), within=60)
     finally:
