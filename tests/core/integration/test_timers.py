@@ -472,11 +472,22 @@ def test_bad_daemon_options_fail_at_decoration_time(
     assert not registry.spawning
 
 
+# With the debug logs, the patches' responses are decoded in full (for the inconsistencies' check); without
+# them, only the versions are read from the responses' texts (all that the own writes need).
+LOG_LEVELS = pytest.mark.parametrize('log_level', [
+    pytest.param(logging.DEBUG, id='debug-logs'),
+    pytest.param(logging.INFO, id='info-logs'),
+])
+
+
+@LOG_LEVELS
 async def test_timer_sees_its_own_writes_during_a_watch_outage(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
-        emulator: Any, operator: Operator, eventually: Eventually) -> None:
+        emulator: Any, operator: Operator, eventually: Eventually, caplog: pytest.LogCaptureFixture,
+        log_level: int) -> None:
     # Issue #40: while the watch-stream is down (no echoes of the patches come), every call still sees
     # the object as the previous call's patch has made it (as the API has answered), not as it was before.
+    caplog.set_level(log_level, logger='kopf')
     outage = asyncio.Event()
     seen: list[int] = []
 
@@ -500,11 +511,14 @@ async def test_timer_sees_its_own_writes_during_a_watch_outage(
     assert seen[:4] == [0, 1, 2, 3]  # before: [0, 1, 1, 1] (the state before its own last patch)
 
 
+@LOG_LEVELS
 async def test_timer_sees_its_own_writes_when_their_echoes_come_before_the_responses(
         registry: kopf.OperatorRegistry, settings: kopf.OperatorSettings, cluster: Cluster,
-        emulator: Any, operator: Operator, eventually: Eventually) -> None:
+        emulator: Any, operator: Operator, eventually: Eventually, caplog: pytest.LogCaptureFixture,
+        log_level: int) -> None:
     # A loaded API server: each patch is applied and its echo arrives long before its response. Every call
     # sees the object as the previous call's patch has made it: no increment is lost or repeated.
+    caplog.set_level(log_level, logger='kopf')
     seen: list[int] = []
 
     @kopf.timer('kopfexamples', registry=registry, interval=0.05)

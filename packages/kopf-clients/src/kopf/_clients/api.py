@@ -339,6 +339,36 @@ def decode_response(response: Response) -> Any:
                                              url=response.url) from None
 
 
+# The key as compact JSON has it. A key's opening quote is a real one: the quotes in the strings are escaped.
+_VERSION_KEY = b'"resourceVersion":"'
+
+
+def decode_version(response: Response) -> str | None:
+    """
+    The ``metadata.resourceVersion`` of the object in a successful response; None if it has none.
+
+    The rest of the JSON is not parsed if the version is unambiguous in its text: an object from the API
+    always has its version in its metadata, so the key's only occurrence is that one (for the API's objects
+    only: in a body with none in its metadata, another object's nested in it would be taken). Otherwise (e.g.
+    another object nested in it with a version of its own, JSON with spaces, or escapes in the value), the
+    response is decoded in full, as :func:`decode_response` does it (and with its errors).
+    """
+    body = response.body
+    start = body.find(_VERSION_KEY)
+    if start >= 0 and body.find(_VERSION_KEY, start + 1) < 0:
+        start += len(_VERSION_KEY)
+        end = body.find(b'"', start)
+        if end >= 0 and b'\\' not in body[start:end]:
+            try:
+                return body[start:end].decode('utf-8')
+            except UnicodeDecodeError:
+                pass
+    decoded = decode_response(response)
+    metadata = decoded.get('metadata') if isinstance(decoded, dict) else None
+    version = metadata.get('resourceVersion') if isinstance(metadata, dict) else None
+    return version if isinstance(version, str) else None
+
+
 async def _traced_request(
         tracer: 'Tracer', context: auth.APIContext, method: str, path: str, *,
         data: bytes | None, headers: Mapping[str, str] | None, params: Mapping[str, str] | None,

@@ -68,13 +68,21 @@ async def _patch_parts(
         name: str,
         logger: api.Logger,
         seat: Hold | None,
+        version_only: bool = False,
 ) -> RawBody | None:
     body: RawBody | None = None
     for subresource, payload in parts:
         url = resource.get_url(namespace=namespace, name=name, subresource=subresource)
         try:
-            body = await api.request('PATCH', url, payload=payload, content_type=content_type,
-                                     settings=settings, vault=vault, logger=logger, seat=seat)
+            if not version_only:
+                body = await api.request('PATCH', url, payload=payload, content_type=content_type,
+                                         settings=settings, vault=vault, logger=logger, seat=seat)
+            else:
+                response = await api.request('PATCH', url, payload=payload, content_type=content_type,
+                                             settings=settings, vault=vault, logger=logger, seat=seat,
+                                             decode=False)
+                version = api.decode_version(response)
+                body = {'metadata': {'resourceVersion': version} if version is not None else {}}
         except errors.APINotFoundError:
             logger.debug(f'The object {name!r} of {resource} does not exist anymore; nothing to patch.')
             return None
@@ -91,12 +99,15 @@ async def patch_obj(
         patch: Mapping[str, Any],
         logger: api.Logger | None = None,
         seat: Hold | None = None,
+        version_only: bool = False,
 ) -> RawBody | None:
     """
     Apply a JSON merge-patch to an object; return the patched object (None if it does not exist).
 
     An empty patch makes no requests and returns None. The caller's ``seat`` is lent while the requests wait
-    for the server (see :func:`kopf._clients.api.request`).
+    for the server (see :func:`kopf._clients.api.request`). With ``version_only``, the object in the response
+    is not decoded beyond its version (:func:`kopf._clients.api.decode_version`): the returned body has only
+    ``metadata.resourceVersion``, e.g. for the callers that only recognise the echo of their own patch.
     """
     main, status = split_merge_patch(resource, patch)
     parts: list[tuple[str | None, object]] = []
@@ -106,7 +117,8 @@ async def patch_obj(
         parts.append(('status', status))
     return await _patch_parts(parts, content_type=MERGE_PATCH, settings=settings, vault=vault,
                               resource=resource, namespace=namespace, name=name,
-                              logger=logger if logger is not None else default_logger, seat=seat)
+                              logger=logger if logger is not None else default_logger, seat=seat,
+                              version_only=version_only)
 
 
 async def json_patch_obj(

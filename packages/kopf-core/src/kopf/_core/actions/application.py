@@ -64,6 +64,7 @@ async def apply_patch(
         patch: Patch,
         logger: Logger,
         seat: Hold | None = None,
+        version_only: bool = False,
 ) -> RawBody | None:
     """
     Apply the patch to the object; return the object as patched, or None if it does not exist anymore.
@@ -71,6 +72,10 @@ async def apply_patch(
     An empty patch sends nothing and returns the body as it is (as a raw dict). The patch itself
     is never modified. The API errors other than "not found" propagate. The object's processing ``seat``
     is lent while the requests wait for the server (see :func:`kopf._clients.api.request`).
+
+    With ``version_only``, the caller needs only the patched object's ``metadata.resourceVersion``: then,
+    the returned body may have only that field, the responses not decoded beyond it, unless the application
+    itself needs them (the transformation functions, our finalizer, the inconsistencies' debug logging).
     """
     if not patch and not patch.fns:
         return _as_raw(body)
@@ -79,7 +84,9 @@ async def apply_patch(
     finalizer: str = settings.persistence.finalizer
     guarded = _changes_our_finalizer(body, patch, finalizer)
     releasing = guarded and finalizers.is_deletion_ongoing(body)
-    writer = _Writer(settings=settings, vault=vault, resource=resource, body=body, logger=logger, seat=seat)
+    version_only = version_only and not guarded and not patch.fns and not logger.isEnabledFor(logging.DEBUG)
+    writer = _Writer(settings=settings, vault=vault, resource=resource, body=body, logger=logger, seat=seat,
+                     version_only=version_only)
 
     main, status = split_merge_patch(resource, patch)
     if releasing and status:
@@ -117,9 +124,11 @@ class _Writer:
     """The requests of one application of a patch, each against the latest known state of the object."""
 
     def __init__(self, *, settings: OperatorSettings, vault: Vault, resource: Resource,
-                 body: Mapping[str, Any], logger: Logger, seat: Hold | None = None) -> None:
+                 body: Mapping[str, Any], logger: Logger, seat: Hold | None = None,
+                 version_only: bool = False) -> None:
         meta = body.get('metadata', {})
         self.seat = seat
+        self.version_only = version_only
         self.settings = settings
         self.vault = vault
         self.resource = resource
@@ -138,7 +147,7 @@ class _Writer:
             self.logger.debug(f'Merge-patching the {subject} with: {part}')
         patched = await patch_obj(settings=self.settings, vault=self.vault, resource=self.resource,
                                   namespace=self.namespace, name=self.name, patch=part, logger=self.logger,
-                                  seat=self.seat)
+                                  seat=self.seat, version_only=self.version_only)
         return self._remember(patched)
 
     async def json_patch(self, operations: JSONPatch) -> RawBody | None:

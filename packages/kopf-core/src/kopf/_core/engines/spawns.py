@@ -353,8 +353,10 @@ async def execute_and_apply(
     execution.deliver_results(outcomes={handler.id: outcome}, patch=patch)
     if patch:
         try:
+            # Only the version is remembered (the patch's own fields), unless the response is (with its fns).
             latest = await application.apply_patch(settings=settings, vault=vault, resource=cause.resource,
-                                                   body=cause.body, patch=patch, logger=logger, seat=seat)
+                                                   body=cause.body, patch=patch, logger=logger, seat=seat,
+                                                   version_only=True)
             if spawns is not None and latest is not None:
                 spawns.remember_own_write(patch, latest)  # the object writer never modifies the patch
         except (APIConflictError, APIUnprocessableEntityError) as e:
