@@ -111,20 +111,27 @@ async def create_objects(session: aiohttp.ClientSession, plural: str, bodies: Se
     await asyncio.gather(*(create(body) for body in bodies))
 
 
-def example_bodies(count: int) -> list[dict[str, Any]]:
-    return [{'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample',
-             'metadata': {'name': f'kex-{i}'}, 'spec': {'field': f'value-{i}'}}
+def example_bodies(count: int, *, size: int = 0) -> list[dict[str, Any]]:
+    """
+    The standard objects; with ``size``, their spec has ~that many bytes of JSON more, in small fields.
+
+    Real objects are bigger than the benchmarks' usual ones (their managed fields alone take a KB or a few):
+    as many small fields as it takes (a list of items of ~60 bytes each), as the parsers see in real objects.
+    """
+    items = [{'name': f'item-{j}', 'value': j, 'enabled': True, 'note': 'padding'} for j in range(size // 60)]
+    return [{'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': f'kex-{i}'},
+             'spec': {'field': f'value-{i}', **({'items': items} if items else {})}}
             for i in range(count)]
 
 
-async def populate(url: str, count: int, *, status_subresource: bool = True) -> None:
+async def populate(url: str, count: int, *, status_subresource: bool = True, size: int = 0) -> None:
     """Create the standard CRD (``kopfexamples``) and ``count`` objects of it (``kex-0``, ``kex-1``, ...)."""
     crd = copy.deepcopy(CRD)
     if not status_subresource:
         del crd['spec']['versions'][0]['subresources']
     async with aiohttp.ClientSession(base_url=url) as session:
         await create_crd(session, crd)
-        await create_objects(session, 'kopfexamples', example_bodies(count))
+        await create_objects(session, 'kopfexamples', example_bodies(count, size=size))
 
 
 def read_proc_status(pid: int, field: str) -> float:

@@ -7,7 +7,8 @@ a subprocess (``operators/runner.py``, i.e. ``kopf.run()``) with a kubeconfig to
 All objects exist before the operator starts. Scenarios (``--scenario``, all by default):
 
 ``timer-1s``
-    1,000 objects (``--timer-objects``), a timer with ``interval=1`` that PATCHes a per-object
+    1,000 objects (``--timer-objects``; ``--object-size`` for bigger ones, e.g. 8000 bytes as the real
+    objects are with their managed fields), a timer with ``interval=1`` that PATCHes a per-object
     counter into the status at every tick. Once every object has ticked, after a warm-up
     (``--warmup`` s), over a steady window (``--window`` s): the PATCH requests per second to the
     objects as counted by the emulator (and as a % of the ideal: one per object per second), the
@@ -230,7 +231,7 @@ def watch_tick_rate(emulator: KubernetesEmulator, window: float, poll: float = 0
 def measure_timer_1s(implementation: Implementation, args: argparse.Namespace) -> Measures:
     count = args.timer_objects
     with KubernetesEmulator(history_limit=HISTORY_LIMIT) as emulator:
-        asyncio.run(populate(emulator.url, count))
+        asyncio.run(populate(emulator.url, count, size=args.object_size))
         emulator.requests.reset()
         with timer_operator(implementation, args, emulator, interval=1) as operator:
             wait_for_count(operator, lambda: count_ticked(emulator), count, timeout=args.timeout,
@@ -570,8 +571,9 @@ def print_table(scenario: str, names: Sequence[str], results: dict[str, Measures
 def describe(scenario: str, args: argparse.Namespace) -> str:
     handler = 'sync' if args.sync_handlers else 'async'
     if scenario == 'timer-1s':
-        return (f'{args.timer_objects} objects, a timer with interval=1 ({handler}) that patches the status; '
-                f'a {args.window:g}s window after all ticked once and {args.warmup:g}s of warm-up')
+        size = f' of ~{args.object_size:,} more bytes each' if args.object_size else ''
+        return (f'{args.timer_objects} objects{size}, a timer with interval=1 ({handler}) that patches the '
+                f'status; a {args.window:g}s window after all ticked once and {args.warmup:g}s of warm-up')
     if scenario == 'timer-60s-idle':
         return (f'{args.idle_objects} objects, a timer with interval={args.idle_interval:g}, '
                 f'initial_delay={args.initial_delay:g} ({handler}); KB/timed object: the idle RSS '
@@ -636,6 +638,8 @@ def main() -> None:
     parser.add_argument('--floor-concurrency', type=int, default=400,
                         help="the floor's objects processed and ticks sent at once (default: 400)")
     parser.add_argument('--timer-objects', type=int, default=1000, help='timer-1s: objects')
+    parser.add_argument('--object-size', type=int, default=0,
+                        help="timer-1s: ~bytes of JSON added to each object's spec, in small fields")
     parser.add_argument('--warmup', type=float, default=3.0, help='timer-1s: seconds after all ticked once')
     parser.add_argument('--window', type=float, default=10.0, help='timer-1s: the measured seconds')
     parser.add_argument('--idle-objects', type=int, default=10_000, help='timer-60s-idle: objects')

@@ -133,6 +133,22 @@ async def test_non_json_success_is_retried_then_escalated(
     assert str(exc_info.value) == f'HTTP 200 for GET {server}/api: the response is not JSON: {body!r}'
 
 
+async def test_a_decoding_function_is_retried_as_the_decoding_is(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault, server: str,
+        looptime: float, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # E.g. the timers' patches, which need only the version: a response that is not JSON is retried as usual.
+    kmock['patch /x'][:1] << 200 << b'<html>502</html>'
+    kmock['patch /x'][1:] << {'metadata': {'resourceVersion': '5'}, 'spec': {'resourceVersion': '3'}}
+
+    version = await api.request('PATCH', '/x', payload={}, settings=settings, vault=vault,
+                                decode=api.decode_version)
+    assert version == '5'
+    assert looptime == 1
+    assert caplog.messages == [f'Request attempt #1 failed; will retry: PATCH /x -> HTTP 200 for PATCH '
+                               f"{server}/x: the response is not JSON: b'<html>502</html>', retrying in 1 s"]
+
+
 @pytest.mark.parametrize('backoffs, attempts, total', [
     pytest.param(2.5, 2, 2.5, id='a-number'),
     pytest.param([], 1, 0, id='empty'),

@@ -71,6 +71,10 @@ _RETRIABLE_ERRORS: tuple[type[BaseException], ...] = (errors.APIError, LoginErro
 _NOT_LENDING: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
+# How a response is given back: decoded (True), as it is (False), or by a function (e.g. decode_version).
+Decoding = bool | Callable[[Response], Any]
+
+
 def _context_factory(settings: ClientSettings) -> tuple[Callable[[KubeContext], auth.APIContext], str]:
     # Different settings must not share the same session: distinguish the cached objects by purpose.
     # Asked for every request: a lookup by the two values (not a cache of a function: a key tuple each time).
@@ -228,7 +232,7 @@ async def _fetch(
         timeouts: Timeouts,
         logger: Logger,
         seat: Hold | None = None,
-        decode: bool = True,
+        decode: Decoding = True,
 ) -> Any:
     """
     Make a regular request with the best credentials (switching them on HTTP 401) and read its response.
@@ -280,7 +284,7 @@ async def _fetch_with(
         params: Mapping[str, str] | None,
         timeouts: Timeouts,
         seat: Hold | None = None,
-        decode: bool = True,
+        decode: Decoding = True,
 ) -> Any:
     """
     Send a request with one credential's context and read the response, in one of its request slots.
@@ -327,7 +331,9 @@ async def _fetch_with(
         text = response.body.decode('utf-8', errors='replace')
         raise errors.error_of_response(response.status, text, method=method, url=response.url,
                                        retry_after=response.headers.get('retry-after'))
-    return decode_response(response) if decode else response
+    if decode is True:
+        return decode_response(response)
+    return decode(response) if decode else response
 
 
 def decode_response(response: Response) -> Any:
@@ -416,7 +422,7 @@ async def request(
         backoffs: BackoffsSpec | None = None,
         best_effort: bool = False,
         seat: Hold | None = None,
-        decode: bool = True,
+        decode: Decoding = True,
 ) -> Any:
     """
     Make a regular request and return its JSON-decoded response (None if the response is empty).
@@ -428,7 +434,8 @@ async def request(
     ``backoffs`` replace the settings' ``error_backoffs`` for this call; ``best_effort`` retries every
     failure except "not found" (see the module's docs). The caller's ``seat`` is lent while the call waits
     for the server (see the module's docs). With ``decode=False``, the response itself is returned, its body
-    to be decoded later by :func:`decode_response` (then, a body that is not JSON is the caller's to retry).
+    to be decoded later by :func:`decode_response` (then, a body that is not JSON is the caller's to retry);
+    with a function, what it makes of the response (e.g. :func:`decode_version`), retried as the decoding is.
     Errors escalate as :class:`~kopf._clients.errors.APIError` or the network exceptions.
     """
     actual_logger: Logger = logger if logger is not None else default_logger

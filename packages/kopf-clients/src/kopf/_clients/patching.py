@@ -78,10 +78,9 @@ async def _patch_parts(
                 body = await api.request('PATCH', url, payload=payload, content_type=content_type,
                                          settings=settings, vault=vault, logger=logger, seat=seat)
             else:
-                response = await api.request('PATCH', url, payload=payload, content_type=content_type,
-                                             settings=settings, vault=vault, logger=logger, seat=seat,
-                                             decode=False)
-                version = api.decode_version(response)
+                version = await api.request('PATCH', url, payload=payload, content_type=content_type,
+                                            settings=settings, vault=vault, logger=logger, seat=seat,
+                                            decode=api.decode_version)
                 body = {'metadata': {'resourceVersion': version} if version is not None else {}}
         except errors.APINotFoundError:
             logger.debug(f'The object {name!r} of {resource} does not exist anymore; nothing to patch.')
