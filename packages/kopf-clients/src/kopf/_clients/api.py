@@ -43,6 +43,7 @@ from kopf._cogs.aiokits.backoffs import BackoffsSpec, iter_backoffs
 from kopf._cogs.aiokits.capacity import OWN_LENDING_DELAY, Ceding, Hold
 from kopf._cogs.configs.networking import ClientSettings
 from kopf._cogs.helpers import jsons, metering, tracing
+from kopf._cogs.structs.bodies import version_of
 from kopf._cogs.structs.credentials import KubeContext, LoginError, VaultKey
 
 if TYPE_CHECKING:
@@ -351,7 +352,7 @@ _VERSION_KEY = b'"resourceVersion":"'
 
 def decode_version(response: Response) -> str | None:
     """
-    The ``metadata.resourceVersion`` of the object in a successful response; None if it has none.
+    The object's version as :func:`~kopf._cogs.structs.bodies.version_of` gives it from the decoded response.
 
     The rest of the JSON is not parsed if the version is unambiguous in its text: an object from the API
     always has its version in its metadata, so the key's only occurrence is that one (for the API's objects
@@ -364,15 +365,12 @@ def decode_version(response: Response) -> str | None:
     if start >= 0 and body.find(_VERSION_KEY, start + 1) < 0:
         start += len(_VERSION_KEY)
         end = body.find(b'"', start)
-        if end >= 0 and b'\\' not in body[start:end]:
+        if end >= 0 and b'\\' not in (value := body[start:end]):
             try:
-                return body[start:end].decode('utf-8')
+                return value.decode('utf-8') or None  # an empty one is none, as version_of() says
             except UnicodeDecodeError:
                 pass
-    decoded = decode_response(response)
-    metadata = decoded.get('metadata') if isinstance(decoded, dict) else None
-    version = metadata.get('resourceVersion') if isinstance(metadata, dict) else None
-    return version if isinstance(version, str) else None
+    return version_of(decode_response(response))
 
 
 async def _traced_request(

@@ -74,14 +74,13 @@ async def _patch_parts(
     for subresource, payload in parts:
         url = resource.get_url(namespace=namespace, name=name, subresource=subresource)
         try:
+            answer = await api.request('PATCH', url, payload=payload, content_type=content_type,
+                                       settings=settings, vault=vault, logger=logger, seat=seat,
+                                       decode=api.decode_version if version_only else True)
             if not version_only:
-                body = await api.request('PATCH', url, payload=payload, content_type=content_type,
-                                         settings=settings, vault=vault, logger=logger, seat=seat)
+                body = answer
             else:
-                version = await api.request('PATCH', url, payload=payload, content_type=content_type,
-                                            settings=settings, vault=vault, logger=logger, seat=seat,
-                                            decode=api.decode_version)
-                body = {'metadata': {'resourceVersion': version} if version is not None else {}}
+                body = {'metadata': {'resourceVersion': answer} if answer is not None else {}}
         except errors.APINotFoundError:
             logger.debug(f'The object {name!r} of {resource} does not exist anymore; nothing to patch.')
             return None
