@@ -24,10 +24,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
+T = TypeVar('T')
 HERE = pathlib.Path(__file__).resolve().parent
 OPERATORS = HERE / 'operators'
 KOPF_REQUIREMENT = 'kopf==1.45.2'
@@ -151,6 +152,26 @@ def read_cpu_seconds(pid: int) -> float:
 def median_range(ratios: Sequence[float], digits: int = 2) -> str:
     """The paired ratios (of the runs made in the same repeat) as "median (min-max)"."""
     return f'{statistics.median(ratios):.{digits}f} ({min(ratios):.{digits}f}-{max(ratios):.{digits}f})'
+
+
+def run_order(items: Sequence[T], repeat: int) -> list[T]:
+    """
+    The order of the implementations' runs in a repeat: a Williams design (balanced for the run before).
+
+    A plain rotation keeps the neighbours: each implementation always runs right after the same one (e.g.
+    after Kopf's heavy run, which leaves the CPU's caches and frequency in its own state), which measured a
+    6% bias in CPU per object between two installs of the same code. In these orders, each implementation
+    runs right after every other one equally often over ``len(items)`` repeats (an even number of them; an
+    odd number needs twice as many repeats), and first equally often.
+    """
+    n = len(items)
+    first = [0]
+    for step in range(1, n):  # 0, 1, n-1, 2, n-2, ...
+        first.append((step + 1) // 2 if step % 2 else n - step // 2)
+    rows = [[(index + shift) % n for index in first] for shift in range(n)]
+    if n % 2:
+        rows += [row[::-1] for row in rows]
+    return [items[index] for index in rows[repeat % len(rows)]]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.2) -> bool:

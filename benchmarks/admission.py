@@ -55,6 +55,7 @@ from _harness import (
     add_implementation_options,
     implementations,
     populate,
+    run_order,
 )
 
 OPERATOR_CORE = 0
@@ -331,7 +332,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir, emulator_process(pathlib.Path(tmpdir)) as kubeconfig:
         certfile, pkeyfile = make_certificate(pathlib.Path(tmpdir))
         for attempt in range(args.repeat):
-            for impl in impls:
+            for impl in run_order(impls, attempt):  # no one always after the same one
                 try:
                     measures = run_once(impl, args, kubeconfig, certfile, pkeyfile)
                 except OperatorFailed as e:

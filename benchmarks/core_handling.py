@@ -19,9 +19,10 @@ interleaved, and the medians are shown. Per run, all timed by the emulator (not 
   that the benchmark's own requests cost nothing per object), then objects/s from that request
   to the last PATCH (every finalizer removed, every object gone);
 * the operator's CPU time per object from its LIST to the end of the last phase
-  (``/proc/PID/stat``), its peak RSS (``VmHWM``), its API requests per object by verb (and, in the
-  progress lines, its watch requests: more than one per watched resource are re-watches, e.g. after the
-  server has ended a watch whose client did not read for a while, as both servers do);
+  (``/proc/PID/stat``), and the part of it from the DELETE to the end (in parentheses), its peak RSS
+  (``VmHWM``), its API requests per object by verb (and, in the progress lines, its watch requests: more
+  than one per watched resource are re-watches, e.g. after the server has ended a watch whose client did
+  not read for a while, as both servers do);
 * the ratios of each measure to Kopf's and to the floor's.
 
 ``--api control-plane`` runs every measurement on a fresh real etcd + kube-apiserver instead
@@ -84,6 +85,7 @@ from _harness import (
     ours_python,
     populate,
     read_proc_status,
+    run_order,
     start_operator,
     stop_operator,
     wait_until,
@@ -153,6 +155,7 @@ class Result:
     create_seconds: float
     delete_seconds: float | None
     cpu_seconds: float  # the operator's user+system CPU time from its LIST to the end of the phases
+    delete_cpu_seconds: float | None  # the part of it from the DELETE of the collection to the end
     requests: dict[str, int]  # the operator's requests by verb
     peak_rss_mb: float
 
@@ -169,6 +172,12 @@ class Result:
     @property
     def cpu_ms_per_object(self) -> float:
         return self.cpu_seconds * 1000 / self.scenario.objects
+
+    @property
+    def delete_cpu_ms_per_object(self) -> float | None:
+        if self.delete_cpu_seconds is None:
+            return None
+        return self.delete_cpu_seconds * 1000 / self.scenario.objects
 
 
 def is_handled(obj: dict[str, Any]) -> bool:
@@ -239,14 +248,18 @@ def measure(implementation: Implementation, scenario: Scenario, *, timeout: floa
             created_at = wait_for_phase(operator, emulator, lambda: all_handled(emulator, count), listed_at,
                                         timeout, f'{name}: handling the creation of {count} objects')
             delete_seconds: float | None = None
+            delete_cpu_started: float | None = None
             if scenario.deletes:
+                delete_cpu_started = operator.cpu_seconds()
                 asyncio.run(delete_all(emulator.url))
                 deleting_at = emulator.requests.first_at('deletecollection') or created_at
                 deleted_at = wait_for_phase(
                     operator, emulator, lambda: not emulator.list_objects('kopfexamples.kopf.dev'),
                     deleting_at, timeout, f'{name}: handling the deletion of {count} objects')
                 delete_seconds = deleted_at - deleting_at
-            cpu_seconds = operator.cpu_seconds() - cpu_started
+            cpu_ended = operator.cpu_seconds()
+            cpu_seconds = cpu_ended - cpu_started
+            delete_cpu_seconds = cpu_ended - delete_cpu_started if delete_cpu_started is not None else None
             peak_rss = operator.peak_rss_mb()
             first_request_at = emulator.requests.first_at() or listed_at
             requests = emulator.requests.by_verb()
@@ -258,7 +271,8 @@ def measure(implementation: Implementation, scenario: Scenario, *, timeout: floa
         trace_path.write_text('\n'.join(log.lines) + '\n')
     return Result(name=name, scenario=scenario, startup_seconds=startup_seconds,
                   listed_seconds=listed_seconds, create_seconds=created_at - listed_at,
-                  delete_seconds=delete_seconds, cpu_seconds=cpu_seconds, requests=requests,
+                  delete_seconds=delete_seconds, cpu_seconds=cpu_seconds,
+                  delete_cpu_seconds=delete_cpu_seconds, requests=requests,
                   peak_rss_mb=peak_rss)
 
 
@@ -304,20 +318,25 @@ def measure_on_control_plane(implementation: Implementation, scenario: Scenario,
                 assert observer.handled_at is not None
                 created_at = observer.handled_at
                 delete_seconds: float | None = None
+                delete_cpu_started: float | None = None
                 if scenario.deletes:
+                    delete_cpu_started = operator.cpu_seconds()
                     deleting_at = time.monotonic()
                     run.delete_all()
                     wait_observed(operator, observer, lambda: not observer.alive, timeout,
                                   f'{name}: handling the deletion of {count} objects')
                     assert observer.gone_at is not None
                     delete_seconds = observer.gone_at - deleting_at
-                cpu_seconds = operator.cpu_seconds() - cpu_started
+                cpu_ended = operator.cpu_seconds()
+                cpu_seconds = cpu_ended - cpu_started
+                delete_cpu_seconds = None if delete_cpu_started is None else cpu_ended - delete_cpu_started
                 peak_rss = operator.peak_rss_mb()
                 requests = run.audit.by_verb()
                 first_request_at = run.audit.first_at() or listed_at
     return Result(name=name, scenario=scenario, startup_seconds=first_request_at - operator.started_at,
                   listed_seconds=listed_at - operator.started_at, create_seconds=created_at - listed_at,
-                  delete_seconds=delete_seconds, cpu_seconds=cpu_seconds, requests=requests,
+                  delete_seconds=delete_seconds, cpu_seconds=cpu_seconds,
+                  delete_cpu_seconds=delete_cpu_seconds, requests=requests,
                   peak_rss_mb=peak_rss)
 
 
@@ -326,6 +345,7 @@ def median_result(results: list[Result]) -> Result:
     by_rate = sorted(results, key=lambda r: r.create_rate)
     middle = by_rate[len(by_rate) // 2]
     deletes = [r.delete_seconds for r in results if r.delete_seconds is not None]
+    deletes_cpu = [r.delete_cpu_seconds for r in results if r.delete_cpu_seconds is not None]
     return dataclasses.replace(
         middle,
         startup_seconds=statistics.median(r.startup_seconds for r in results),
@@ -333,6 +353,7 @@ def median_result(results: list[Result]) -> Result:
         create_seconds=statistics.median(r.create_seconds for r in results),
         delete_seconds=statistics.median(deletes) if deletes else None,
         cpu_seconds=statistics.median(r.cpu_seconds for r in results),
+        delete_cpu_seconds=statistics.median(deletes_cpu) if deletes_cpu else None,
         peak_rss_mb=statistics.median(r.peak_rss_mb for r in results),
     )
 
@@ -347,7 +368,7 @@ def ratio(value: float | None, reference: Result | None, measure: Callable[[Resu
 def print_table(scenarios: Sequence[Scenario], names: Sequence[str],
                 results: dict[tuple[Scenario, str], Result]) -> None:
     """One table: a row per scenario and implementation, with the ratios to Kopf and to the floor."""
-    header = ('| operator | latency | N | implementation | create obj/s | delete obj/s | CPU ms/obj '
+    header = ('| operator | latency | N | implementation | create obj/s | delete obj/s | CPU ms/obj (delete) '
               '| peak RSS MB | requests/obj by verb '
               '| start → 1st request / LIST, ms | create vs Kopf / floor '
               '| delete vs Kopf / floor | CPU vs Kopf / floor | RSS vs Kopf / floor |')
@@ -366,7 +387,9 @@ def print_table(scenarios: Sequence[Scenario], names: Sequence[str],
             cells = [
                 scenario.operator, f'{scenario.latency_ms:g} ms', f'{scenario.objects:,}', name,
                 f'{r.create_rate:,.0f}', f'{delete_rate:,.0f}' if delete_rate is not None else '—',
-                f'{r.cpu_ms_per_object:.2f}', f'{r.peak_rss_mb:.1f}', verbs,
+                f'{r.cpu_ms_per_object:.2f}' + (f' ({d:.2f})' if (d := r.delete_cpu_ms_per_object) is not None
+                                                else ''),
+                f'{r.peak_rss_mb:.1f}', verbs,
                 f'{r.startup_seconds * 1000:.0f} / {r.listed_seconds * 1000:.0f}',
             ]
             measures: list[Callable[[Result], float | None]] = [
@@ -404,7 +427,7 @@ def print_paired_to_ours(scenarios: Sequence[Scenario], names: Sequence[str],
     lines: list[str] = []
     measures: list[tuple[str, Callable[[Result], float | None]]] = [
         ('create/s', lambda r: r.create_rate), ('delete/s', lambda r: r.delete_rate),
-        ('CPU/obj', lambda r: r.cpu_ms_per_object)]
+        ('CPU/obj', lambda r: r.cpu_ms_per_object), ('CPU/deleted obj', lambda r: r.delete_cpu_ms_per_object)]
     for scenario in scenarios:
         ours = by_repeat.get((scenario, OURS_NAME), {})
         for name in names:
@@ -427,7 +450,7 @@ def print_paired_to_ours(scenarios: Sequence[Scenario], names: Sequence[str],
 def print_paired_ratios(scenarios: Sequence[Scenario], names: Sequence[str],
                         by_repeat: dict[tuple[Scenario, str], dict[int, Result]]) -> None:
     """
-    The objects/s of each run relative to the floor's run of the same repeat: median (min-max).
+    The objects/s and the CPU per deleted object of each run relative to the floor's run of the same repeat.
 
     The machine's speed drifts over minutes (other tenants of a VM, its CPU frequency), and the runs
     of one repeat are the closest in time: their ratios drift less with it than the ratio of the medians.
@@ -440,7 +463,8 @@ def print_paired_ratios(scenarios: Sequence[Scenario], names: Sequence[str],
                 continue
             runs = by_repeat.get((scenario, name), {})
             cells: list[str] = []
-            rates: list[Callable[[Result], float | None]] = [lambda r: r.create_rate, lambda r: r.delete_rate]
+            rates: list[Callable[[Result], float | None]] = [
+                lambda r: r.create_rate, lambda r: r.delete_rate, lambda r: r.delete_cpu_ms_per_object]
             for rate_of in rates:
                 ratios: list[float] = []
                 for repeat, run in runs.items():
@@ -453,7 +477,8 @@ def print_paired_ratios(scenarios: Sequence[Scenario], names: Sequence[str],
             if cells:
                 lines.append(f'  {scenario.describe()}, {name}: {"; ".join(cells)}')
     if lines:
-        print("\nObjects/s relative to the floor's run of the same repeat: median (min-max); create; delete:")
+        print("\nRelative to the floor's run of the same repeat: median (min-max); created/s; deleted/s; "
+              "CPU per deleted object (from the DELETE to the end):")
         print('\n'.join(lines))
 
 
@@ -703,9 +728,7 @@ def main() -> None:
     failures: list[str] = []
     for repeat in range(args.repeat):
         for scenario in scenarios:
-            # A different implementation goes first in each repeat: no one is always after the same one.
-            shift = repeat % len(implementations)
-            for implementation in implementations[shift:] + implementations[:shift]:
+            for implementation in run_order(implementations, repeat):  # no one always after the same one
                 trace_path = None
                 if args.trace is not None and repeat == 0:
                     slug = implementation.name.replace(' ', '-').replace('.', '')
@@ -725,8 +748,10 @@ def main() -> None:
                     failures.append(f'{scenario.describe()}, {implementation.name}: {e}')
                     continue
                 delete = f', delete {result.delete_rate:,.0f}/s' if result.delete_rate is not None else ''
+                delete_cpu = result.delete_cpu_ms_per_object
+                delete_cpu_text = f' (delete {delete_cpu:.2f})' if delete_cpu is not None else ''
                 print(f'create {result.create_rate:,.0f}/s{delete}, '
-                      f'CPU {result.cpu_ms_per_object:.2f} ms/obj, '
+                      f'CPU {result.cpu_ms_per_object:.2f} ms/obj{delete_cpu_text}, '
                       f'peak RSS {result.peak_rss_mb:.1f} MB, '
                       f'{result.requests.get("watch", 0)} watch requests', flush=True)  # more: re-watches
                 measured.setdefault((scenario, implementation.name), []).append(result)

@@ -83,6 +83,7 @@ from _harness import (
     make_crd,
     median_range,
     populate,
+    run_order,
 )
 
 from kopf.testing import KubernetesEmulator
@@ -598,7 +599,7 @@ def run_scenario(scenario: str, runs: Sequence[Implementation], args: argparse.N
     failures: dict[str, list[str]] = {impl.name: [] for impl in runs}
     # Interleaved: the machine's noise (other processes, CPU frequency) affects both alike.
     for attempt in range(args.repeat):
-        for impl in runs:
+        for impl in run_order(runs, attempt):  # no one always after the same one
             print(f'[{scenario}] {impl.name}, run {attempt + 1} of {args.repeat} ...',
                   file=sys.stderr, flush=True)
             started = time.monotonic()

@@ -75,6 +75,9 @@ def make_ticking_body(index: int, version: int = 12345) -> dict[str, Any]:
 def serve(port: int, phase: str) -> None:
     """The canned HTTP/1.1 server: the same 200 response with an object's JSON to every request."""
     body = make_ticking_body(0) if phase == 'tick' else make_body(0, deleted=True)
+    if phase == 'create':  # a newer version than the listed objects', as the servers answer our patches
+        body['metadata']['resourceVersion'] = '12346'
+    # (The release of a deleted object is answered with the version that it had: the update is not stored.)
     payload = json.dumps(body, separators=(',', ':')).encode()  # compact, as the API servers send it
     response = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' % (
         len(payload), payload)

@@ -47,7 +47,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from _harness import BASELINE_NAME, CRD, HERE, OURS_NAME, Operator, add_ours_options, create_crd, ours_python
+from _harness import (
+    BASELINE_NAME,
+    CRD,
+    HERE,
+    OURS_NAME,
+    Operator,
+    add_ours_options,
+    create_crd,
+    ours_python,
+    run_order,
+)
 from floor_client import LAST_HANDLED, essence
 
 from kopf.testing import KubernetesEmulator
@@ -259,7 +269,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     for repeat in range(args.repeat):
         for count in counts:
-            for name in names:
+            for name in run_order(names, repeat):  # no one always after the same one
                 profile = args.profile / f'ours-{count}.prof' if args.profile and name == OURS_NAME else None
                 if profile:
                     profile.parent.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,16 @@ import time
 from collections.abc import Sequence
 
 import aiohttp
-from _harness import CRD, HERE, Operator, OperatorFailed, create_crd, create_objects, example_bodies
+from _harness import (
+    CRD,
+    HERE,
+    Operator,
+    OperatorFailed,
+    create_crd,
+    create_objects,
+    example_bodies,
+    run_order,
+)
 
 from kopf.testing import KubernetesEmulator
 
@@ -186,7 +195,7 @@ def main() -> None:
         modes += [(n, True) for n in args.replicas if n > 1]
     results: dict[tuple[int, bool], list[dict[str, float]]] = {mode: [] for mode in modes}
     for repetition in range(args.repeat):
-        for replicas, selector in modes:
+        for replicas, selector in run_order(modes, repetition):  # no one always after the same one
             label = f'{replicas} replica(s), {"server-side selector" if selector else "client-side filter"}'
             try:
                 measures = measure_once(args, replicas, selector)

@@ -395,6 +395,34 @@ def test_finalizers_and_deletion_timestamp(server: Api, ns: str) -> None:
     assert server('GET', cms(ns, 'cm1'))[0] == 404
 
 
+def test_removing_the_last_finalizer_of_a_deleted_object_is_seen_only_as_its_deletion(
+        server: Api, ns: str) -> None:
+    # The release of an object (our finalizer removed) makes no version to wait for: the PATCH answers with
+    # the version the object had, and only its deletion comes; a remaining finalizer keeps it (a MODIFIED).
+    body = configmap('cm1')
+    body['metadata']['finalizers'] = ['example.com/keep', 'example.com/other']
+    code, created = server('POST', cms(ns), body)
+    assert code == 201
+    assert server('DELETE', cms(ns, 'cm1'))[0] == 200
+    patch = {'metadata': {'finalizers': ['example.com/other']}}
+    code, kept = server('PATCH', cms(ns, 'cm1'), patch, ctype=MERGE)
+    assert code == 200
+    code, released = server('PATCH', cms(ns, 'cm1'), {'metadata': {'finalizers': None}}, ctype=MERGE)
+    assert code == 200
+    code, stream = server('GET', cms(ns), watch='true', timeoutSeconds='1',
+                          resourceVersion=created['metadata']['resourceVersion'])
+    events = [json.loads(line) for line in stream.splitlines()]
+    assert [(e['type'], e['object']['metadata'].get('finalizers')) for e in events] == [
+        ('MODIFIED', ['example.com/keep', 'example.com/other']),  # the deletion's mark
+        ('MODIFIED', ['example.com/other']),
+        ('DELETED', ['example.com/other']),  # as last stored: the removal itself is not stored
+    ]
+    assert events[1]['object']['metadata']['resourceVersion'] == kept['metadata']['resourceVersion']
+    assert 'finalizers' not in released['metadata']  # the object as updated,
+    assert released['metadata']['resourceVersion'] == kept['metadata']['resourceVersion']  # but not stored
+    assert int(events[2]['object']['metadata']['resourceVersion']) > int(kept['metadata']['resourceVersion'])
+
+
 def test_dry_run_creates_nothing(server: Api, ns: str) -> None:
     code, body = server('POST', cms(ns), configmap('cm1', data={'a': '1'}), dryRun='All')
     assert (code, body['data']) == (201, {'a': '1'})

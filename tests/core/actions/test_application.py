@@ -376,6 +376,75 @@ async def test_releasing_puts_the_status_first_then_removes_our_finalizer(
     assert k8s_emulator.requests.count('patch') == 2
 
 
+@pytest.fixture
+def quiet_logger() -> logging.Logger:
+    """A logger with no debug logs: the writer decodes the responses in full for the debug logs' checks."""
+    logger = logging.getLogger('tests.actions.quiet')
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+async def test_our_finalizer_for_the_version_only_reads_only_the_version(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        quiet_logger: logging.Logger) -> None:
+    patch = Patch()
+    patch.meta['finalizers'] = [OURS]
+    patch.status['fn'] = 1
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=quiet_logger, version_only=True)
+    stored = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert stored['metadata']['finalizers'] == [OURS]
+    assert stored['status'] == {'fn': 1}
+    assert result == {'metadata': {'resourceVersion': stored['metadata']['resourceVersion']}}
+    assert k8s_emulator.requests.count('patch') == 2
+
+
+async def test_our_finalizer_for_the_version_only_on_a_changed_object_reads_it_in_full(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        quiet_logger: logging.Logger) -> None:
+    # The fallback's JSON-patch is built from the fresh object's finalizers: it is decoded whatever is asked.
+    json_patch = [{'op': 'add', 'path': '/metadata/finalizers', 'value': ['other/finalizer']}]
+    from kopf._clients.patching import json_patch_obj
+    await json_patch_obj(settings=settings, vault=vault, resource=WITH_STATUS,
+                         namespace='default', name='kex1', patch=json_patch)
+    k8s_emulator.requests.reset()
+
+    patch = Patch()
+    patch.meta['finalizers'] = [OURS]
+    patch.meta.labels['x'] = 'y'
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                               patch=patch, logger=quiet_logger, version_only=True)
+    stored = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert stored['metadata']['finalizers'] == ['other/finalizer', OURS]
+    assert stored['metadata']['labels'] == {'x': 'y'}
+    assert result is not None
+    assert result['metadata']['resourceVersion'] == stored['metadata']['resourceVersion']
+    assert k8s_emulator.requests.count('patch') == 3  # the rejected guarded one, the rest, the finalizer
+
+
+async def test_releasing_for_the_version_only_reads_only_the_version(
+        k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
+        logger: logging.Logger, quiet_logger: logging.Logger) -> None:
+    blocked = Patch()
+    blocked.meta['finalizers'] = [OURS, 'other/finalizer']
+    await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=created,
+                      patch=blocked, logger=logger)
+    await delete_obj(settings=settings, vault=vault, resource=WITH_STATUS, namespace='default', name='kex1')
+    deleting = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    k8s_emulator.requests.reset()
+
+    patch = Patch()
+    patch.meta['finalizers'] = ['other/finalizer']
+    patch.status['fn'] = 'done'
+    result = await apply_patch(settings=settings, vault=vault, resource=WITH_STATUS, body=deleting,
+                               patch=patch, logger=quiet_logger, version_only=True)
+    released = k8s_emulator.get_object('kopfexamples.kopf.dev', 'kex1', namespace='default')
+    assert released['metadata']['finalizers'] == ['other/finalizer']
+    assert released['status'] == {'fn': 'done'}
+    assert result == {'metadata': {'resourceVersion': released['metadata']['resourceVersion']}}
+    assert k8s_emulator.requests.count('patch') == 2
+
+
 async def test_other_finalizers_are_not_guarded(
         k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
         logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:

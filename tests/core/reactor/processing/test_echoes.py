@@ -227,6 +227,27 @@ async def test_deletion_echo_and_deleted_event(
     assert len(operator.memories) == 0
 
 
+@pytest.mark.usefixtures('create_and_delete')
+async def test_release_echo_is_not_processed(
+        operator: Any, cluster: Any, storage: CountingDiffBaseStorage, calls: list[str], kex: Resource,
+        requests: Callable[..., int], messages: Callable[[], list[str]],
+) -> None:
+    # Another finalizer keeps the released object: its echo is the object as our release has left it.
+    await cluster.create(metadata={'finalizers': ['example.com/foreign']})
+    await operator.settle(first=None)
+    await cluster.delete('kex1')
+    await operator.process()
+    assert calls == ['create', 'delete']
+    fetches, requests_before, messages_before = storage.fetches, requests(), messages()
+
+    echo = {'type': 'MODIFIED', 'object': cluster.get()}
+    assert echo['object']['metadata']['finalizers'] == ['example.com/foreign']
+    assert finish_unattended(raw_event=echo, resource=kex, scope=scope_of(operator))  # type: ignore[arg-type]
+    assert storage.fetches == fetches
+    assert requests() == requests_before
+    assert messages() == messages_before
+
+
 async def test_handlers_patching_the_spec_see_their_echo(
         registry: OperatorRegistry, kex: Resource, operator: Any, cluster: Any,
         storage: CountingDiffBaseStorage, calls: list[str],

@@ -75,7 +75,8 @@ async def apply_patch(
 
     With ``version_only``, the caller needs only the patched object's ``metadata.resourceVersion``: then,
     the returned body may have only that field, the responses not decoded beyond it, unless the application
-    itself needs them (the transformation functions, our finalizer, the inconsistencies' debug logging).
+    itself needs them (the transformation functions, our finalizer's change against a changed object, the
+    inconsistencies' debug logging).
     """
     if not patch and not patch.fns:
         return _as_raw(body)
@@ -84,7 +85,7 @@ async def apply_patch(
     finalizer: str = settings.persistence.finalizer
     guarded = _changes_our_finalizer(body, patch, finalizer)
     releasing = guarded and finalizers.is_deletion_ongoing(body)
-    version_only = version_only and not guarded and not patch.fns and not logger.isEnabledFor(logging.DEBUG)
+    version_only = version_only and not patch.fns and not logger.isEnabledFor(logging.DEBUG)
     writer = _Writer(settings=settings, vault=vault, resource=resource, body=body, logger=logger, seat=seat,
                      version_only=version_only)
 
@@ -142,12 +143,14 @@ class _Writer:
     def latest(self) -> RawBody:
         return self._latest if self._latest is not None else _as_raw(self.original)
 
-    async def merge_patch(self, part: Mapping[str, Any], *, subject: str) -> RawBody | None:
+    async def merge_patch(self, part: Mapping[str, Any], *, subject: str,
+                          whole: bool = False) -> RawBody | None:
+        """Merge-patch a part; the patched object (only its version if so asked and not needed ``whole``)."""
         if self.logger.isEnabledFor(logging.DEBUG):  # the patches can be big; the debug logs are usually off
             self.logger.debug(f'Merge-patching the {subject} with: {part}')
         patched = await patch_obj(settings=self.settings, vault=self.vault, resource=self.resource,
                                   namespace=self.namespace, name=self.name, patch=part, logger=self.logger,
-                                  seat=self.seat, version_only=self.version_only)
+                                  seat=self.seat, version_only=self.version_only and not whole)
         return self._remember(patched)
 
     async def json_patch(self, operations: JSONPatch) -> RawBody | None:
@@ -189,7 +192,7 @@ class _Writer:
 
         fresh: RawBody | None
         if rest or then:
-            fresh = await self.merge_patch({**rest, **then}, subject='resource')
+            fresh = await self.merge_patch({**rest, **then}, subject='resource', whole=True)
         else:
             fresh = await self._read()
         # Between the fresh state and the JSON-patch, the object can change again (e.g. other controllers

@@ -154,7 +154,8 @@ async def run_cycle(event: ObjectEvent, *, changing: bool, requires_finalizer: b
 
     # 5. The end.
     await _finish_cycle(event, delays=delays, handled=handled, done=done and changing,
-                        essence=new if cause is not None else None, requires_finalizer=requires)
+                        essence=new if cause is not None else None, requires_finalizer=requires,
+                        released=released)
     return released
 
 
@@ -315,20 +316,24 @@ async def _spawning_exited(event: ObjectEvent) -> bool:
 
 
 async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: bool, done: bool,
-                        essence: BodyEssence | None, requires_finalizer: bool) -> None:
+                        essence: BodyEssence | None, requires_finalizer: bool,
+                        released: bool = False) -> None:
     """
     Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then.
 
     ``done``: the change handling's cycle is over; if nothing is due and the patch has only the framework's
     own writes (:func:`versions.settles`; the object writer never modifies the patch), its version is settled
     --- unless the patched object has changes of others too (see :func:`_settles`). ``essence``: the handled
-    essence of the object (None if its change was not detected); ``requires_finalizer``: the cycle's decision.
+    essence of the object (None if its change was not detected); ``requires_finalizer``: the cycle's decision;
+    ``released``: the patch removes our finalizer for the deletion (then, only the new version is read from
+    the API's response: what the patched object has beyond it cannot make its echo due, see :func:`_settles`).
     """
     patching = bool(event.patch)
-    latest = await _apply_patch(event)
+    latest = await _apply_patch(event, version_only=released)
     patched = latest is not None
     if (latest is not None and done and not delays and essence is not None and
-            _settles(event, latest, essence=essence, requires_finalizer=requires_finalizer)):
+            _settles(event, latest, essence=essence, requires_finalizer=requires_finalizer,
+                     released=released)):
         event.memory.settled_version = event.memory.expected_version
 
     if handled and not patching and not delays and event.debug:
@@ -349,7 +354,8 @@ async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: boo
         versions.remember_version(event.memory, old_raw=event.raw_body, new_raw=touched)
 
 
-def _settles(event: ObjectEvent, latest: RawBody, *, essence: BodyEssence, requires_finalizer: bool) -> bool:
+def _settles(event: ObjectEvent, latest: RawBody, *, essence: BodyEssence, requires_finalizer: bool,
+             released: bool = False) -> bool:
     """
     Whether the patched object will be handled exactly as it has just been (see :func:`versions.settles`).
 
@@ -358,6 +364,9 @@ def _settles(event: ObjectEvent, latest: RawBody, *, essence: BodyEssence, requi
     what others have changed since the handled version (e.g. while the handlers ran), so the patched object
     (``latest``, the API's response) must have the handled ``essence`` and deletion state, and our finalizer
     as the cycle has decided: otherwise, its echo brings a change to handle (the changes between batched in).
+    An object ``released`` for its deletion needs none of it (``latest`` has only its version then): its
+    deletion goes on and our finalizer is gone (no one can add finalizers to an object being deleted), so its
+    echo is nothing to do (:attr:`.causes.Reason.FREE`) whatever others have changed.
     """
     if event.watching or event.spawning:
         return False
@@ -366,6 +375,8 @@ def _settles(event: ObjectEvent, latest: RawBody, *, essence: BodyEssence, requi
     blind = scope.registry.changing.is_blind_to_own_writes(resource)
     if not versions.settles(event.patch, blind_to_own_writes=blind):
         return False
+    if released:
+        return True
     if finalizers.is_deletion_ongoing(latest) != finalizers.is_deletion_ongoing(event.raw_body):
         return False
     finalizer = scope.settings.persistence.finalizer
@@ -379,15 +390,20 @@ async def apply_changes(event: ObjectEvent) -> bool:
     return await _apply_patch(event) is not None
 
 
-async def _apply_patch(event: ObjectEvent) -> RawBody | None:
-    """Apply the accumulated patch (if not empty); the patched object if it has got a new version from it."""
+async def _apply_patch(event: ObjectEvent, *, version_only: bool = False) -> RawBody | None:
+    """
+    Apply the accumulated patch (if not empty); the patched object if it has got a new version from it.
+
+    With ``version_only``, the returned object may have only its version (:func:`.application.apply_patch`).
+    """
     if not event.patch:
         return None
     scope = event.scope
     try:
         latest = await application.apply_patch(settings=scope.settings, vault=scope.vault,
                                                resource=event.delivery.resource, body=event.body,
-                                               patch=event.patch, logger=event.local_logger, seat=event.seat)
+                                               patch=event.patch, logger=event.local_logger, seat=event.seat,
+                                               version_only=version_only)
     except APIUnprocessableEntityError as e:
         # Repeating the same patch cannot help: say why, once, with the fix (not a traceback per retry).
         event.local_logger.error(_explain_rejected_patch(e))

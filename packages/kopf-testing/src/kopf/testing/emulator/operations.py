@@ -565,11 +565,15 @@ class Operations:
             and not metadata.get('finalizers')
             and not self._has_contents(info, result)
         ):
-            # The last finalizer is gone: real servers delete the object instead of storing the update.
+            # The last finalizer is gone: real servers delete the object instead of storing the update. They
+            # answer with the object as updated, of the version it had (the update is not stored); the watches
+            # see its deletion only: the object as last stored, of a new version.
+            version = current.body['metadata']['resourceVersion']
+            answer = {**result, 'metadata': {**metadata, 'resourceVersion': version}}
             if dry_run:
-                return Outcome(200, result, warnings=warnings)
-            removed = self._remove(info, current.body)
-            return Outcome(200, removed, encode(with_api_version(removed, info.api_version)), warnings)
+                return Outcome(200, answer, warnings=warnings)
+            self._remove(info, current.body)
+            return Outcome(200, answer, encode(with_api_version(answer, info.api_version)), warnings)
         if dry_run:
             return Outcome(200, result, warnings=warnings)
         resource_version = self.store.next_resource_version()
