@@ -8,6 +8,7 @@ import pytest
 from kopf._clients.creating import create_obj
 from kopf._clients.deleting import delete_obj
 from kopf._clients.errors import APIError
+from kopf._clients.patching import json_patch_obj
 from kopf._clients.vault import Vault
 from kopf._cogs.structs.bodies import Body
 from kopf._cogs.structs.credentials import ConnectionInfo, VaultKey
@@ -264,6 +265,14 @@ OURS = 'kopf.zalando.org/KopfFinalizerMarker'
 TEST_FAILED = 'testing value /metadata/resourceVersion'  # a JSON-patch's `test` operation has failed
 
 
+async def add_others_finalizer(k8s_emulator: Any, vault: Vault, settings: OperatorSettings) -> None:
+    """Someone else's finalizer added to the object (after the test has seen it); its requests not counted."""
+    json_patch = [{'op': 'add', 'path': '/metadata/finalizers', 'value': ['other/finalizer']}]
+    await json_patch_obj(settings=settings, vault=vault, resource=WITH_STATUS,
+                         namespace='default', name='kex1', patch=json_patch)
+    k8s_emulator.requests.reset()
+
+
 async def test_adding_our_finalizer_is_guarded_by_the_version_and_leaves_the_patch_intact(
         k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
         logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
@@ -289,11 +298,7 @@ async def test_adding_our_finalizer_to_a_changed_object_keeps_the_others_finaliz
         k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
         logger: logging.Logger, caplog: pytest.LogCaptureFixture) -> None:
     # Someone adds their finalizer after we have seen the object: our whole list would lose it.
-    json_patch = [{'op': 'add', 'path': '/metadata/finalizers', 'value': ['other/finalizer']}]
-    from kopf._clients.patching import json_patch_obj
-    await json_patch_obj(settings=settings, vault=vault, resource=WITH_STATUS,
-                         namespace='default', name='kex1', patch=json_patch)
-    k8s_emulator.requests.reset()
+    await add_others_finalizer(k8s_emulator, vault, settings)
 
     patch = Patch()
     patch.meta['finalizers'] = [OURS]
@@ -403,11 +408,7 @@ async def test_our_finalizer_for_the_version_only_on_a_changed_object_reads_it_i
         k8s_emulator: Any, vault: Vault, settings: OperatorSettings, created: dict[str, Any],
         quiet_logger: logging.Logger) -> None:
     # The fallback's JSON-patch is built from the fresh object's finalizers: it is decoded whatever is asked.
-    json_patch = [{'op': 'add', 'path': '/metadata/finalizers', 'value': ['other/finalizer']}]
-    from kopf._clients.patching import json_patch_obj
-    await json_patch_obj(settings=settings, vault=vault, resource=WITH_STATUS,
-                         namespace='default', name='kex1', patch=json_patch)
-    k8s_emulator.requests.reset()
+    await add_others_finalizer(k8s_emulator, vault, settings)
 
     patch = Patch()
     patch.meta['finalizers'] = [OURS]
