@@ -159,8 +159,8 @@ def run_order(items: Sequence[T], repeat: int) -> list[T]:
     The order of the implementations' runs in a repeat: a Williams design (balanced for the run before).
 
     A plain rotation keeps the neighbours: each implementation always runs right after the same one (e.g.
-    after Kopf's heavy run, which leaves the CPU's caches and frequency in its own state), which measured a
-    6% bias in CPU per object between two installs of the same code. In these orders, each implementation
+    after Kopf's heavy run, which leaves the CPU's caches and frequency in its own state), a bias of its own
+    (see ``benchmarks/README.md``). In these orders, each implementation
     runs right after every other one equally often over ``len(items)`` repeats (an even number of them; an
     odd number needs twice as many repeats), and first equally often.
     """

@@ -4,6 +4,7 @@ import contextvars
 import functools
 import gc
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any, cast
@@ -11,7 +12,7 @@ from typing import Any, cast
 import pytest
 
 from kopf._core.actions import invocation
-from kopf._core.actions.invocation import BATCHING_SPACING, invoke, is_async_fn
+from kopf._core.actions.invocation import BATCHING_SPACING, LINGERING, invoke, is_async_fn
 
 some_var: contextvars.ContextVar[list[str]] = contextvars.ContextVar('some_var')
 
@@ -238,6 +239,42 @@ async def test_a_burst_of_quick_sync_functions_takes_fewer_jobs_than_calls(
     assert 1 <= counting_executor.jobs < 200
 
 
+async def test_a_trickle_of_sync_calls_is_run_by_one_lingering_runner(
+        counting_executor: CountingExecutor) -> None:
+    # Each call is made after the previous one is over (the runner is out of calls every time): without the
+    # lingering, every call would be a new job, i.e. a wake-up of the executor's idle threads one by one.
+    calls = 20
+    results = [await invoke(sync_fn, kwargs={'x': i}, executor=counting_executor) for i in range(calls)]
+    assert results == [i * 3 for i in range(calls)]
+    assert counting_executor.jobs < calls // 2  # 1, unless the machine stalls for LINGERING between calls
+
+
+async def test_a_lingering_runner_runs_the_calls_in_the_context_of_each(
+        counting_executor: CountingExecutor) -> None:
+    def fn(**_: Any) -> list[str]:
+        return some_var.get()
+
+    results = []
+    for i in range(3):
+        some_var.set([f'call{i}'])
+        results.append(await invoke(fn, kwargs={}, executor=counting_executor))
+    assert results == [['call0'], ['call1'], ['call2']]
+
+
+async def test_a_lingering_runner_takes_a_burst_and_more_runners_join_it(
+        counting_executor: CountingExecutor) -> None:
+    await invoke(sync_fn, kwargs={'x': 0}, executor=counting_executor)  # a runner lingers now
+    barrier = threading.Barrier(4, timeout=10)  # all four at once: the lingering runner alone would time out
+
+    def fn(x: int, **_: Any) -> int:
+        barrier.wait()
+        return x
+
+    calls = (invoke(fn, kwargs={'x': i}, executor=counting_executor) for i in range(4))
+    assert await asyncio.gather(*calls) == [0, 1, 2, 3]
+    assert not barrier.broken
+
+
 class InlineExecutor(concurrent.futures.Executor):
     """Runs every job at once, in the caller's thread: as a free thread would, quicker than the loop."""
 
@@ -269,6 +306,17 @@ async def test_the_loop_wakes_a_runner_for_each_iteration_with_calls() -> None:
     executor = InlineExecutor()
     results = [await invoke(sync_fn, kwargs={'x': i}, executor=executor) for i in range(3)]
     assert results == [0, 3, 6]
+    assert executor.outer_jobs == 3
+
+
+async def test_a_runner_in_the_loops_thread_never_lingers() -> None:
+    # A lingering runner there would block the loop itself: for LINGERING seconds after every call.
+    assert LINGERING > 0  # otherwise, nothing lingers anyway
+    executor = InlineExecutor()
+    for i in range(3):
+        started = time.monotonic()
+        assert await invoke(sync_fn, kwargs={'x': i}, executor=executor) == i * 3
+        assert time.monotonic() - started < LINGERING
     assert executor.outer_jobs == 3
 
 

@@ -185,6 +185,15 @@ class _Lane:
     no other runner is free submits one more runner. So the concurrency grows as with a job per call
     (every call gets a thread as soon as the executor has one), but a burst of quick calls takes only
     a few jobs. Any executor works this way, including the custom ones of ``settings.execution.executor``.
+
+    The last runner to run out of calls (no other one busy) waits for new ones for :data:`LINGERING` seconds
+    before it leaves its thread to the executor (none in a thread with a running event loop, e.g. of an
+    executor that runs the jobs in the caller's thread: it would block the loop). In a trickle of calls (e.g.
+    the events of objects that come one by one), the next call then wakes that very thread up, with nothing to
+    queue in the executor: a new job would wake one of its idle threads, and every idle thread of a
+    ``ThreadPoolExecutor`` wakes the next one up in turn, each taking the GIL for a while, for every job.
+    (Not the first runner to run out while others are busy: in bursts, that one costs more switches of the
+    threads than it saves; see ``benchmarks/README.md``.)
     """
 
     _lanes: 'weakref.WeakKeyDictionary[concurrent.futures.Executor, _Lane]' = weakref.WeakKeyDictionary()
@@ -197,6 +206,10 @@ class _Lane:
         self._calls: collections.deque[_Call] = collections.deque()
         self._runners = 0  # submitted and not exited yet (incl. those still queued in the executor)
         self._busy = 0  # running a call now
+        self._lingering = False  # a runner waits for new calls (one of the runners, not busy)
+        self._woken = False  # ... and is woken up for them (or is about to be)
+        self._wakeup = threading.Lock()  # released to wake the lingering runner up; otherwise held
+        self._wakeup.acquire()
 
     @classmethod
     def of(cls, executor: concurrent.futures.Executor) -> '_Lane':
@@ -211,9 +224,14 @@ class _Lane:
         """
         with self._lock:
             self._calls.extend(calls)
-            needs_runner = self._runners == self._busy
+            wakes = self._lingering and not self._woken
+            if wakes:
+                self._woken = True
+            needs_runner = self._runners == self._busy  # the lingering runner is free: not busy
             if needs_runner:
                 self._runners += 1
+        if wakes:
+            self._wakeup.release()
         if needs_runner:
             try:
                 executor.submit(self._run)
@@ -247,18 +265,31 @@ class _Lane:
             call = self._take(finished=True)
 
     def _take(self, *, finished: bool) -> _Call | None:
-        """The next call for this runner (after the finished one, if any); None if the runner must exit."""
+        """
+        The next call for this runner (after the finished one, if any); None if the runner must exit.
+
+        With no calls after a finished one, the runner lingers (see the class): it waits for new ones once.
+        """
         with self._lock:
             if finished:
                 self._busy -= 1
+            lingers = False
             if not self._calls:
-                self._runners -= 1
-                return None
-            self._busy += 1
-            call = self._calls.popleft()
-            spawns = bool(self._calls) and self._runners == self._busy
-            if spawns:
-                self._runners += 1
+                lingers = (finished and not self._busy and not self._lingering and LINGERING > 0
+                           and asyncio._get_running_loop() is None)
+                if not lingers:
+                    self._runners -= 1
+                    return None
+                self._lingering, self._woken = True, False
+            else:
+                call, spawns = self._pop()
+        if lingers:
+            self._linger()
+            with self._lock:
+                if not self._calls:  # none came, or another runner has taken them
+                    self._runners -= 1
+                    return None
+                call, spawns = self._pop()
         executor = self._executor_ref() if spawns else None
         if executor is not None:
             try:
@@ -271,6 +302,24 @@ class _Lane:
                 self._runners -= 1
         return call
 
+    def _pop(self) -> tuple[_Call, bool]:
+        """Take the next call (under the lock); whether one more runner is needed for the calls left."""
+        self._busy += 1
+        call = self._calls.popleft()
+        spawns = bool(self._calls) and self._runners == self._busy
+        if spawns:
+            self._runners += 1
+        return call, spawns
+
+    def _linger(self) -> None:
+        """Wait for a wake-up by :meth:`put` or for :data:`LINGERING` seconds, whichever comes first."""
+        woken = self._wakeup.acquire(timeout=LINGERING)
+        with self._lock:
+            self._lingering = False  # no wake-ups from now on
+            late = not woken and self._woken
+        if late:  # put() has decided to wake this runner up after the timeout: its release is on the way,
+            self._wakeup.acquire()  # ... and the lock must be held again for the next lingering
+
 
 def _name_of(fn: Callable[..., Any]) -> str:
     while isinstance(fn, functools.partial):
@@ -281,6 +330,10 @@ def _name_of(fn: Callable[..., Any]) -> str:
 # The least time between two hand-overs of one loop's sync calls to the runners, in seconds (see _Outbox).
 # Read at every hand-over, so it can be tuned at any time (0: a hand-over per iteration of the loop).
 BATCHING_SPACING = 0.002
+
+# How long a lane's runner that has run out of calls waits for new ones in its thread, in seconds (see _Lane).
+# Read at every wait, so it can be tuned at any time (0: the runners leave at once).
+LINGERING = 0.05
 
 
 class _Outbox:

@@ -316,8 +316,7 @@ async def _spawning_exited(event: ObjectEvent) -> bool:
 
 
 async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: bool, done: bool,
-                        essence: BodyEssence | None, requires_finalizer: bool,
-                        released: bool = False) -> None:
+                        essence: BodyEssence | None, requires_finalizer: bool, released: bool) -> None:
     """
     Apply the accumulated patch; if some handlers must wait, sleep and "touch" the object then.
 
@@ -355,7 +354,7 @@ async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: boo
 
 
 def _settles(event: ObjectEvent, latest: RawBody, *, essence: BodyEssence, requires_finalizer: bool,
-             released: bool = False) -> bool:
+             released: bool) -> bool:
     """
     Whether the patched object will be handled exactly as it has just been (see :func:`versions.settles`).
 
