@@ -206,8 +206,7 @@ class _Lane:
         self._calls: collections.deque[_Call] = collections.deque()
         self._runners = 0  # submitted and not exited yet (incl. those still queued in the executor)
         self._busy = 0  # running a call now
-        self._lingering = False  # a runner waits for new calls (one of the runners, not busy)
-        self._woken = False  # ... and is woken up for them (or is about to be)
+        self._lingering = False  # a runner waits for new calls (one of the runners, not busy), not woken yet
         self._wakeup = threading.Lock()  # released to wake the lingering runner up; otherwise held
         self._wakeup.acquire()
 
@@ -224,9 +223,7 @@ class _Lane:
         """
         with self._lock:
             self._calls.extend(calls)
-            wakes = self._lingering and not self._woken
-            if wakes:
-                self._woken = True
+            wakes, self._lingering = self._lingering, False  # woken once
             needs_runner = self._runners == self._busy  # the lingering runner is free: not busy
             if needs_runner:
                 self._runners += 1
@@ -280,7 +277,7 @@ class _Lane:
                 if not lingers:
                     self._runners -= 1
                     return None
-                self._lingering, self._woken = True, False
+                self._lingering = True
             else:
                 call, spawns = self._pop()
         if lingers:
@@ -313,10 +310,10 @@ class _Lane:
 
     def _linger(self) -> None:
         """Wait for a wake-up by :meth:`put` or for :data:`LINGERING` seconds, whichever comes first."""
-        woken = self._wakeup.acquire(timeout=LINGERING)
+        if self._wakeup.acquire(timeout=LINGERING):
+            return
         with self._lock:
-            self._lingering = False  # no wake-ups from now on
-            late = not woken and self._woken
+            late, self._lingering = not self._lingering, False  # no wake-ups from now on
         if late:  # put() has decided to wake this runner up after the timeout: its release is on the way,
             self._wakeup.acquire()  # ... and the lock must be held again for the next lingering
 
