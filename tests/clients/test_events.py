@@ -22,7 +22,7 @@ async def test_post_event_contract(kmock: kmock.RawHandler, settings: Standalone
                                      reason='SomeReason', message='Some message',
                                      component='my-op', instance='pod-1', name_prefix='my-op-')
 
-    assert result == {'metadata': {'name': 'kopf-event-abc'}}
+    assert result is True
     assert len(kmock) == 1
     request = kmock[0]
     assert request.method == 'POST'
@@ -49,6 +49,18 @@ async def test_post_event_contract(kmock: kmock.RawHandler, settings: Standalone
     assert timestamps['lastTimestamp'] == timestamps['firstTimestamp']
     assert re.fullmatch(r'\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z', timestamps['eventTime'])
     assert timestamps['eventTime'].startswith(timestamps['firstTimestamp'][:-1])
+
+
+async def test_created_event_is_not_decoded(
+        kmock: kmock.RawHandler, settings: StandaloneClientSettings, vault: Vault,
+        caplog: pytest.LogCaptureFixture,
+) -> None:
+    # No one reads the created event: even an answer that is not JSON is a posted event, not a failure.
+    kmock['post /api/v1/namespaces/ns1/events'] << b'not json at all'
+    result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R')
+    assert result is True
+    assert len(kmock) == 1
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
 def test_event_defaults_and_timestamps() -> None:
@@ -89,7 +101,7 @@ async def test_no_events_for_events(kmock: kmock.RawHandler, settings: Standalon
                                     vault: Vault, api_version: str) -> None:
     ref = {'apiVersion': api_version, 'kind': 'Event', 'name': 'e1', 'namespace': 'ns1'}
     result = await events.post_event(settings=settings, vault=vault, ref=ref, type='Normal', reason='R')
-    assert result is None
+    assert result is False
     assert len(kmock) == 0
 
 
@@ -99,7 +111,7 @@ async def test_missing_namespace_is_quiet(kmock: kmock.RawHandler, settings: Sta
     caplog.set_level(logging.DEBUG)
     for _ in range(10):
         result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R')
-        assert result is None
+        assert result is False
     assert len(kmock) == 10  # no retries
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
@@ -120,7 +132,7 @@ async def test_terminating_namespace_is_quiet_and_not_retried(
     for _ in range(3):
         result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
                                          backoffs=[1, 1], best_effort=True)
-        assert result is None
+        assert result is False
     assert len(kmock) == 3  # no retries, even as best-effort
     assert looptime == 0
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
@@ -137,7 +149,7 @@ async def test_other_failures_are_logged_not_raised(
 
     for reason in ['R1', 'R2']:
         assert await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal',
-                                       reason=reason) is None
+                                       reason=reason) is False
 
     assert len(kmock) == 3  # 1x 403 without retries, 2x 500 with one retry
     assert looptime == 1
@@ -159,7 +171,7 @@ async def test_best_effort_retries_every_failure_but_the_absent_namespace_with_o
     kmock['post /api/v1/namespaces/ns1/events'][2:] << {'kind': 'Event'}
     result = await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
                                      backoffs=[2, 3], best_effort=True)
-    assert result == {'kind': 'Event'}
+    assert result is True
     assert len(kmock) == 3
     assert looptime == 5
     retries = [r.getMessage() for r in caplog.records if 'will retry' in r.getMessage()]
@@ -172,8 +184,8 @@ async def test_best_effort_gives_up_after_own_backoffs_and_never_retries_the_abs
     kmock['post /api/v1/namespaces/ns1/events'][:2] << 409 << {'kind': 'Status', 'code': 409}
     kmock['post /api/v1/namespaces/ns1/events'][2:] << 404 << {'kind': 'Status', 'code': 404}
     assert await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
-                                   backoffs=[7], best_effort=True) is None
+                                   backoffs=[7], best_effort=True) is False
     assert len(kmock) == 2 and looptime == 7
     assert await events.post_event(settings=settings, vault=vault, ref=REF, type='Normal', reason='R',
-                                   backoffs=[7], best_effort=True) is None
+                                   backoffs=[7], best_effort=True) is False
     assert len(kmock) == 3 and looptime == 7

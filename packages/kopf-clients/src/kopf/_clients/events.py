@@ -17,14 +17,13 @@ the failures to post would cause more events to post.
 import datetime
 import logging
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from kopf._clients import api, errors
 from kopf._clients.connections import NetworkError
 from kopf._clients.vault import Vault
 from kopf._cogs.aiokits.backoffs import BackoffsSpec
 from kopf._cogs.configs.networking import ClientSettings
-from kopf._cogs.structs.bodies import RawBody
 from kopf._cogs.structs.credentials import LoginError
 from kopf._cogs.structs.references import Resource
 
@@ -111,9 +110,9 @@ async def post_event(
         backoffs: BackoffsSpec | None = None,
         best_effort: bool = False,
         logger: api.Logger | None = None,
-) -> RawBody | None:
+) -> bool:
     """
-    Post an event about an object; return the created event, or None if it was skipped or failed.
+    Post an event about an object; whether it was posted (False if it was skipped or failed).
 
     ``ref`` is an object reference (``apiVersion``, ``kind``, ``name``, ``uid``, ``namespace``),
     e.g. as built from the object's body. ``component`` & ``instance`` identify the reporter
@@ -123,23 +122,24 @@ async def post_event(
     """
     actual_logger: api.Logger = logger if logger is not None else default_logger
     if is_event_ref(ref):
-        return None  # no events about events!
+        return False  # no events about events!
 
     body = build_event(ref=ref, type=type, reason=reason, message=message,
                        component=component, instance=instance, name_prefix=name_prefix, now=now)
     namespace = body['metadata']['namespace']
     url = EVENTS.get_url(namespace=namespace)
     try:
-        data = await api.request('POST', url, payload=body, settings=settings, vault=vault,
-                                 backoffs=backoffs, best_effort=best_effort, logger=actual_logger)
+        # The created event is not decoded: no one reads it (a posted event's answer is its echo).
+        await api.request('POST', url, payload=body, settings=settings, vault=vault, decode=False,
+                          backoffs=backoffs, best_effort=best_effort, logger=actual_logger)
     except errors.APINotFoundError:
         actual_logger.debug(f'Cannot post an event to the namespace {namespace!r}: it does not exist.')
-        return None
+        return False
     except errors.APINamespaceTerminatingError:
         actual_logger.debug(f'Cannot post an event to the namespace {namespace!r}: it is being deleted.')
-        return None
+        return False
     except (errors.APIError, NetworkError, TimeoutError, LoginError) as e:
         actual_logger.warning(f'Failed to post an event; ignoring and continuing. '
                               f'The event was: {type} {reason}: {message!r}. The error was: {e}')
-        return None
-    return cast(RawBody, data)
+        return False
+    return True
