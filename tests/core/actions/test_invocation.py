@@ -3,6 +3,7 @@ import concurrent.futures
 import contextvars
 import functools
 import gc
+import logging
 import threading
 import time
 import weakref
@@ -273,6 +274,73 @@ async def test_a_lingering_runner_takes_a_burst_and_more_runners_join_it(
     calls = (invoke(fn, kwargs={'x': i}, executor=counting_executor) for i in range(4))
     assert await asyncio.gather(*calls) == [0, 1, 2, 3]
     assert not barrier.broken
+
+
+class SubmittersExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Remembers which threads have submitted the jobs."""
+
+    def __init__(self, max_workers: int) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix='test-submitters')
+        self.submitters: list[str] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self.submitters.append(threading.current_thread().name)
+        return super().submit(fn, *args, **kwargs)
+
+
+async def test_more_runners_are_added_by_the_loop_for_the_waiting_calls_not_by_the_runners() -> None:
+    # A runner that takes a call while others wait does not submit another one: the calls are usually quick,
+    # and it runs them sooner than another thread would wake up. The loop adds one if they still wait.
+    executor = SubmittersExecutor(max_workers=4)
+    release = threading.Event()
+
+    def blocker(**_: Any) -> str:
+        release.wait(timeout=10)
+        return threading.current_thread().name
+
+    def quick(**_: Any) -> str:
+        return threading.current_thread().name
+
+    try:
+        blocked = asyncio.create_task(invoke(blocker, kwargs={}, executor=executor))
+        quick_names = await asyncio.gather(*(invoke(quick, kwargs={}, executor=executor) for _ in range(5)))
+        release.set()
+        blocker_name = await blocked
+    finally:
+        executor.shutdown(wait=True)
+    assert blocker_name not in quick_names  # the quick calls are not held back by the blocked runner
+    assert len(executor.submitters) >= 2
+    assert set(executor.submitters) == {threading.current_thread().name}
+
+
+@pytest.mark.looptime
+async def test_a_runner_that_cannot_be_added_leaves_the_waiting_calls_to_the_busy_runner(
+        caplog: pytest.LogCaptureFixture) -> None:
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix='test-shutdown')
+    started = threading.Event()
+    release = threading.Event()
+
+    def blocker(**_: Any) -> str:
+        started.set()
+        release.wait(timeout=10)
+        return 'blocker'
+
+    try:
+        blocked = asyncio.create_task(invoke(blocker, kwargs={}, executor=executor))
+        assert await asyncio.to_thread(started.wait, 10)
+        waiting = asyncio.create_task(invoke(sync_fn, kwargs={'x': 1}, executor=executor))
+        await asyncio.sleep(0)  # the call is made
+        await asyncio.sleep(0)  # the call is handed over: it waits, the only runner is busy
+        executor.shutdown(wait=False)  # no more runners from now on
+        await asyncio.sleep(invocation.GROWING_DELAY * 3)  # the loop has tried to add one
+        assert not waiting.done()
+        release.set()
+        assert await blocked == 'blocker'
+        assert await waiting == 3  # run by the runner of the blocker
+    finally:
+        release.set()
+        executor.shutdown(wait=True)
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
 class InlineExecutor(concurrent.futures.Executor):

@@ -180,11 +180,13 @@ class _Lane:
 
     A job per call (``executor.submit()`` and a future per call, then a future of the loop chained to it)
     costs more than most handlers themselves. Instead, a runner job runs the queued calls one by one
-    until none are left. A new runner is submitted only when there is no free runner: neither an idle
-    one nor one that is still starting. A runner that takes a call while more calls are waiting and
-    no other runner is free submits one more runner. So the concurrency grows as with a job per call
-    (every call gets a thread as soon as the executor has one), but a burst of quick calls takes only
-    a few jobs. Any executor works this way, including the custom ones of ``settings.execution.executor``.
+    until none are left. A new runner is submitted at once only when the lane has none. While calls wait
+    and all the runners are busy, one more runner is submitted every :data:`GROWING_DELAY` seconds (the loop
+    that has put the calls checks it), up to the executor's limit of threads: the slow (blocking) calls get
+    their threads within milliseconds, as with a job per call, while a burst of quick calls is run by one
+    runner, one call after another --- sooner than another thread would wake up, and with no switches of
+    the GIL between the runners for every call (see ``benchmarks/README.md``). Any executor works this way,
+    including the custom ones of ``settings.execution.executor``.
 
     The last runner to run out of calls (no other one busy) waits for new ones for :data:`LINGERING` seconds
     before it leaves its thread to the executor (none in a thread with a running event loop, e.g. of an
@@ -209,12 +211,14 @@ class _Lane:
         self._lingering = False  # a runner waits for new calls (one of the runners, not busy), not woken yet
         self._wakeup = threading.Lock()  # released to wake the lingering runner up; otherwise held
         self._wakeup.acquire()
+        self._checker: weakref.ref[asyncio.AbstractEventLoop] | None = None  # the loop checking the growth
 
     @classmethod
     def of(cls, executor: concurrent.futures.Executor) -> '_Lane':
         return _one_per(executor, cls._lanes, cls._lanes_lock, cls)
 
-    def put(self, executor: concurrent.futures.Executor, calls: list[_Call]) -> None:
+    def put(self, executor: concurrent.futures.Executor, calls: list[_Call], loop: asyncio.AbstractEventLoop,
+            ) -> None:
         """
         Queue the calls for the runners (in the loop's thread: the calls' waiters are the loop's futures).
 
@@ -224,9 +228,13 @@ class _Lane:
         with self._lock:
             self._calls.extend(calls)
             wakes, self._lingering = self._lingering, False  # woken once
-            needs_runner = self._runners == self._busy  # the lingering runner is free: not busy
+            needs_runner = not self._runners
             if needs_runner:
                 self._runners += 1
+            # More calls than the free runners can take: the loop checks soon if they still wait.
+            checks = len(self._calls) > self._runners - self._busy and not self._is_checked()
+            if checks:
+                self._checker = weakref.ref(loop)
         if wakes:
             self._wakeup.release()
         if needs_runner:
@@ -243,6 +251,39 @@ class _Lane:
                         call.waiter.set_exception(e)
                 if not isinstance(e, Exception):
                     raise
+        if checks:
+            loop.call_later(GROWING_DELAY, self._grow, loop)
+
+    def _is_checked(self) -> bool:
+        """Whether a loop checks the growth already (under the lock): not if it is gone or closed since."""
+        loop = self._checker() if self._checker is not None else None
+        return loop is not None and not loop.is_closed()
+
+    def _grow(self, loop: asyncio.AbstractEventLoop) -> None:
+        """
+        One more runner if the calls still wait while all the runners are busy (in the checking loop).
+
+        Checked again after :data:`GROWING_DELAY` while any calls wait; not after a failed submission (e.g.
+        the executor is shut down): the busy runners take the waiting calls when they are done with theirs.
+        """
+        executor = self._executor_ref()
+        with self._lock:
+            waiting = bool(self._calls) and executor is not None
+            spawns = waiting and self._runners == self._busy
+            if spawns:
+                self._runners += 1
+            if not waiting:
+                self._checker = None
+        if spawns and executor is not None:
+            try:
+                executor.submit(self._run)
+            except Exception:  # e.g. shut down meanwhile: the busy runners take the calls later
+                with self._lock:
+                    self._runners -= 1
+                    self._checker = None
+                return
+        if waiting:
+            loop.call_later(GROWING_DELAY, self._grow, loop)
 
     def _run(self) -> None:
         thread = threading.get_ident()
@@ -270,43 +311,22 @@ class _Lane:
         with self._lock:
             if finished:
                 self._busy -= 1
-            lingers = False
-            if not self._calls:
-                lingers = (finished and not self._busy and not self._lingering and LINGERING > 0
-                           and asyncio._get_running_loop() is None)
-                if not lingers:
-                    self._runners -= 1
-                    return None
-                self._lingering = True
-            else:
-                call, spawns = self._pop()
-        if lingers:
-            self._linger()
-            with self._lock:
-                if not self._calls:  # none came, or another runner has taken them
-                    self._runners -= 1
-                    return None
-                call, spawns = self._pop()
-        executor = self._executor_ref() if spawns else None
-        if executor is not None:
-            try:
-                executor.submit(self._run)
-            except BaseException:  # e.g. shut down meanwhile: this runner takes the calls later.
-                with self._lock:
-                    self._runners -= 1
-        elif spawns:
-            with self._lock:
+            if self._calls:
+                self._busy += 1
+                return self._calls.popleft()
+            lingers = (finished and not self._busy and not self._lingering and LINGERING > 0
+                       and asyncio._get_running_loop() is None)
+            if not lingers:
                 self._runners -= 1
-        return call
-
-    def _pop(self) -> tuple[_Call, bool]:
-        """Take the next call (under the lock); whether one more runner is needed for the calls left."""
-        self._busy += 1
-        call = self._calls.popleft()
-        spawns = bool(self._calls) and self._runners == self._busy
-        if spawns:
-            self._runners += 1
-        return call, spawns
+                return None
+            self._lingering = True
+        self._linger()
+        with self._lock:
+            if not self._calls:  # none came, or another runner has taken them
+                self._runners -= 1
+                return None
+            self._busy += 1
+            return self._calls.popleft()
 
     def _linger(self) -> None:
         """Wait for a wake-up by :meth:`put` or for :data:`LINGERING` seconds, whichever comes first."""
@@ -331,6 +351,10 @@ BATCHING_SPACING = 0.002
 # How long a lane's runner that has run out of calls waits for new ones in its thread, in seconds (see _Lane).
 # Read at every wait, so it can be tuned at any time (0: the runners leave at once).
 LINGERING = 0.05
+
+# How long the sync calls wait while all the runners of their lane are busy before one more runner is added,
+# in seconds (see _Lane). Read at every check, so it can be tuned at any time (0: the loop's next iteration).
+GROWING_DELAY = 0.001
 
 
 class _Outbox:
@@ -392,13 +416,13 @@ class _Outbox:
         pending, self._pending = self._pending, []
         if len(pending) == 1:  # the usual case: no grouping
             executor, call = pending[0]
-            _Lane.of(executor).put(executor, [call])
+            _Lane.of(executor).put(executor, [call], loop)
             return
         batches: dict[concurrent.futures.Executor, list[_Call]] = {}
         for executor, call in pending:
             batches.setdefault(executor, []).append(call)
         for executor, calls in batches.items():
-            _Lane.of(executor).put(executor, calls)
+            _Lane.of(executor).put(executor, calls, loop)
 
 
 class _Inbox:
