@@ -13,6 +13,8 @@ that hop alone, through the framework's own ``invoke()``:
   started beforehand (as in an operator that has had a burst once); with ``--burst K``, K calls at once
   (gathered) at every step instead of one, as in a burst of events;
 * the same loop without the calls, right after: its CPU is subtracted (the idle loop's own wake-ups);
+* with ``--saturated`` instead: all the threads blocked by calls and as many calls more waiting for them, the
+  process's CPU (ms) and context switches per second of that wait (the loop's checks for more runners);
 * per call: the process's CPU time (all threads), its context switches (of all threads, from
   ``/proc/self/task/*/status``), and the executor's jobs (its ``submit()`` calls).
 
@@ -33,6 +35,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -90,9 +93,30 @@ async def measure(calls: int, gap: float, workers: int, burst: int) -> dict[str,
     }
 
 
+async def measure_saturated(workers: int, seconds: float = 2.0) -> dict[str, float]:
+    """In the child: the CPU (ms per second) while all the threads are blocked and more calls wait."""
+    from kopf._core.actions.invocation import invoke
+
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    release = threading.Event()
+    blocked = [asyncio.create_task(invoke(lambda **_: release.wait(30), kwargs={}, executor=executor))
+               for _ in range(workers * 2)]
+    await asyncio.sleep(0.5)  # the threads are all taken, the calls beyond them wait (the checks backed off)
+    cpu0, switches0, started = time.process_time(), context_switches(), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu1, switches1, ended = time.process_time(), context_switches(), time.monotonic()
+    release.set()
+    await asyncio.gather(*blocked)
+    executor.shutdown(wait=True)
+    duration = ended - started
+    return {'cpu_us': (cpu1 - cpu0) * 1e3 / duration, 'switches': (switches1 - switches0) / duration,
+            'jobs': 0.0}
+
+
 def run_child(python: str, args: argparse.Namespace) -> dict[str, float]:
     command = [python, str(HERE), '--child', '--calls', str(args.calls), '--gap', str(args.gap),
-               '--workers', str(args.workers), '--burst', str(args.burst)]
+               '--workers', str(args.workers), '--burst', str(args.burst),
+               *(['--saturated'] if args.saturated else [])]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     result: dict[str, float] = json.loads(output.strip().splitlines()[-1])
     return result
@@ -107,10 +131,15 @@ def main() -> None:
                                                                "for 2 CPUs: 6)")
     parser.add_argument('--burst', type=int, default=1, help='calls at once at every step (gathered)')
     parser.add_argument('--repeat', type=int, default=5)
+    parser.add_argument('--saturated', action='store_true', help='instead: the CPU per second (ms) and the '
+                        'switches per second while all the threads are blocked and twice as many calls wait')
     parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(asyncio.run(measure(args.calls, args.gap, args.workers, args.burst))))
+        if args.saturated:
+            print(json.dumps(asyncio.run(measure_saturated(args.workers))))
+        else:
+            print(json.dumps(asyncio.run(measure(args.calls, args.gap, args.workers, args.burst))))
         return
 
     pythons = args.python or [sys.executable]
@@ -122,10 +151,15 @@ def main() -> None:
             print(f'# {python}: {result["cpu_us"]:.1f} µs CPU, {result["switches"]:.2f} switches, '
                   f'{result["jobs"]:.3f} jobs per call', file=sys.stderr)
 
-    print(f'{args.calls} sync no-op calls, {args.burst} at once every {args.gap * 1000:g} ms of an idle '
-          f'loop, {args.workers} threads; medians of {args.repeat} runs; paired ratios to the first one:')
-    print('| Python | CPU µs/call | context switches/call | executor jobs/call | CPU ÷ first, paired '
-          '| switches ÷ first, paired |')
+    if args.saturated:
+        print(f'{args.workers} threads blocked, {args.workers} more calls waiting; per second; '
+              f'medians of {args.repeat} runs; paired ratios to the first one:')
+    else:
+        print(f'{args.calls} sync no-op calls, {args.burst} at once every {args.gap * 1000:g} ms of an idle '
+              f'loop, {args.workers} threads; medians of {args.repeat} runs; paired ratios to the first one:')
+    per, unit = ('second', 'ms') if args.saturated else ('call', 'µs')
+    print(f'| Python | CPU {unit}/{per} | context switches/{per} | executor jobs/call '
+          '| CPU ÷ first, paired | switches ÷ first, paired |')
     print('|---|---:|---:|---:|---:|---:|')
     first = results[pythons[0]]
     for python in pythons:

@@ -343,6 +343,37 @@ async def test_a_runner_that_cannot_be_added_leaves_the_waiting_calls_to_the_bus
     assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
+@pytest.mark.looptime
+async def test_the_checks_for_more_runners_back_off_while_none_can_be_added(looptime: float) -> None:
+    # All the executor's threads taken, a runner queued in it: checking every GROWING_DELAY would wake the
+    # loop up thousands of times per second for nothing. The loop's scheduling of the checks is watched here.
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix='test-backoff')
+    release = threading.Event()
+    loop = asyncio.get_running_loop()
+    original_call_later = loop.call_later
+    delays: list[float] = []
+
+    def watching_call_later(delay: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        if getattr(callback, '__name__', None) == '_grow':
+            delays.append(delay)
+        return original_call_later(delay, callback, *args, **kwargs)
+
+    loop.call_later = watching_call_later  # type: ignore[method-assign]
+    try:
+        calls = [asyncio.create_task(invoke(lambda **_: release.wait(10), kwargs={}, executor=executor))
+                 for _ in range(3)]
+        await asyncio.sleep(10)  # in the loop's time: the checks go on while the calls wait
+        assert not any(call.done() for call in calls)
+    finally:
+        release.set()
+        del loop.call_later  # type: ignore[method-assign]
+        executor.shutdown(wait=True)
+    await asyncio.gather(*calls)
+    assert 10 < len(delays) < 100  # 10,000 with no back-off
+    assert delays[:2] == [invocation.GROWING_DELAY, invocation.GROWING_DELAY]  # the second one adds a runner
+    assert delays[-1] == invocation.GROWING_BACKOFF
+
+
 class InlineExecutor(concurrent.futures.Executor):
     """Runs every job at once, in the caller's thread: as a free thread would, quicker than the loop."""
 

@@ -182,11 +182,11 @@ class _Lane:
     costs more than most handlers themselves. Instead, a runner job runs the queued calls one by one
     until none are left. A new runner is submitted at once only when the lane has none. While calls wait
     and all the runners are busy, one more runner is submitted every :data:`GROWING_DELAY` seconds (the loop
-    that has put the calls checks it), up to the executor's limit of threads: the slow (blocking) calls get
-    their threads within milliseconds, as with a job per call, while a burst of quick calls is run by one
-    runner, one call after another --- sooner than another thread would wake up, and with no switches of
-    the GIL between the runners for every call (see ``benchmarks/README.md``). Any executor works this way,
-    including the custom ones of ``settings.execution.executor``.
+    that has put the calls checks it; less often while none can be added), up to the executor's limit of
+    threads: the slow (blocking) calls get their threads within milliseconds, as with a job per call, while
+    a burst of quick calls is run by one runner, one call after another --- sooner than another thread would
+    wake up, and with no switches of the GIL between the runners for every call (``benchmarks/README.md``).
+    Any executor works this way, including the custom ones of ``settings.execution.executor``.
 
     The last runner to run out of calls (no other one busy) waits for new ones for :data:`LINGERING` seconds
     before it leaves its thread to the executor (none in a thread with a running event loop, e.g. of an
@@ -252,19 +252,22 @@ class _Lane:
                 if not isinstance(e, Exception):
                     raise
         if checks:
-            loop.call_later(GROWING_DELAY, self._grow, loop)
+            loop.call_later(GROWING_DELAY, self._grow, loop, GROWING_DELAY)
 
     def _is_checked(self) -> bool:
         """Whether a loop checks the growth already (under the lock): not if it is gone or closed since."""
         loop = self._checker() if self._checker is not None else None
         return loop is not None and not loop.is_closed()
 
-    def _grow(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _grow(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
         """
         One more runner if the calls still wait while all the runners are busy (in the checking loop).
 
-        Checked again after :data:`GROWING_DELAY` while any calls wait; not after a failed submission (e.g.
-        the executor is shut down): the busy runners take the waiting calls when they are done with theirs.
+        Checked again while any calls wait: after :data:`GROWING_DELAY` if a runner is added, otherwise after
+        twice the last delay, up to :data:`GROWING_BACKOFF` (at once if the delay was 0; e.g. while all the
+        executor's threads are taken and a runner waits in its queue, the checks would wake the loop up for
+        nothing); not after a failed submission (e.g. the executor is shut down): the busy runners take the
+        waiting calls later.
         """
         executor = self._executor_ref()
         with self._lock:
@@ -283,7 +286,8 @@ class _Lane:
                     self._checker = None
                 return
         if waiting:
-            loop.call_later(GROWING_DELAY, self._grow, loop)
+            delay = GROWING_DELAY if spawns else min(delay * 2 or GROWING_BACKOFF, GROWING_BACKOFF)
+            loop.call_later(delay, self._grow, loop, delay)
 
     def _run(self) -> None:
         thread = threading.get_ident()
@@ -355,6 +359,8 @@ LINGERING = 0.05
 # How long the sync calls wait while all the runners of their lane are busy before one more runner is added,
 # in seconds (see _Lane). Read at every check, so it can be tuned at any time (0: the loop's next iteration).
 GROWING_DELAY = 0.001
+# The longest delay between two such checks while no runner can be added (see _Lane._grow), in seconds.
+GROWING_BACKOFF = 0.25
 
 
 class _Outbox:
