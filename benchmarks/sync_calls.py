@@ -87,7 +87,7 @@ async def measure(calls: int, gap: float, workers: int, burst: int) -> dict[str,
     cpu2, switches2 = time.process_time(), context_switches()
     executor.shutdown(wait=True)
     return {
-        'cpu_us': ((cpu1 - cpu0) - (cpu2 - cpu1)) * 1e6 / calls,
+        'cpu': ((cpu1 - cpu0) - (cpu2 - cpu1)) * 1e6 / calls,  # µs
         'switches': ((switches1 - switches0) - (switches2 - switches1)) / calls,
         'jobs': (jobs1 - jobs0) / calls,
     }
@@ -97,20 +97,20 @@ async def measure_saturated(workers: int, seconds: float = 2.0) -> dict[str, flo
     """In the child: the CPU (ms per second) while all the threads are blocked and more calls wait."""
     from kopf._core.actions.invocation import invoke
 
-    executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+    executor = CountingExecutor(max_workers=workers)
     release = threading.Event()
     blocked = [asyncio.create_task(invoke(lambda **_: release.wait(30), kwargs={}, executor=executor))
                for _ in range(workers * 2)]
     await asyncio.sleep(0.5)  # the threads are all taken, the calls beyond them wait (the checks backed off)
-    cpu0, switches0, started = time.process_time(), context_switches(), time.monotonic()
+    jobs0, cpu0, switches0, started = executor.jobs, time.process_time(), context_switches(), time.monotonic()
     await asyncio.sleep(seconds)
-    cpu1, switches1, ended = time.process_time(), context_switches(), time.monotonic()
+    jobs1, cpu1, switches1, ended = executor.jobs, time.process_time(), context_switches(), time.monotonic()
     release.set()
     await asyncio.gather(*blocked)
     executor.shutdown(wait=True)
     duration = ended - started
-    return {'cpu_us': (cpu1 - cpu0) * 1e3 / duration, 'switches': (switches1 - switches0) / duration,
-            'jobs': 0.0}
+    return {'cpu': (cpu1 - cpu0) * 1e3 / duration,  # ms
+            'switches': (switches1 - switches0) / duration, 'jobs': (jobs1 - jobs0) / duration}
 
 
 def run_child(python: str, args: argparse.Namespace) -> dict[str, float]:
@@ -143,13 +143,14 @@ def main() -> None:
         return
 
     pythons = args.python or [sys.executable]
+    per, unit = ('second', 'ms') if args.saturated else ('call', 'µs')
     results: dict[str, list[dict[str, float]]] = {python: [] for python in pythons}
     for repeat in range(args.repeat):
         for python in (pythons if repeat % 2 == 0 else pythons[::-1]):
             result = run_child(python, args)
             results[python].append(result)
-            print(f'# {python}: {result["cpu_us"]:.1f} µs CPU, {result["switches"]:.2f} switches, '
-                  f'{result["jobs"]:.3f} jobs per call', file=sys.stderr)
+            print(f'# {python}: {result["cpu"]:.1f} {unit} CPU, {result["switches"]:.2f} switches, '
+                  f'{result["jobs"]:.3f} jobs per {per}', file=sys.stderr)
 
     if args.saturated:
         print(f'{args.workers} threads blocked, {args.workers} more calls waiting; per second; '
@@ -157,16 +158,15 @@ def main() -> None:
     else:
         print(f'{args.calls} sync no-op calls, {args.burst} at once every {args.gap * 1000:g} ms of an idle '
               f'loop, {args.workers} threads; medians of {args.repeat} runs; paired ratios to the first one:')
-    per, unit = ('second', 'ms') if args.saturated else ('call', 'µs')
-    print(f'| Python | CPU {unit}/{per} | context switches/{per} | executor jobs/call '
+    print(f'| Python | CPU {unit}/{per} | context switches/{per} | executor jobs/{per} '
           '| CPU ÷ first, paired | switches ÷ first, paired |')
     print('|---|---:|---:|---:|---:|---:|')
     first = results[pythons[0]]
     for python in pythons:
         runs = results[python]
-        cpu = [run['cpu_us'] / base['cpu_us'] for run, base in zip(runs, first, strict=True)]
+        cpu = [run['cpu'] / base['cpu'] for run, base in zip(runs, first, strict=True)]
         switches = [run['switches'] / base['switches'] for run, base in zip(runs, first, strict=True)]
-        print(f'| {python} | {statistics.median(r["cpu_us"] for r in runs):.1f} '
+        print(f'| {python} | {statistics.median(r["cpu"] for r in runs):.1f} '
               f'| {statistics.median(r["switches"] for r in runs):.2f} '
               f'| {statistics.median(r["jobs"] for r in runs):.3f} '
               f'| {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f}) '
