@@ -152,10 +152,15 @@ class EmulatorUser:
         return json.loads(encoded) if encoded is not None else None
 
     def events(self, name: str = 'kex1', *, namespace: str = NAMESPACE) -> list[tuple[str, str, str]]:
-        """The k8s-events (core/v1) of an object: (type, reason, message) in the order of posting."""
+        """
+        The k8s-events (core/v1) of an object: (type, reason, message) in the order of their times.
+
+        The poster's workers post them concurrently, so the order of posting may differ from the order of
+        the messages; their ``eventTime`` (the log record's time, in microseconds) keeps the latter.
+        """
         events = [event for event in self.emulator.list_objects('events', namespace=namespace)
                   if event.get('involvedObject', {}).get('name') == name]
-        events.sort(key=lambda event: int(event['metadata']['resourceVersion']))
+        events.sort(key=lambda event: (event['eventTime'], int(event['metadata']['resourceVersion'])))
         return [(event['type'], event['reason'], event['message']) for event in events]
 
     def count(self, verb: str, name: str | None = None, *, subresource: str | None = None,

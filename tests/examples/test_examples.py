@@ -81,9 +81,9 @@ class Cluster:
         return self.user.items(self.path('pods'))
 
     def events(self) -> list[tuple[str, str, str]]:
-        """The events about the sample object: (type, reason, message) in the order of posting."""
-        events = sorted(self.user.items(self.path('events')),
-                        key=lambda event: int(event['metadata']['resourceVersion']))
+        """The events about the sample object: (type, reason, message) in the order of their times."""
+        events = sorted(self.user.items(self.path('events')),  # posted concurrently: see Cluster.events()
+                        key=lambda event: (event['eventTime'], int(event['metadata']['resourceVersion'])))
         return [(event['type'], event['reason'], event['message'])
                 for event in events if event['involvedObject'].get('name') == NAME]
 
