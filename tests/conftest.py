@@ -40,6 +40,17 @@ def pytest_configure(config: pytest.Config) -> None:
     elif loop != 'asyncio':
         raise pytest.UsageError(f'${LOOP_ENV_VAR}={loop!r} is neither asyncio nor uvloop.')
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # looptime's fake time drives asyncio's loops only: uvloop's timers follow libuv's own clock.
+    if os.environ.get(LOOP_ENV_VAR, 'asyncio') == 'uvloop':
+        reason = f"looptime cannot drive uvloop's clock: run with ${LOOP_ENV_VAR} unset."
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            marker = item.get_closest_marker('looptime')
+            if marker is not None and marker.kwargs.get('enabled', True) is not False:
+                item.add_marker(skip)
+
 LOGGERS_TO_RESTORE = ['asyncio', 'aiohttp', 'aiohttp.access', 'kopf', 'kopf.objects']
 
 
