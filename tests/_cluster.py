@@ -160,7 +160,8 @@ class EmulatorUser:
         """
         events = [event for event in self.emulator.list_objects('events', namespace=namespace)
                   if event.get('involvedObject', {}).get('name') == name]
-        events.sort(key=lambda event: (event['eventTime'], int(event['metadata']['resourceVersion'])))
+        events.sort(key=lambda event: (event.get('eventTime') or '',  # the same microsecond: the versions
+                                       int(event['metadata']['resourceVersion'])))
         return [(event['type'], event['reason'], event['message']) for event in events]
 
     def count(self, verb: str, name: str | None = None, *, subresource: str | None = None,

@@ -45,11 +45,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # looptime's fake time drives asyncio's loops only: uvloop's timers follow libuv's own clock.
     if os.environ.get(LOOP_ENV_VAR, 'asyncio') == 'uvloop':
         reason = f"looptime cannot drive uvloop's clock: run with ${LOOP_ENV_VAR} unset."
-        skip = pytest.mark.skip(reason=reason)
         for item in items:
-            marker = item.get_closest_marker('looptime')
-            if marker is not None and marker.kwargs.get('enabled', True) is not False:
-                item.add_marker(skip)
+            if _runs_in_looptime(item):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _runs_in_looptime(item: pytest.Item) -> bool:
+    """As looptime decides it: ``--looptime``/``--no-looptime``, then the markers, the closest one last."""
+    flag = item.config.getoption('looptime', None)
+    markers = list(item.iter_markers('looptime'))
+    enabled = bool((markers or flag is True) and flag is not False)
+    for marker in reversed(markers):  # the farthest first: the closest one decides
+        enabled = bool(marker.args[0]) if marker.args else enabled
+    return enabled
+
 
 LOGGERS_TO_RESTORE = ['asyncio', 'aiohttp', 'aiohttp.access', 'kopf', 'kopf.objects']
 

@@ -82,10 +82,12 @@ class Cluster:
 
     def events(self) -> list[tuple[str, str, str]]:
         """The events about the sample object: (type, reason, message) in the order of their times."""
-        events = sorted(self.user.items(self.path('events')),  # posted concurrently: see Cluster.events()
-                        key=lambda event: (event['eventTime'], int(event['metadata']['resourceVersion'])))
-        return [(event['type'], event['reason'], event['message'])
-                for event in events if event['involvedObject'].get('name') == NAME]
+        # Posted concurrently by the poster's workers: their times keep the messages' order, not the versions.
+        events = [event for event in self.user.items(self.path('events'))
+                  if event['involvedObject'].get('name') == NAME]
+        events.sort(key=lambda event: (event.get('eventTime') or '',  # the same microsecond: the versions
+                                       int(event['metadata']['resourceVersion'])))
+        return [(event['type'], event['reason'], event['message']) for event in events]
 
     def sample(self, path: pathlib.Path, name: str = NAME) -> dict[str, Any]:
         """A sample object from a file, for the test's namespace."""
