@@ -395,6 +395,22 @@ def test_finalizers_and_deletion_timestamp(server: Api, ns: str) -> None:
     assert server('GET', cms(ns, 'cm1'))[0] == 404
 
 
+def test_no_finalizer_can_be_added_to_an_object_being_deleted(server: Api, ns: str, crd: None) -> None:
+    # Our finalizer, once removed for the deletion, never comes back: a state with it is older than
+    # the release (the operator skips such states, see `kopf._core.reactor.versions`).
+    body = {'apiVersion': f'{GROUP}/v1', 'kind': 'Fidelity',
+            'metadata': {'name': 'f1', 'finalizers': ['example.com/keep']}, 'spec': {'size': 1}}
+    assert server('POST', crs(ns), body)[0] == 201
+    assert server('DELETE', crs(ns, 'f1'))[0] == 200
+    patch = {'metadata': {'finalizers': ['example.com/keep', 'example.com/new']}}
+    code, failed = server('PATCH', crs(ns, 'f1'), patch, ctype=MERGE)
+    assert (code, failed['reason']) == (422, 'Invalid')
+    assert 'no new finalizers can be added if the object is being deleted' in failed['message']
+    code, body = server('GET', crs(ns, 'f1'))
+    assert (code, body['metadata']['finalizers']) == (200, ['example.com/keep'])
+    assert server('PATCH', crs(ns, 'f1'), {'metadata': {'finalizers': None}}, ctype=MERGE)[0] == 200
+
+
 def test_removing_the_last_finalizer_of_a_deleted_object_is_seen_only_as_its_deletion(
         server: Api, ns: str) -> None:
     # The release of an object (our finalizer removed) makes no version to wait for: the PATCH answers with

@@ -79,6 +79,14 @@ async def run_cycle(event: ObjectEvent, *, changing: bool, requires_finalizer: b
         if changing and scope.registry.changing.has_handlers(event.delivery.resource):
             event.logger.debug('Deleted, really deleted, and we are notified.')
         return False
+    finalizer: str = scope.settings.persistence.finalizer
+    if event.memory.released and finalizers.is_deletion_blocked(raw_body, finalizer):
+        # Our finalizer is gone for good: a state with it is older than the release (see :mod:`.versions`).
+        event.local_logger.debug('Released for the deletion already: this state is older than the release '
+                                 '(a write under it), nothing to handle.')
+        if event.patch:
+            await apply_changes(event)  # the event handlers' results, as for any other state
+        return True
 
     # 1. The change: only from a consistent state.
     cause: causes.ResourceChangingCause | None = None
@@ -103,7 +111,6 @@ async def run_cycle(event: ObjectEvent, *, changing: bool, requires_finalizer: b
 
     # 2. Our finalizer while the object lives: there if and only if something needs it.
     # (The checks read the raw body, not its view: the same data, with no Python-level call per read.)
-    finalizer: str = scope.settings.persistence.finalizer
     deletion_ongoing = finalizers.is_deletion_ongoing(raw_body)
     requires = False  # as the cycle leaves it: while deleted, our finalizer goes once the object is released
     if not deletion_ongoing:
@@ -328,7 +335,7 @@ async def _finish_cycle(event: ObjectEvent, *, delays: list[float], handled: boo
     the API's response: what the patched object has beyond it cannot make its echo due, see :func:`_settles`).
     """
     patching = bool(event.patch)
-    latest = await _apply_patch(event, version_only=released)
+    latest = await _apply_patch(event, releasing=released)
     patched = latest is not None
     if (latest is not None and done and not delays and essence is not None and
             _settles(event, latest, essence=essence, requires_finalizer=requires_finalizer,
@@ -389,11 +396,13 @@ async def apply_changes(event: ObjectEvent) -> bool:
     return await _apply_patch(event) is not None
 
 
-async def _apply_patch(event: ObjectEvent, *, version_only: bool = False) -> RawBody | None:
+async def _apply_patch(event: ObjectEvent, *, releasing: bool = False) -> RawBody | None:
     """
     Apply the accumulated patch (if not empty); the patched object if it has got a new version from it.
 
-    With ``version_only``, the returned object may have only its version (:func:`.application.apply_patch`).
+    ``releasing``: the patch removes our finalizer for the deletion; once it is applied (or the object is
+    gone), the object is remembered as released (see :mod:`.versions`). Only the version of the returned
+    object is read then: it may have nothing else (see ``version_only`` of :func:`.application.apply_patch`).
     """
     if not event.patch:
         return None
@@ -402,12 +411,14 @@ async def _apply_patch(event: ObjectEvent, *, version_only: bool = False) -> Raw
         latest = await application.apply_patch(settings=scope.settings, vault=scope.vault,
                                                resource=event.delivery.resource, body=event.body,
                                                patch=event.patch, logger=event.local_logger, seat=event.seat,
-                                               version_only=version_only)
+                                               version_only=releasing)
     except APIUnprocessableEntityError as e:
         # Repeating the same patch cannot help: say why, once, with the fix (not a traceback per retry).
         event.local_logger.error(_explain_rejected_patch(e))
         return None
     event.memory.settled_version = None  # the caller decides if the new version is settled
+    if releasing:
+        event.memory.released = True  # applied, or the object is gone: either way, for good
     if latest is None:
         return None  # the object is gone: nothing to wait for, the deletion event will come.
     return latest if versions.remember_version(event.memory, old_raw=event.raw_body, new_raw=latest) else None

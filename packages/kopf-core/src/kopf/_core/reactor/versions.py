@@ -16,6 +16,16 @@ and no changes of others under it: the patched object as the API returns it is c
 is known when the patch is made, and its event is dropped by its version unprocessed, as are the events of
 the earlier versions (e.g. of the cycle's earlier patches), which would only wait for it.
 
+Once our patch has released the object for its deletion (our finalizer removed), a state of it that has our
+finalizer is not handled (but by the event-watching handlers). Our finalizer cannot come back (no new
+finalizers can be added to an object being deleted), so such a state is older than the release: written by
+others under it, as kube-apiserver allows. It checks the release (our patch emptying the finalizers, guarded
+by the version) against the object, then deletes the object with no version precondition
+(``Store.deleteWithoutFinalizers()``); a write that lands in between is deleted with it, but its watch-event,
+with our finalizer still on, comes after the release has succeeded. Handled, it would call the deletion
+handlers again. (The states without our finalizer, e.g. while others' finalizers hold the object, are
+handled as usual: nothing is to be done for them.)
+
 The fields of an object's memory that this owns are declared here (:class:`VersionBook`).
 """
 import asyncio
@@ -35,17 +45,19 @@ __all__ = ['VersionBook', 'is_consistent', 'is_settled_echo', 'remember_version'
 class VersionBook:
     """The versions of an object that the processing waits for or skips (a part of its memory)."""
 
-    __slots__ = ('expected_since', 'expected_version', 'settled_version')
+    __slots__ = ('expected_since', 'expected_version', 'released', 'settled_version')
 
     expected_version: str | None  # the resourceVersion of our latest patch that has not arrived yet
     expected_since: float  # when that patch was made (the event loop's time)
     settled_version: str | None  # the version of our latest patch if nothing is due after it (a no-op echo)
+    released: bool  # our patch has released the object for its deletion: our finalizer never comes back
 
     def __init__(self) -> None:
         super().__init__()
         self.expected_version = None
         self.expected_since = 0.0
         self.settled_version = None
+        self.released = False
 
 
 def is_settled_echo(raw_event: RawEvent, book: VersionBook | None) -> bool:
