@@ -81,9 +81,9 @@ async def run_cycle(event: ObjectEvent, *, changing: bool, requires_finalizer: b
         return False
     finalizer: str = scope.settings.persistence.finalizer
     if event.memory.released and finalizers.is_deletion_blocked(raw_body, finalizer):
-        # Our finalizer is gone for good: a state with it is older than the release (see :mod:`.versions`).
-        event.local_logger.debug('Released for the deletion already: this state is older than the release '
-                                 '(a write under it), nothing to handle.')
+        # Our finalizer is gone for good: a state with it is from before the release (see :mod:`.versions`).
+        event.local_logger.debug('Released for the deletion already: this state with our finalizer is from '
+                                 'before the release, nothing to handle.')
         if event.patch:
             await apply_changes(event)  # the event handlers' results, as for any other state
         return True

@@ -18,13 +18,18 @@ the earlier versions (e.g. of the cycle's earlier patches), which would only wai
 
 Once our patch has released the object for its deletion (our finalizer removed), a state of it that has our
 finalizer is not handled (but by the event-watching handlers). Our finalizer cannot come back (no new
-finalizers can be added to an object being deleted), so such a state is older than the release: written by
-others under it, as kube-apiserver allows. It checks the release (our patch emptying the finalizers, guarded
-by the version) against the object, then deletes the object with no version precondition
-(``Store.deleteWithoutFinalizers()``); a write that lands in between is deleted with it, but its watch-event,
-with our finalizer still on, comes after the release has succeeded. Handled, it would call the deletion
-handlers again. (The states without our finalizer, e.g. while others' finalizers hold the object, are
-handled as usual: nothing is to be done for them.)
+finalizers can be added to an object being deleted), so such a state is from before the release, though its
+event comes after the release's success (usually, it is batched with the deletion's; not when that is late):
+
+* written by others under the release, as kube-apiserver allows: it checks the release (our patch emptying
+  the finalizers, guarded by the version) against the object, then deletes the object with no version
+  precondition (``Store.deleteWithoutFinalizers()``); a write that lands in between is deleted with it;
+* our own: after a conflict, the release goes as two requests (the rest of the patch, then our finalizer's
+  removal, see :func:`.application.apply_patch`); the removal is answered with the first one's version (it
+  is not stored itself), so that state even looks like the echo of our latest patch, awaited.
+
+Handled, either would call the deletion handlers again (their progress is not there anymore). The states
+without our finalizer (e.g. while others' finalizers hold the object) are handled as usual: nothing to do.
 
 The fields of an object's memory that this owns are declared here (:class:`VersionBook`).
 """
