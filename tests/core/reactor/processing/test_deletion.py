@@ -15,6 +15,19 @@ FINALIZER = 'kopf.zalando.org/KopfFinalizerMarker'
 DIFFBASE = 'kopf.zalando.org/last-handled-configuration'
 
 
+def retried_deletion(registry: OperatorRegistry, kex: Resource) -> list[int]:
+    """A deletion handler that fails its first attempt; the attempts' ``retry`` kwargs, as they come."""
+    attempts: list[int] = []
+
+    @kopf.on.delete(kex.plural, registry=registry)
+    def delete_fn(retry: int, **_: Any) -> None:
+        attempts.append(retry)
+        if retry == 0:
+            raise kopf.TemporaryError('not yet', delay=0)
+
+    return attempts
+
+
 async def test_deletion_with_the_finalizer(
         registry: OperatorRegistry, operator: Any, cluster: Any, emulator: Any, kex: Resource,
         requests: Callable[..., int], messages: Callable[[], list[str]]) -> None:
@@ -50,13 +63,7 @@ async def test_deletion_with_the_finalizer(
 async def test_only_the_release_of_a_deleted_object_finishes_it(
         registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource) -> None:
     # Finished: nothing but the deletion can come, so the queueing lets the object's worker go at once.
-    attempts: list[int] = []
-
-    @kopf.on.delete(kex.plural, registry=registry)
-    def delete_fn(retry: int, **_: Any) -> None:
-        attempts.append(retry)
-        if retry == 0:
-            raise kopf.TemporaryError('not yet', delay=0)
+    attempts = retried_deletion(registry, kex)
 
     await cluster.create()
     await operator.settle()
@@ -125,13 +132,7 @@ async def test_the_echo_of_the_fallback_before_the_release_is_not_handled_again(
     # (the removal itself is not stored). That version's event (our finalizer on, the progress cleared) is
     # the echo of our latest patch, but comes after the release: seen in the soak on a real server when a
     # restart of kube-apiserver delayed the deletion's event. Handled, it called the deletion handler again.
-    attempts: list[int] = []
-
-    @kopf.on.delete(kex.plural, registry=registry)
-    def delete_fn(retry: int, **_: Any) -> None:
-        attempts.append(retry)
-        if retry == 0:
-            raise kopf.TemporaryError('not yet', delay=0)
+    attempts = retried_deletion(registry, kex)
 
     await cluster.create()
     await operator.settle()
