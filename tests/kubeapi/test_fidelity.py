@@ -396,7 +396,7 @@ def test_finalizers_and_deletion_timestamp(server: Api, ns: str) -> None:
 
 
 def test_no_finalizer_can_be_added_to_an_object_being_deleted(server: Api, ns: str, crd: None) -> None:
-    # Our finalizer, once removed for the deletion, never comes back: a state with it is older than
+    # Our finalizer, once removed for the deletion, never comes back: a state with it is from before
     # the release (the operator skips such states, see `kopf._core.reactor.versions`).
     body = {'apiVersion': f'{GROUP}/v1', 'kind': 'Fidelity',
             'metadata': {'name': 'f1', 'finalizers': ['example.com/keep']}, 'spec': {'size': 1}}

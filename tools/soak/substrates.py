@@ -138,19 +138,18 @@ class ControlPlaneSubstrate(Substrate):
 
     def __init__(self, workdir: pathlib.Path) -> None:
         super().__init__(workdir)
-        # On SIGTERM, kube-apiserver stops listening at once, but waits for the open watches to end
-        # (by default, as long as their request timeout): it would be SIGKILLed after the stop timeout
-        # (5 s) on every restart. Here, it closes them after 1 s and exits, as in a rolling restart.
         # The writes to the soak's objects are audited with their bodies (``audit.jsonl`` in the workdir):
         # the server's own order of the operator's and the status writer's requests, when an invariant fails.
         audit_policy = workdir / 'audit-policy.yaml'
         audit_policy.write_text(AUDIT_POLICY)
-        self.audit_log = workdir / 'audit.jsonl'
+        # On SIGTERM, kube-apiserver stops listening at once, but waits for the open watches to end
+        # (by default, as long as their request timeout): it would be SIGKILLed after the stop timeout
+        # (5 s) on every restart. Here, it closes them after 1 s and exits, as in a rolling restart.
         self.control_plane = KubernetesControlPlane(
             work_dir=workdir / 'control-plane',
             apiserver_args={'shutdown-watch-termination-grace-period': '1s',
                             'audit-policy-file': str(audit_policy),
-                            'audit-log-path': str(self.audit_log),
+                            'audit-log-path': str(workdir / 'audit.jsonl'),
                             'audit-log-format': 'json',
                             'audit-log-mode': 'batch'},
         )

@@ -125,7 +125,7 @@ async def test_a_state_written_under_the_release_is_not_handled_again(
 
 
 async def test_the_echo_of_the_fallback_before_the_release_is_not_handled_again(
-        registry: OperatorRegistry, operator: Any, cluster: Any, emulator: Any, kex: Resource,
+        registry: OperatorRegistry, operator: Any, cluster: Any, kex: Resource,
         messages: Callable[[], list[str]]) -> None:
     # After a conflict, the release goes as two requests: the rest of the patch (here: the retried handler's
     # progress cleared), then our finalizer's removal by a JSON-patch, answered with the first one's version
