@@ -124,8 +124,10 @@ def _unseen_by_some(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[li
     (one handler per cycle step by default): the handlers done before the change were not called
     again, and the diff-base stored at the cycle's end already had the change (as in Kopf 1.45.2:
     nolar/kopf#641). Now they are called again, but what they were called with is kept in memory
-    only: if the cycle goes on in the next incarnation of the operator (the handler's next call
-    for the object is made by another process), they are not. Those objects are returned apart.
+    only: if the cycle goes on in the next incarnation of the operator (the next call for the object
+    that sees its newer state is made by another process), they are not. Those objects are returned apart.
+    (Not the next call of any state: the same process can finish the cycle's steps of the missed call's state,
+    with the cycle's end not stored before it is killed; seen on the real server while it restarted.)
     """
     last_change: dict[str, tuple[int, dict[str, Any]]] = {}
     last_field: dict[str, tuple[int, dict[str, Any]]] = {}
@@ -145,8 +147,10 @@ def _unseen_by_some(soak: 'Soak', final_state: list[dict[str, Any]]) -> tuple[li
         if missed is None:
             return False
         index, record = missed
-        later = [call for position, call in calls[name] if position > index]
-        return bool(later) and later[0]['pid'] != record['pid']
+        seen = (record['version'], record['labels'], record['field'])
+        newer = [call for position, call in calls[name]
+                 if position > index and (call['version'], call['labels'], call['field']) != seen]
+        return bool(newer) and newer[0]['pid'] != record['pid']
 
     unseen, across_restarts = [], []
     for obj in final_state:
