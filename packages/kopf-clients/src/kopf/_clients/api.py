@@ -98,7 +98,18 @@ _CONTEXT_FACTORIES: dict[bool, dict[int, tuple[Callable[[KubeContext], auth.APIC
 
 
 def _request_timeout(settings: ClientSettings) -> Timeouts:
-    return Timeouts(total=settings.networking.request_timeout, connect=settings.networking.connect_timeout)
+    # Asked for every request: the same few values again and again (a named tuple is made slowly).
+    networking = settings.networking
+    key = (networking.request_timeout, networking.connect_timeout)
+    known = _TIMEOUTS.get(key)
+    if known is None:
+        if len(_TIMEOUTS) >= 64:  # e.g. timeouts changed again and again at runtime: no growth
+            _TIMEOUTS.clear()
+        known = _TIMEOUTS[key] = Timeouts(*key)
+    return known
+
+
+_TIMEOUTS: dict[tuple[float | None, float | None], Timeouts] = {}
 
 
 async def _retrying(
@@ -111,15 +122,20 @@ async def _retrying(
         backoffs: BackoffsSpec | None = None,
         best_effort: bool = False,
         seat: Hold | None = None,
+        failed: BaseException | None = None,
 ) -> _T:
     """
     Call the function, repeating it on temporary errors with the delays from the settings (or given).
 
     The caller's ``seat`` (if any) is lent to others during the delays, taken back before the next attempt.
+    ``failed``: the error of the first attempt, made by the caller already (it counts as attempt #1).
     """
     delays: Iterator[float] | None = None  # made at the first error: most requests succeed at once
     for attempt in itertools.count(1):
         try:
+            if failed is not None:
+                error, failed = failed, None
+                raise error  # judged below as if this attempt has failed so
             return await fn()
         except (errors.APINotFoundError, errors.APINamespaceTerminatingError):
             raise  # final: the namespace or the object will not appear by retrying
@@ -402,8 +418,15 @@ _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}
 def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, Mapping[str, str]]:
     if payload is None:
         return None, _ACCEPT_JSON
-    headers = {'Accept': 'application/json', 'Content-Type': content_type or 'application/json'}
+    actual_type = content_type or 'application/json'
+    headers = _SENDING_JSON.get(actual_type)
+    if headers is None:  # a few content types per process: merge-patches, JSON-patches, JSON
+        headers = _SENDING_JSON[actual_type] = {'Accept': 'application/json', 'Content-Type': actual_type}
     return jsons.dumps(payload), headers
+
+
+# The headers of the requests with a payload, by its content type (never modified: shared by the requests).
+_SENDING_JSON: dict[str, Mapping[str, str]] = {}
 
 
 async def request(
@@ -439,14 +462,21 @@ async def request(
     actual_logger: Logger = logger if logger is not None else default_logger
     data, headers = _encode(payload, content_type)
     timeouts = _request_timeout(settings)
-    what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
 
+    # The first attempt goes directly: most requests succeed at once. Only if it fails, the retrying judges
+    # its error (as the first attempt's) and makes the next attempts, as it makes all of them for the streams.
+    try:
+        return await _fetch(method, url, settings=settings, vault=vault, data=data, headers=headers,
+                            params=params, timeouts=timeouts, logger=actual_logger, seat=seat, decode=decode)
+    except _RETRIABLE_ERRORS as e:
+        failed: BaseException = e
+    what = f'{method} {url if isinstance(url, str) else "(dynamic URL)"}'
     attempt = functools.partial(_fetch, method, url, settings=settings, vault=vault, data=data,
                                 headers=headers, params=params, timeouts=timeouts, logger=actual_logger,
                                 seat=seat, decode=decode)
     return await _retrying(attempt, what=what, settings=settings, logger=actual_logger,
                            no_retry_statuses=no_retry_statuses, backoffs=backoffs, best_effort=best_effort,
-                           seat=seat)
+                           seat=seat, failed=failed)
 
 
 @contextlib.asynccontextmanager

@@ -83,7 +83,7 @@ class _Deadlines:
 
     def enter(self, timeout: float) -> _Deadline:
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)  # with the loop: not looked up again (a system call in Python 3.11)
         if task is None:
             raise RuntimeError('A request with a timeout must run in a task.')
         deadline = _Deadline(loop.time() + timeout, task)
