@@ -14,7 +14,8 @@ leader of the Lease election (:mod:`.leadership`). The rules:
 * Every shard is guarded by its own Lease (``NAME-shard-i``) with the election's semantics
   (:class:`~.leadership.LeaseLock`): the expiry by the follower's own clock, a renew deadline shorter
   than the duration (a holder that cannot renew in time stops handling the shard before the others
-  could take it), the release on exit.
+  could take it), the release on exit. A take in flight at the exit is not abandoned: the exit waits for
+  its answer (as long as for a release), then releases what it has got.
 * A replica's fair share: the shards split evenly among the live members sorted by their identities
   (the first ``count % members`` get one shard more). A replica takes the free (released, expired, never
   created) shards up to its share and gives up those above it: it stops handling them at once, lets their
@@ -51,7 +52,7 @@ from kopf._clients.vault import Vault
 from kopf._cogs.aiokits import aiotasks
 from kopf._cogs.helpers import metering
 from kopf._core.engines.gating import GateBlocker
-from kopf._core.engines.leadership import LEASE_RESOURCE, TRANSIENT_ERRORS, LeaseLock
+from kopf._core.engines.leadership import LEASE_RESOURCE, RELEASE_TIMEOUT, TRANSIENT_ERRORS, LeaseLock
 from kopf._core.intents.configuration import OperatorSettings, ShardingSettings
 
 logger = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ class Sharding:
         self._miscounted: set[str] = set()  # the members with other counts of shards, as warned about
         self._started = False  # the first round is over: the watch-streams start with its shards
         self._tasks: set[asyncio.Task[None]] = set()  # the handovers in progress
+        self._taking: set[asyncio.Task[bool]] = set()  # the takes in flight (left to finish by the exit)
 
     @property
     def _sharding(self) -> ShardingSettings:
@@ -314,9 +316,14 @@ class Sharding:
         """Release the shards (others take them at once) and delete the member lease (others rebalance)."""
         if self._tasks:
             await asyncio.wait(self._tasks)
+        # The takes answered meanwhile are held (released below); the others stay in doubt (checked below).
+        if self._taking:
+            _, unanswered = await asyncio.wait(self._taking, timeout=RELEASE_TIMEOUT)
+            for task in unanswered:
+                task.cancel()
         shards = list(self.held)
         locks = [self.held.pop(shard).lock for shard in shards]
-        # A take cancelled midway (e.g. by the exit) may have been done by the server all the same: those
+        # A take timed out (or unanswered at the exit) may have been done by the server all the same: those
         # leases are released too if they are ours (the release reads the holder first), not left to expire.
         doubtful = sorted(self._in_doubt - set(shards))
         self._in_doubt.clear()
@@ -496,9 +503,24 @@ class Sharding:
                 self._spawn(self.handover.rewatch(), 'rewatch for the gained shards')
 
     async def _take_one(self, shard: int, now: float, lease: Mapping[str, Any] | None) -> bool:
+        # Not cancelled midway by the exit: the server could apply the request after the exit has read the
+        # lease to release it (seen with 3 replicas exiting at once), so it would stay held until it expires.
+        # Its own task goes on; the exit waits for its answer and releases the lease if taken (see _leave).
+        name = f'taking the shard {shard} of {self}'
+        task = asyncio.create_task(self._try_take(shard, now, lease), name=name)
+        self._taking.add(task)
+        task.add_done_callback(self._taken)
+        return await asyncio.shield(task)
+
+    def _taken(self, task: asyncio.Task[bool]) -> None:
+        self._taking.discard(task)
+        if not task.cancelled():
+            task.exception()  # raised to the round if it still awaits it; otherwise, the round is over (exit)
+
+    async def _try_take(self, shard: int, now: float, lease: Mapping[str, Any] | None) -> bool:
         lock = self._lock(shard)
-        # Until answered, the server may have given it to us (e.g. if cancelled or timed out after the request
-        # was applied): then, the next rounds take it as ours, or the exit releases it to be sure.
+        # Until answered, the server may have given it to us (e.g. if timed out after the request was
+        # applied): then, the next rounds take it as ours, or the exit releases it to be sure.
         self._in_doubt.add(shard)
         try:
             async with asyncio.timeout(self._sharding.renew_deadline):
