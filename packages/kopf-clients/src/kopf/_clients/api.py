@@ -98,18 +98,12 @@ _CONTEXT_FACTORIES: dict[bool, dict[int, tuple[Callable[[KubeContext], auth.APIC
 
 
 def _request_timeout(settings: ClientSettings) -> Timeouts:
-    # Asked for every request: the same few values again and again (a named tuple is made slowly).
-    networking = settings.networking
-    key = (networking.request_timeout, networking.connect_timeout)
-    known = _TIMEOUTS.get(key)
-    if known is None:
-        if len(_TIMEOUTS) >= 64:  # e.g. timeouts changed again and again at runtime: no growth
-            _TIMEOUTS.clear()
-        known = _TIMEOUTS[key] = Timeouts(*key)
-    return known
+    return _timeouts(settings.networking.request_timeout, settings.networking.connect_timeout)
 
 
-_TIMEOUTS: dict[tuple[float | None, float | None], Timeouts] = {}
+@functools.lru_cache(maxsize=64)  # for every request: the same few values (a named tuple is made slowly)
+def _timeouts(total: float | None, connect: float | None) -> Timeouts:
+    return Timeouts(total, connect)
 
 
 async def _retrying(
@@ -418,15 +412,13 @@ _ACCEPT_JSON: Mapping[str, str] = {'Accept': 'application/json'}
 def _encode(payload: object, content_type: str | None) -> tuple[bytes | None, Mapping[str, str]]:
     if payload is None:
         return None, _ACCEPT_JSON
-    actual_type = content_type or 'application/json'
-    headers = _SENDING_JSON.get(actual_type)
-    if headers is None:  # a few content types per process: merge-patches, JSON-patches, JSON
-        headers = _SENDING_JSON[actual_type] = {'Accept': 'application/json', 'Content-Type': actual_type}
-    return jsons.dumps(payload), headers
+    return jsons.dumps(payload), _sending_json(content_type or 'application/json')
 
 
-# The headers of the requests with a payload, by its content type (never modified: shared by the requests).
-_SENDING_JSON: dict[str, Mapping[str, str]] = {}
+@functools.lru_cache(maxsize=16)  # a few content types: merge-patches, JSON-patches, JSON
+def _sending_json(content_type: str) -> Mapping[str, str]:
+    """The headers of the requests with a payload (never modified: shared by the requests)."""
+    return {'Accept': 'application/json', 'Content-Type': content_type}
 
 
 async def request(
