@@ -7,6 +7,8 @@ import os
 import pathlib
 import signal
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -292,3 +294,61 @@ async def test_async_start_cancelled(make_assets: Assets, sleeper: str, fake_pid
     control_plane.start_timeout = 0.2
     with pytest.raises(StartTimeoutError):
         await control_plane.__aenter__()
+
+
+def _our_reapers() -> list[int]:
+    """The PIDs of the control planes' reapers started by this process (its children) and still running."""
+    found = []
+    for proc in pathlib.Path('/proc').iterdir():
+        try:
+            stat_fields = (proc / 'stat').read_text().rsplit(')', 1)[1].split()
+            command = (proc / 'cmdline').read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if stat_fields[0] != 'Z' and int(stat_fields[1]) == os.getpid() and b'_reaper.py' in command:
+            found.append(int(proc.name))
+    return found
+
+
+def test_the_reaper_exits_with_the_control_plane(make_assets: Assets) -> None:
+    with KubernetesControlPlane(make_assets()):
+        assert len(_our_reapers()) == 1
+    assert _our_reapers() == []  # waited for on stop: no need to wait here
+
+
+OWNER = '''
+import os, sys
+from kopf.testing.apiserver import KubernetesControlPlane
+control_plane = KubernetesControlPlane(sys.argv[1])
+control_plane.start()
+print(control_plane.work_dir, flush=True)
+sys.stdin.readline()  # until the test kills it, or tells it to exit with no cleanup
+os._exit(3)
+'''
+
+
+@pytest.mark.parametrize('ending', ['SIGKILL', 'os._exit'])
+def test_nothing_outlives_a_killed_owner(
+        make_assets: Assets, fake_pids: Pids, is_alive: Alive, wait_for: Callable[..., Any], ending: str,
+) -> None:
+    # Its owner killed with no chance to stop it (e.g. by a CI's timeout), or exited with no cleanup: the
+    # processes are in sessions of their own, so only the reaper stops them, and removes the keys then.
+    owner = subprocess.Popen([sys.executable, '-c', OWNER, str(make_assets())],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert owner.stdin is not None and owner.stdout is not None
+        work_dir = pathlib.Path(owner.stdout.readline().decode().strip())
+        pids = fake_pids()
+        assert set(pids) == {'etcd', 'kube-apiserver'} and all(is_alive(pid) for pid in pids.values())
+        assert (work_dir / 'pki' / 'admin.key').exists()
+        if ending == 'SIGKILL':
+            owner.kill()
+        else:
+            owner.stdin.write(b'exit\n')
+            owner.stdin.flush()
+        assert owner.wait(timeout=10) == (-signal.SIGKILL if ending == 'SIGKILL' else 3)
+        wait_for(lambda: not any(is_alive(pid) for pid in pids.values()))
+        wait_for(lambda: not work_dir.exists())
+    finally:
+        owner.kill()
+        owner.wait()

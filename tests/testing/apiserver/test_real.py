@@ -7,10 +7,12 @@ tools/kube-assets/build.sh); failed instead if KOPF_TESTING_REQUIRE_CONTROL_PLAN
 import contextlib
 import http.client
 import json
+import os
 import pathlib
 import socket
 import ssl
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +30,8 @@ from kopf._cogs.structs.references import Resource
 from kopf._core.intents.registries import OperatorRegistry
 from kopf.testing import KopfRunner, KubernetesControlPlane
 from kopf.testing.apiserver import KubeAssets
+
+from ..._waiting import wait_until
 
 pytestmark = pytest.mark.real_apiserver
 
@@ -298,3 +302,68 @@ def test_restart_apiserver_keeps_the_objects_and_their_history(k8s_control_plane
         assert watch_since(listed_at) == [('ERROR', 410)]
         assert watch_since(before['metadata']['resourceVersion']) == [('ERROR', 410)]
         assert watch_since(after['metadata']['resourceVersion']) == []
+
+
+KILLED_OWNER = '''
+import json, sys
+from kopf.testing.apiserver import KubernetesControlPlane
+control_plane = KubernetesControlPlane(etcd_path=sys.argv[1], kube_apiserver_path=sys.argv[2])
+control_plane.start()
+ports = [control_plane.port, control_plane.etcd_port]
+print(json.dumps({'work_dir': str(control_plane.work_dir), 'ports': ports}), flush=True)
+sys.stdin.read()  # until killed
+'''
+
+
+def test_nothing_outlives_a_killed_owner(k8s_control_plane_assets: KubeAssets) -> None:
+    # Killed by a CI's timeout, the owner cannot stop etcd and kube-apiserver (in sessions of their own):
+    # the reaper does, and removes the keys; the ports are free again.
+    assets = k8s_control_plane_assets
+    command = [sys.executable, '-c', KILLED_OWNER, str(assets.etcd), str(assets.kube_apiserver)]
+    owner = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert owner.stdout is not None
+        started = json.loads(owner.stdout.readline())
+        work_dir = pathlib.Path(started['work_dir'])
+        pids = _pids_listening_on(started['ports'])
+        assert len(pids) == 2  # etcd and kube-apiserver
+        owner.kill()
+        owner.wait()
+        wait_until(lambda: not any(_runs(pid) for pid in pids))
+        wait_until(lambda: not work_dir.exists())
+        for port in started['ports']:
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(('127.0.0.1', port))  # freed
+    finally:
+        owner.kill()
+        owner.wait()
+
+
+def _pids_listening_on(ports: list[int]) -> set[int]:
+    """The processes with a socket listening on these ports of 127.0.0.1 (from /proc: no tools needed)."""
+    inodes = set()
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        with contextlib.suppress(FileNotFoundError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == '0A' and int(fields[1].rsplit(':', 1)[1], 16) in ports:  # 0A: LISTEN
+                    inodes.add(fields[9])
+    pids = set()
+    for proc in pathlib.Path('/proc').iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                for fd in (proc / 'fd').iterdir():
+                    link = os.readlink(fd)
+                    if link.startswith('socket:[') and link[8:-1] in inodes:
+                        pids.add(int(proc.name))
+                        break
+    return pids
+
+
+def _runs(pid: int) -> bool:
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'  # a zombie waits only to be reaped
+    except OSError:
+        return False

@@ -30,7 +30,7 @@ from kopf.testing.apiserver.errors import (
     ProcessExitedError,
     StartTimeoutError,
 )
-from kopf.testing.apiserver.processes import ManagedProcess
+from kopf.testing.apiserver.processes import ManagedProcess, Reaper
 
 __all__ = ['KubernetesControlPlane']
 
@@ -70,6 +70,8 @@ class KubernetesControlPlane:
     the credentials embedded). It returns once ``/readyz`` says ``ok`` (as the admin) and the
     ``default`` namespace exists; :attr:`startup_duration` says how long that took. On stop, both
     processes get SIGTERM (SIGKILL after ``stop_timeout``), and the temporary directory is removed.
+    If this process dies without stopping it (SIGKILL, ``os._exit()``), a watchdog process (the reaper,
+    started with it) kills both and removes the temporary directory.
 
     Use it as a context manager (``with`` or ``async with``) or with :meth:`start`/:meth:`stop`::
 
@@ -371,7 +373,7 @@ class KubernetesControlPlane:
         """
         resources = self._started(self._resources)
         apiserver, etcd = resources.processes  # in the order of stopping
-        apiserver.stop(self.stop_timeout)
+        resources.stop_process(apiserver, self.stop_timeout)
         time.sleep(downtime)
         restarted = ManagedProcess(
             apiserver.name, apiserver.command, log_path=apiserver.log_path, cwd=self.work_dir,
@@ -380,11 +382,11 @@ class KubernetesControlPlane:
         resources.processes[0] = restarted
         with restarted.log_path.open('ab') as log:  # what follows is the new process's
             log.write(b'--- kube-apiserver restarted by KubernetesControlPlane.restart_apiserver() ---\n')
-        restarted.start()
+        resources.start_process(restarted)
         try:
             self._wait_until_ready(etcd, restarted, deadline=time.monotonic() + self.start_timeout)
         except _PortTaken as e:
-            restarted.stop(self.stop_timeout)
+            resources.stop_process(restarted, self.stop_timeout)
             raise PortInUseError(
                 f'kube-apiserver could not listen again on {HOST}:{self.port}: the port was taken by '
                 f'another process meanwhile; its last lines ({e.process.log_path}):{_indented(e.tail)}',
@@ -503,7 +505,7 @@ class KubernetesControlPlane:
             resources.processes[:] = [apiserver, etcd]  # in the order of stopping
             for process in (etcd, apiserver):
                 process.log_path.write_bytes(b'')  # a fresh log per attempt: its tail is about this start
-                process.start()
+                resources.start_process(process)
             try:
                 self._wait_until_ready(etcd, apiserver, deadline=deadline)
                 return
@@ -627,29 +629,50 @@ class KubernetesControlPlane:
 
 
 class _Resources:
-    """What a running control plane holds: stopped by :meth:`KubernetesControlPlane.stop` or at exit."""
+    """
+    What a running control plane holds: stopped by :meth:`KubernetesControlPlane.stop` or at exit.
+
+    If this process dies without either (SIGKILL, a crash), its reaper stops the processes and removes
+    the temporary directory.
+    """
 
     def __init__(self, temporary_dir: pathlib.Path | None) -> None:
         self.temporary_dir = temporary_dir
         self.processes: list[ManagedProcess] = []
+        self.reaper = Reaper(temporary_dir)
+        self.reaper.start()
+
+    def start_process(self, process: ManagedProcess) -> None:
+        process.start()
+        self.reaper.watch(process)
+
+    def stop_process(self, process: ManagedProcess, timeout: float) -> None:
+        try:
+            if timeout > 0:
+                process.stop(timeout)
+            else:
+                process.kill()
+        finally:
+            process.kill()  # if interrupted meanwhile; a no-op for a stopped one
+            self.reaper.unwatch(process)  # its group id may belong to another process from now on
 
     def stop_processes(self, timeout: float) -> None:
         try:
             for process in self.processes:  # kube-apiserver first: it needs etcd while it stops
-                if timeout > 0:
-                    process.stop(timeout)
-                else:
-                    process.kill()
+                self.stop_process(process, timeout)
         finally:
             for process in self.processes:
-                process.kill()  # if interrupted meanwhile; a no-op for the stopped ones
+                self.stop_process(process, 0)  # if interrupted meanwhile; a no-op for the stopped ones
 
     def close(self, timeout: float) -> None:
         try:
             self.stop_processes(timeout)
         finally:
-            if self.temporary_dir is not None:
-                shutil.rmtree(self.temporary_dir, ignore_errors=True)
+            try:
+                if self.temporary_dir is not None:
+                    shutil.rmtree(self.temporary_dir, ignore_errors=True)
+            finally:
+                self.reaper.close()
 
 
 class _PortTaken(Exception):

@@ -4,16 +4,24 @@ The control plane's processes: started with their output in log files, stopped b
 Each process is the leader of a session of its own: a Ctrl+C in the terminal reaches only the
 Python process, which then stops the control plane in order (kube-apiserver before etcd), and
 the signals reach whatever the binary started itself (a wrapper script's children, too).
+
+Being in sessions of their own, they would outlive their owner if it is killed (SIGKILL, e.g. by a
+CI's timeout) or crashes: a :class:`Reaper` (``_reaper.py``, a watchdog process that holds the read end
+of a pipe from its owner) stops them and removes the owner's temporary directory then.
 """
 
 import collections
+import logging
 import os
 import pathlib
 import signal
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ['ManagedProcess', 'read_log_tail']
+__all__ = ['ManagedProcess', 'Reaper', 'read_log_tail']
+
+logger = logging.getLogger('kopf.testing.apiserver')
 
 TAIL_LINES = 10
 _TAIL_BYTES = 64 * 1024
@@ -105,6 +113,73 @@ class ManagedProcess:
             os.killpg(popen.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+class Reaper:
+    """
+    A watchdog process: if this process exits without stopping the watched process groups, it kills them.
+
+    It reads its orders from a pipe (see ``_reaper.py``); the pipe's end here is closed on ``exec()``,
+    so that no other subprocess holds it: the reaper sees its end when this process exits in any way.
+    """
+
+    def __init__(self, temporary_dir: pathlib.Path | None = None) -> None:
+        self._temporary_dir = temporary_dir
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if not sys.executable:  # an embedded interpreter: no Python to run it (the processes are unguarded)
+            logger.debug('No Python executable for the control plane\'s reaper: not started.')
+            return
+        script = pathlib.Path(__file__).with_name('_reaper.py')
+        self._popen = subprocess.Popen(
+            [sys.executable, '-I', '-S', str(script),
+             *([str(self._temporary_dir)] if self._temporary_dir is not None else [])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not stopped by a Ctrl+C in the terminal before its owner stops it all
+            close_fds=True,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None else None
+
+    def watch(self, process: ManagedProcess) -> None:
+        if process.pid is not None:
+            self._send(f'+{process.pid}\n')
+
+    def unwatch(self, process: ManagedProcess) -> None:
+        if process.pid is not None:
+            self._send(f'-{process.pid}\n')
+
+    def close(self) -> None:
+        """Let it exit with nothing done (everything is stopped by its owner), and wait for that."""
+        popen, self._popen = self._popen, None
+        if popen is None:
+            return
+        try:
+            if popen.stdin is not None:
+                popen.stdin.write(b'q\n')
+                popen.stdin.close()
+        except OSError:  # it has died itself: nothing to tell it
+            pass
+        try:
+            popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+
+    def _send(self, order: str) -> None:
+        popen = self._popen
+        if popen is None or popen.stdin is None:
+            return
+        try:
+            popen.stdin.write(order.encode())
+            popen.stdin.flush()
+        except OSError as e:  # it has died itself (killed by someone): the processes are stopped as before
+            logger.warning('The control plane\'s reaper has exited unexpectedly: %s', e)
 
 
 def read_log_tail(
