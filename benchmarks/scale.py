@@ -21,7 +21,12 @@ listing: ``limit=500`` + ``continue``). Per run:
   operator's); events/s = burst / (from the first of these changes to the operator's last PATCH, both
   timed by the emulator's request hook), once every changed object has its new diff-base stored.
   ``--bursts`` of them one after another (each once the previous one is handled): the run's events/s is
-  their median (one burst of 1,000 varies too much from run to run to judge a 10% difference).
+  their median (one burst of 1,000 varies too much from run to run to judge a 10% difference). Also per
+  burst: the operator's CPU time per changed object (``/proc``; a per-event cost that grows with N shows
+  here whoever bounds the rate), and how busy this process was meanwhile (its CPU seconds per second: the
+  emulator's thread and the changes' requests share one GIL; ~95%: the rate is the emulator's).
+  This process's heap (the emulator's N objects) is frozen (``gc.freeze()``) once populated, so that its
+  full collections, which take longer the more objects it holds, do not stop the emulator in a burst.
 
 Usage (from the repository root):
 
@@ -35,6 +40,7 @@ come as events, each parsed on its own: no big response and no big document's pa
 """
 import argparse
 import asyncio
+import gc
 import json
 import pathlib
 import re
@@ -74,7 +80,9 @@ class Hook:
     def __init__(self) -> None:
         self.patches = 0
         self.last_patch_at: float | None = None
+        self.last_patch_cpu = 0.0  # this process's CPU time then (the emulator's thread and the changes')
         self.first_bench_at: float | None = None
+        self.first_bench_cpu = 0.0
         self.lists: list[str] = []  # the query strings of the operator's GETs of the collection
 
     def reset_burst(self) -> None:
@@ -88,9 +96,11 @@ class Hook:
             if request.headers.get(BENCH_HEADER):
                 if self.first_bench_at is None:
                     self.first_bench_at = time.monotonic()
+                    self.first_bench_cpu = time.process_time()
             elif request.method == 'PATCH':
                 self.patches += 1
                 self.last_patch_at = time.monotonic()
+                self.last_patch_cpu = time.process_time()
             elif request.method == 'GET' and request.path == COLLECTION:
                 self.lists.append(request.query_string)
             return await handler(request)
@@ -175,6 +185,11 @@ def measure(name: str, python: str, count: int, *, burst: int, bursts: int, sett
         populating_at = time.monotonic()
         asyncio.run(populate(emulator.url, count))
         populate_seconds = time.monotonic() - populating_at
+        # The emulator's N stored objects are this process's: out of its garbage collector's sight from
+        # now on, so that its full collections (~0.2 s at 1,000 objects, ~0.6-0.9 s at 100,000) do not
+        # pause the emulator for longer at a bigger N in the middle of a burst (the operator is measured).
+        gc.collect()
+        gc.freeze()
         port = free_port()
         if name != FLOOR_NAME:
             wrapper = [python, '-m', 'cProfile', '-o', str(profile)] if profile else [python]
@@ -206,8 +221,11 @@ def measure(name: str, python: str, count: int, *, burst: int, bursts: int, sett
             idle_rss = operator.rss_mb()
             start_patches = hook.patches
             bursts_seconds: list[float] = []
+            bursts_cpu: list[float] = []  # the operator's CPU seconds per burst
+            bursts_busy: list[float] = []  # the emulator's process: its CPU seconds per second of the burst
             for number in range(bursts):  # one after another (each once the previous one is handled)
                 hook.reset_burst()
+                cpu_before = operator.cpu_seconds()
                 asyncio.run(change(emulator.url, burst, number))
                 first_at = hook.burst_started_at()
                 checked: float | None = None
@@ -223,13 +241,19 @@ def measure(name: str, python: str, count: int, *, burst: int, bursts: int, sett
                     time.sleep(0.05)
                 assert first_at is not None and hook.last_patch_at is not None
                 bursts_seconds.append(hook.last_patch_at - first_at)
+                # (The operator's CPU includes the quiet time after its last PATCH: it idles then.)
+                bursts_cpu.append(operator.cpu_seconds() - cpu_before)
+                bursts_busy.append((hook.last_patch_cpu - hook.first_bench_cpu) / bursts_seconds[-1])
             peak_rss = operator.peak_rss_mb()
             started_at = operator.started_at
+    gc.unfreeze()  # the emulator is gone: its objects are freed (those in cycles by the next collection)
     return {'name': name, 'objects': count, 'seen_seconds': seen_at - started_at,
             'start_patches': start_patches, 'burst_patches': hook.patches - start_patches,
             'peak_seen_mb': peak_seen, 'idle_mb': idle_rss, 'peak_mb': peak_rss,
             'bursts_per_second': [round(burst / seconds) for seconds in bursts_seconds],
             'events_per_second': statistics.median(burst / seconds for seconds in bursts_seconds),
+            'burst_cpu_ms_per_event': statistics.median(cpu * 1000 / burst for cpu in bursts_cpu),
+            'emulator_busy': statistics.median(bursts_busy),
             'lists': sorted({re.sub(r'continue=[^&]*', 'continue=…', q) for q in hook.lists})[:4],
             'populate_seconds': populate_seconds}
 
@@ -281,17 +305,19 @@ def main() -> None:
                 print(f'[{repeat + 1}] {json.dumps(result)}', flush=True)
     print()
     print('| N | implementation | all seen, s | peak RSS, MB | idle RSS, MB | burst events/s '
-          '| start PATCHes |')
-    print('|---|---|---|---|---|---|---|')
+          '| burst CPU ms/event | the emulator busy | start PATCHes |')
+    print('|---|---|---|---|---|---|---|---|---|')
     medians: dict[tuple[str, int], dict[str, float]] = {}
     for count in counts:
         for name in names:
             runs = [r for r in results if r['name'] == name and r['objects'] == count]
             m = {key: statistics.median(r[key] for r in runs)
-                 for key in ('seen_seconds', 'peak_mb', 'idle_mb', 'events_per_second', 'start_patches')}
+                 for key in ('seen_seconds', 'peak_mb', 'idle_mb', 'events_per_second', 'start_patches',
+                             'burst_cpu_ms_per_event', 'emulator_busy')}
             medians[(name, count)] = m
             print(f"| {count:,} | {name} | {m['seen_seconds']:.2f} | {m['peak_mb']:.1f} | {m['idle_mb']:.1f} "
-                  f"| {m['events_per_second']:.0f} | {m['start_patches']:.0f} |")
+                  f"| {m['events_per_second']:.0f} | {m['burst_cpu_ms_per_event']:.3f} "
+                  f"| {m['emulator_busy']:.0%} | {m['start_patches']:.0f} |")
     if len(counts) >= 2:
         small, big = min(counts), max(counts)
         print()
@@ -300,7 +326,8 @@ def main() -> None:
             per = {key: (b[key] - a[key]) * 1024 * 1024 / (big - small) for key in ('peak_mb', 'idle_mb')}
             print(f"{name}: per object (N={small:,}..{big:,}): peak {per['peak_mb'] / 1024:.2f} KB, "
                   f"idle {per['idle_mb'] / 1024:.2f} KB; burst events/s {big:,}/{small:,}: "
-                  f"{b['events_per_second'] / a['events_per_second']:.2f}")
+                  f"{b['events_per_second'] / a['events_per_second']:.2f}; burst CPU per event "
+                  f"{big:,}/{small:,}: {b['burst_cpu_ms_per_event'] / a['burst_cpu_ms_per_event']:.2f}")
         if OURS_NAME in names and FLOOR_NAME in names:
             for count in counts:
                 ours, floor = medians[(OURS_NAME, count)], medians[(FLOOR_NAME, count)]
