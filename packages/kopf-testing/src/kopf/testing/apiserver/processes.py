@@ -121,6 +121,8 @@ class Reaper:
 
     It reads its orders from a pipe (see ``_reaper.py``); the pipe's end here is closed on ``exec()``,
     so that no other subprocess holds it: the reaper sees its end when this process exits in any way.
+    (A child forked from this process without an ``exec()``, e.g. by ``multiprocessing``'s "fork" method,
+    holds that end too: the reaper then acts only once that child has exited as well.)
     """
 
     def __init__(self, temporary_dir: pathlib.Path | None = None) -> None:
@@ -141,10 +143,6 @@ class Reaper:
             start_new_session=True,  # not stopped by a Ctrl+C in the terminal before its owner stops it all
             close_fds=True,
         )
-
-    @property
-    def pid(self) -> int | None:
-        return self._popen.pid if self._popen is not None else None
 
     def watch(self, process: ManagedProcess) -> None:
         if process.pid is not None:
