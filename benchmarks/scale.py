@@ -23,8 +23,9 @@ listing: ``limit=500`` + ``continue``). Per run:
   ``--bursts`` of them one after another (each once the previous one is handled): the run's events/s is
   their median (one burst of 1,000 varies too much from run to run to judge a 10% difference). Also per
   burst: the operator's CPU time per changed object (``/proc``; a per-event cost that grows with N shows
-  here whoever bounds the rate), and how busy this process was meanwhile (its CPU seconds per second: the
-  emulator's thread and the changes' requests share one GIL; ~95%: the rate is the emulator's).
+  here whoever bounds the rate), and how busy this process (the emulator's) was meanwhile, in its CPU seconds
+  per second. The changes' requests come from a subprocess: in this process, they took the GIL from the
+  emulator's thread, which was then ~95% busy, and its rate, not the operator's, was the burst's.
   This process's heap (the emulator's N objects) is frozen (``gc.freeze()``) once populated, so that its
   full collections, which take longer the more objects it holds, do not stop the emulator in a burst.
 
@@ -46,6 +47,7 @@ import pathlib
 import re
 import socket
 import statistics
+import subprocess
 import sys
 import time
 import urllib.request
@@ -80,7 +82,7 @@ class Hook:
     def __init__(self) -> None:
         self.patches = 0
         self.last_patch_at: float | None = None
-        self.last_patch_cpu = 0.0  # this process's CPU time then (the emulator's thread and the changes')
+        self.last_patch_cpu = 0.0  # this process's CPU time then (the emulator's thread, mostly)
         self.first_bench_at: float | None = None
         self.first_bench_cpu = 0.0
         self.lists: list[str] = []  # the query strings of the operator's GETs of the collection
@@ -226,7 +228,10 @@ def measure(name: str, python: str, count: int, *, burst: int, bursts: int, sett
             for number in range(bursts):  # one after another (each once the previous one is handled)
                 hook.reset_burst()
                 cpu_before = operator.cpu_seconds()
-                asyncio.run(change(emulator.url, burst, number))
+                # The changes' requests from a process of their own: in this one, they would take the GIL
+                # from the emulator's thread (the rig, not the operator, would bound the burst's rate).
+                subprocess.run([sys.executable, __file__, '--change', emulator.url, str(burst), str(number)],
+                               check=True)
                 first_at = hook.burst_started_at()
                 checked: float | None = None
                 while True:
@@ -282,7 +287,12 @@ def main() -> None:
     parser.add_argument('--no-ours', action='store_true')
     parser.add_argument('--profile', type=pathlib.Path, default=None, metavar='DIR',
                         help='run ours under cProfile, the stats to DIR/ours-N.prof')
+    parser.add_argument('--change', nargs=3, metavar=('URL', 'COUNT', 'NUMBER'), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.change is not None:  # one burst's changes (run by measure() as a subprocess)
+        url, count, number = args.change
+        asyncio.run(change(url, int(count), int(number)))
+        return
     counts = [int(item) for item in args.objects.split(',') if item.strip()]
     if any(count < args.burst for count in counts):
         parser.error(f'--burst {args.burst} is more than the smallest --objects.')
