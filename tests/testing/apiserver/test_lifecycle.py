@@ -311,9 +311,10 @@ def _our_reapers() -> list[int]:
 
 
 def test_the_reaper_exits_with_the_control_plane(make_assets: Assets) -> None:
+    others = set(_our_reapers())  # e.g. of a session's control plane, if this process has one
     with KubernetesControlPlane(make_assets()):
-        assert len(_our_reapers()) == 1
-    assert _our_reapers() == []  # waited for on stop: no need to wait here
+        assert len(set(_our_reapers()) - others) == 1
+    assert set(_our_reapers()) == others  # waited for on stop: no need to wait here
 
 
 OWNER = '''

@@ -315,7 +315,11 @@ sys.stdin.read()  # until killed
 '''
 
 
-def test_nothing_outlives_a_killed_owner(k8s_control_plane_assets: KubeAssets) -> None:
+def test_nothing_outlives_a_killed_owner(
+        k8s_control_plane_assets: KubeAssets,
+        is_alive: Callable[[int], bool],
+        is_port_free: Callable[[int], bool],
+) -> None:
     # Killed by a CI's timeout, the owner cannot stop etcd and kube-apiserver (in sessions of their own):
     # the reaper does, and removes the keys; the ports are free again.
     assets = k8s_control_plane_assets
@@ -329,12 +333,9 @@ def test_nothing_outlives_a_killed_owner(k8s_control_plane_assets: KubeAssets) -
         assert len(pids) == 2  # etcd and kube-apiserver
         owner.kill()
         owner.wait()
-        wait_until(lambda: not any(_runs(pid) for pid in pids))
+        wait_until(lambda: not any(is_alive(pid) for pid in pids))
         wait_until(lambda: not work_dir.exists())
-        for port in started['ports']:
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind(('127.0.0.1', port))  # freed
+        wait_until(lambda: all(is_port_free(port) for port in started['ports']))  # the kernel frees them soon
     finally:
         owner.kill()
         owner.wait()
@@ -359,11 +360,3 @@ def _pids_listening_on(ports: list[int]) -> set[int]:
                         pids.add(int(proc.name))
                         break
     return pids
-
-
-def _runs(pid: int) -> bool:
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'  # a zombie waits only to be reaped
-    except OSError:
-        return False

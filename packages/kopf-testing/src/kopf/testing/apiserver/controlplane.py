@@ -649,11 +649,10 @@ class _Resources:
     def stop_process(self, process: ManagedProcess, timeout: float) -> None:
         try:
             if timeout > 0:
-                process.stop(timeout)
+                process.stop(timeout)  # SIGKILLed even if interrupted while waiting
             else:
                 process.kill()
         finally:
-            process.kill()  # if interrupted meanwhile; a no-op for a stopped one
             self.reaper.unwatch(process)  # its group id may belong to another process from now on
 
     def stop_processes(self, timeout: float) -> None:

@@ -128,6 +128,7 @@ class Reaper:
     def __init__(self, temporary_dir: pathlib.Path | None = None) -> None:
         self._temporary_dir = temporary_dir
         self._popen: subprocess.Popen[bytes] | None = None
+        self._watched: set[int] = set()  # told to the reaper, not untold yet
 
     def start(self) -> None:
         if not sys.executable:  # an embedded interpreter: no Python to run it (the processes are unguarded)
@@ -145,11 +146,14 @@ class Reaper:
         )
 
     def watch(self, process: ManagedProcess) -> None:
-        if process.pid is not None:
+        if process.pid is not None and process.pid not in self._watched:
+            self._watched.add(process.pid)
             self._send(f'+{process.pid}\n')
 
     def unwatch(self, process: ManagedProcess) -> None:
-        if process.pid is not None:
+        """Forget a stopped process (once; again for the same one: nothing to do)."""
+        if process.pid is not None and process.pid in self._watched:
+            self._watched.discard(process.pid)
             self._send(f'-{process.pid}\n')
 
     def close(self) -> None:
