@@ -9,13 +9,17 @@ import aiohttp
 import aiohttp.test_utils
 import kmock
 import pytest
+from cryptography import x509
 
 from kopf._clients import api, auth
 from kopf._clients.connections import CannotConnect, ConnectionPool, NetworkError
 from kopf._clients.fallback import FallbackSession
 from kopf._clients.vault import Vault
 from kopf._cogs.configs.networking import StandaloneClientSettings
+from kopf._cogs.helpers import tls
 from kopf._cogs.structs.credentials import AiohttpSession, ConnectionInfo, KubeContext
+
+from .._pki import issue
 
 pytestmark = pytest.mark.looptime
 
@@ -26,6 +30,7 @@ CERTS = pathlib.Path(__file__).parent / 'certs'
 async def tls_server() -> AsyncIterator[tuple[kmock.RawHandler, str]]:
     """A mock server over HTTPS that requires a client certificate signed by the test CA."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(CERTS / 'ca.crt'))
+    tls.verify_as_kubernetes(context)  # as kube-apiserver verifies the clients (the test CA has no key usage)
     context.load_cert_chain(CERTS / 'server.crt', CERTS / 'server.key')
     context.verify_mode = ssl.CERT_REQUIRED
 
@@ -115,6 +120,46 @@ async def test_tls_without_client_certificate_fails(tls_server: tuple[kmock.RawH
         with pytest.raises(NetworkError):  # refused in the handshake, or the connection dropped after it
             await api.request('GET', '/api', settings=settings, vault=vault)
     assert len(handler) == 0
+
+
+def test_the_test_ca_has_no_key_usage_as_some_clusters_cas() -> None:
+    # The TLS tests above connect with it: Python 3.13's default verification alone would reject it.
+    ca = x509.load_pem_x509_certificate((CERTS / 'ca.crt').read_bytes())
+    assert x509.KeyUsage not in [extension.value.__class__ for extension in ca.extensions]
+
+
+@pytest.mark.parametrize('key_usage', [True, False], ids=['ca-with-key-usage', 'ca-without-key-usage'])
+async def test_tls_trusting_an_intermediate_ca_as_kubectl_does(
+        tmp_path: pathlib.Path, key_usage: bool,
+) -> None:
+    # A kubeconfig's CA can be an intermediate one (not self-signed), and have no key usage extension
+    # (e.g. MicroK8s'): kubectl trusts it as given, and so does the client, on every Python version.
+    root = issue('root-ca', ca=True)
+    intermediate = issue('intermediate-ca', issuer=root, ca=True, key_usage=key_usage)
+    server_cert = issue('server', issuer=intermediate, server=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*server_cert.write(tmp_path, 'server', chain=(intermediate,)))
+
+    class TLSServer(aiohttp.test_utils.RawTestServer):
+        async def start_server(self, *args: Any, **kwargs: Any) -> None:
+            await super().start_server(*args, ssl=context, **kwargs)
+
+    async with (
+        kmock.RawHandler(strict=True) as handler,
+        kmock.Server(handler, server_cls=TLSServer) as server,
+    ):
+        handler['get /api'] << {'kind': 'APIVersions'}
+        info = ConnectionInfo(server=str(server.url).rstrip('/'), ca_data=intermediate.cert_pem)
+        async with Vault({'main': info}) as vault:
+            result = await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
+    assert result == {'kind': 'APIVersions'}
+
+
+def test_tls_verification_is_the_same_on_every_python_version() -> None:
+    # Python 3.13 made the default contexts strict (RFC 5280) and partial; Kubernetes (Go) is partial only.
+    context = auth.make_ssl_context(ConnectionInfo(server='https://x', ca_path=str(CERTS / 'ca.crt')))
+    assert not context.verify_flags & ssl.VERIFY_X509_STRICT
+    assert context.verify_flags & ssl.VERIFY_X509_PARTIAL_CHAIN
 
 
 def test_ssl_context_flags() -> None:

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from .._pki import issue
+
 CMS = '/api/v1/namespaces/default/configmaps'
 VALIDATING = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations'
 MUTATING = '/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations'
@@ -311,3 +313,27 @@ async def test_https_webhooks_with_ca_bundle(api, certificate) -> None:
         assert len(server.reviews) == 1
     finally:
         await runner.cleanup()
+
+
+async def test_https_webhooks_with_an_intermediate_ca_without_key_usage_as_the_bundle(
+        api, tmp_path: pathlib.Path,
+) -> None:
+    # As kube-apiserver: the caBundle's CA is trusted as given (an intermediate one too), with no key usage
+    # required (as many clusters' CAs have none), on every Python version.
+    root = issue('root-ca', ca=True)
+    intermediate = issue('intermediate-ca', issuer=root, ca=True, key_usage=False)
+    serving = issue('webhook', issuer=intermediate, server=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*serving.write(tmp_path, 'webhook', chain=(intermediate,)))
+    server = WebhookServer()
+    runner = await _serve(server, context)
+    try:
+        body = configuration(f'{server.url}/deny')
+        body['webhooks'][0]['clientConfig']['caBundle'] = base64.b64encode(intermediate.cert_pem).decode()
+        await api.post(VALIDATING, body)
+        reply = await api.post(CMS, configmap('cm1'))
+        assert reply.status == 403
+        assert len(server.reviews) == 1
+    finally:
+        await runner.cleanup()
+

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kopf.testing import KubernetesEmulator
+from kopf.testing import KubernetesEmulator, eventually_async
 
 CMS = '/api/v1/namespaces/default/configmaps'
 
@@ -196,10 +196,12 @@ async def test_a_watcher_gone_mid_stream_is_not_a_server_error(emulator, caplog)
                       f'Content-Length: {len(body)}\r\n\r\n'.encode() + body)
     await asyncio.sleep(0)  # the server reads the POST in the next iteration; then the watcher leaves
     watch_writer.close()
-    status_line = await post_reader.readline()  # the watch's handling is over by then (a step earlier)
+    status_line = await post_reader.readline()
     post_writer.close()
     assert b' 201 ' in status_line
-    assert not emulator.open_watches
+    # The watch's handling is over by then on Python 3.11-3.12, a few milliseconds later on 3.13 (its loop's
+    # order of the EOF and the write differs); either way, it ends with no traceback.
+    await eventually_async(lambda: emulator.open_watches == 0, within=5, message='The watch is still open.')
     problems = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert not problems, [record.getMessage() for record in problems]
 

@@ -16,6 +16,7 @@ from cryptography import x509
 
 import kopf
 
+from .._pki import issue
 from .conftest import MANAGED
 
 REVIEW: dict[str, Any] = {
@@ -254,6 +255,26 @@ async def test_client_certificates_are_passed_as_sslpeer(tmp_path: pathlib.Path)
     assert status == 200
     assert answer['sslpeer']['subject'] == [[['commonName', 'client.example.com']]]
     assert answer['auth'] == 'Basic ' + base64.b64encode(b'user:pass').decode()
+
+
+async def test_client_certificates_verified_by_an_intermediate_ca_without_key_usage(
+        tmp_path: pathlib.Path,
+) -> None:
+    # As kube-apiserver verifies its clients: the given CA is trusted as it is (not only a self-signed root),
+    # and its key usage is not required (many clusters' CAs have none), on every Python version.
+    root = issue('root-ca', ca=True)
+    intermediate = issue('intermediate-ca', issuer=root, ca=True, key_usage=False)
+    client = issue('client.example.com', issuer=intermediate, client=True)
+    server = kopf.WebhookServer(addr='127.0.0.1', port=0, verify_cadata=intermediate.cert_pem,
+                                verify_mode=ssl.CERT_REQUIRED, cadump=tmp_path / 'ca.pem')
+    async with server:
+        config, _ = await serve(server, echo)
+        context = ssl.create_default_context(cafile=str(tmp_path / 'ca.pem'))
+        context.check_hostname = False
+        context.load_cert_chain(*client.write(tmp_path, 'client', chain=(intermediate,)))
+        status, answer = await post(config['url'], {}, ssl_context=context)
+    assert status == 200
+    assert answer['sslpeer']['subject'] == [[['commonName', 'client.example.com']]]
 
 
 async def test_docs_example_of_authentication_with_a_client_certificate_as_ca(

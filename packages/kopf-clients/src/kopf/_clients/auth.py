@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from kopf._clients.connections import ConnectionPool, HTTPTransport
 from kopf._cogs.configs.networking import MAX_CONCURRENT_REQUESTS
-from kopf._cogs.helpers import metering
+from kopf._cogs.helpers import metering, tls
 from kopf._cogs.structs.credentials import AiohttpSession, ConnectionInfo, KubeContext
 
 DEFAULT_USER_AGENT = 'kopf'
@@ -66,7 +66,7 @@ def make_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
         stripped = info.ca_data.lstrip()
         cadata = stripped.decode('ascii') if stripped.startswith(b'-----') else info.ca_data
     cafile = os.path.expanduser(info.ca_path) if info.ca_path is not None else None
-    context = ssl.create_default_context(cafile=cafile, cadata=cadata)
+    context = tls.verify_as_kubernetes(ssl.create_default_context(cafile=cafile, cadata=cadata))
 
     if info.insecure:
         context.check_hostname = False

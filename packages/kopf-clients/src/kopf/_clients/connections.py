@@ -32,7 +32,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import NamedTuple, Protocol, cast
 
-from kopf._cogs.helpers import http1
+from kopf._cogs.helpers import http1, tls
 
 __all__ = ['CannotConnect', 'ConnectionPool', 'Disconnected', 'HTTPTransport', 'MalformedResponse',
            'NetworkError', 'Response', 'StreamResponse', 'StreamedResponse', 'Timeouts']
@@ -391,7 +391,7 @@ class ConnectionPool:
         self._prefix = parsed.path.rstrip('/')
         self._ssl_context = ssl_context if self._is_ssl else None
         if self._is_ssl and self._ssl_context is None:
-            self._ssl_context = ssl.create_default_context()
+            self._ssl_context = tls.verify_as_kubernetes(ssl.create_default_context())
         self._origin = f'{parsed.scheme}://{parsed.netloc}'
         host = f'[{self._host}]' if ':' in self._host else self._host
         self._address = f'{parsed.scheme}://{host}:{self._port}'

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from kopf._clients.logins.kubeconfig import connection_info_from_kubeconfig, load_kubeconfig
+from kopf._cogs.helpers import tls
 from kopf._cogs.structs.credentials import ConnectionInfo
 
 if TYPE_CHECKING:
@@ -441,10 +442,10 @@ def _auth_headers(info: ConnectionInfo) -> dict[str, str]:
 
 
 def _ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
-    context = ssl.create_default_context(
+    context = tls.verify_as_kubernetes(ssl.create_default_context(
         cafile=info.ca_path,
         cadata=info.ca_data.decode() if info.ca_data else None,
-    )
+    ))
     if info.insecure:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from kopf._cogs.helpers import tls
 from kopf._cogs.structs.reviews import WebhookClientConfig, WebhookFn
 from kopf._core.engines.admission import AdmissionReviewError
 from kopf._webhooks import certificates, http
@@ -271,6 +272,7 @@ class WebhookServer(WebhookContextManager):
     def _build_context(self, *, hostnames: Collection[str]) -> tuple[ssl.SSLContext, bytes | None]:
         """The server's SSL context: with the given certificate, or a new self-signed one (also returned)."""
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # without the system's CAs (CERT_NONE)
+        tls.verify_as_kubernetes(context)  # the client certificates, if verified: as Kubernetes does
         if self.certfile is not None and self.pkeyfile is not None:
             context.load_cert_chain(self.certfile, self.pkeyfile, password=self.password)
             return context, None

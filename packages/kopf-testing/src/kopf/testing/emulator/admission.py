@@ -255,6 +255,10 @@ class AdmissionController:
                 context = ssl.create_default_context(cadata=pem)
             else:
                 context = ssl.create_default_context()
+            # As kube-apiserver (Go) verifies the webhooks, on every Python: partial chains, no RFC strictness
+            # (the same flags as kopf._cogs.helpers.tls, which this self-contained server does not import).
+            context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+            context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
             self._ssl_contexts[ca_bundle] = context
         return context
 
