@@ -72,3 +72,16 @@ def issue(name: str, *, issuer: Issued | None = None, ca: bool = False, key_usag
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     cert = builder.sign(issuer.key if issuer is not None else key, hashes.SHA256())
     return Issued(cert=cert, key=key)
+
+
+def issue_via_intermediate(name: str, *, key_usage: bool = True, server: bool = False,
+                           client: bool = False) -> tuple[Issued, Issued]:
+    """
+    An intermediate CA (signed by a root CA, with or without the key usage), and a certificate signed by it.
+
+    For the tests that trust the intermediate CA alone, as Kubernetes' programs can (not the root).
+    """
+    root = issue('root-ca', ca=True)
+    intermediate = issue('intermediate-ca', issuer=root, ca=True, key_usage=key_usage)
+    return intermediate, issue(name, issuer=intermediate, server=server, client=client)
+

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import pathlib
 import ssl
@@ -19,20 +20,16 @@ from kopf._cogs.configs.networking import StandaloneClientSettings
 from kopf._cogs.helpers import tls
 from kopf._cogs.structs.credentials import AiohttpSession, ConnectionInfo, KubeContext
 
-from .._pki import issue
+from .._pki import issue_via_intermediate
 
 pytestmark = pytest.mark.looptime
 
 CERTS = pathlib.Path(__file__).parent / 'certs'
 
 
-@pytest.fixture
-async def tls_server() -> AsyncIterator[tuple[kmock.RawHandler, str]]:
-    """A mock server over HTTPS that requires a client certificate signed by the test CA."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(CERTS / 'ca.crt'))
-    tls.verify_as_kubernetes(context)  # as kube-apiserver verifies the clients (the test CA has no key usage)
-    context.load_cert_chain(CERTS / 'server.crt', CERTS / 'server.key')
-    context.verify_mode = ssl.CERT_REQUIRED
+@contextlib.asynccontextmanager
+async def _serving_tls(context: ssl.SSLContext) -> AsyncIterator[tuple[kmock.RawHandler, str]]:
+    """A mock server over HTTPS with this server-side context; its handler and URL."""
 
     class TLSServer(aiohttp.test_utils.RawTestServer):
         async def start_server(self, *args: Any, **kwargs: Any) -> None:
@@ -42,8 +39,19 @@ async def tls_server() -> AsyncIterator[tuple[kmock.RawHandler, str]]:
         kmock.RawHandler(strict=True) as handler,
         kmock.Server(handler, server_cls=TLSServer) as server,
     ):
-        handler['get /api'] << (lambda req: {'peer': req._raw_request.transport.get_extra_info('peercert')})
         yield handler, str(server.url).rstrip('/')
+
+
+@pytest.fixture
+async def tls_server() -> AsyncIterator[tuple[kmock.RawHandler, str]]:
+    """A mock server over HTTPS that requires a client certificate signed by the test CA."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(CERTS / 'ca.crt'))
+    tls.verify_as_kubernetes(context)  # as kube-apiserver verifies the clients (the test CA has no key usage)
+    context.load_cert_chain(CERTS / 'server.crt', CERTS / 'server.key')
+    context.verify_mode = ssl.CERT_REQUIRED
+    async with _serving_tls(context) as (handler, url):
+        handler['get /api'] << (lambda req: {'peer': req._raw_request.transport.get_extra_info('peercert')})
+        yield handler, url
 
 
 def _kopf_tmpdirs() -> set[str]:
@@ -134,22 +142,12 @@ async def test_tls_trusting_an_intermediate_ca_as_kubectl_does(
 ) -> None:
     # A kubeconfig's CA can be an intermediate one (not self-signed), and have no key usage extension
     # (e.g. MicroK8s'): kubectl trusts it as given, and so does the client, on every Python version.
-    root = issue('root-ca', ca=True)
-    intermediate = issue('intermediate-ca', issuer=root, ca=True, key_usage=key_usage)
-    server_cert = issue('server', issuer=intermediate, server=True)
+    intermediate, server_cert = issue_via_intermediate('server', key_usage=key_usage, server=True)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(*server_cert.write(tmp_path, 'server', chain=(intermediate,)))
-
-    class TLSServer(aiohttp.test_utils.RawTestServer):
-        async def start_server(self, *args: Any, **kwargs: Any) -> None:
-            await super().start_server(*args, ssl=context, **kwargs)
-
-    async with (
-        kmock.RawHandler(strict=True) as handler,
-        kmock.Server(handler, server_cls=TLSServer) as server,
-    ):
+    async with _serving_tls(context) as (handler, url):
         handler['get /api'] << {'kind': 'APIVersions'}
-        info = ConnectionInfo(server=str(server.url).rstrip('/'), ca_data=intermediate.cert_pem)
+        info = ConnectionInfo(server=url, ca_data=intermediate.cert_pem)
         async with Vault({'main': info}) as vault:
             result = await api.request('GET', '/api', settings=StandaloneClientSettings(), vault=vault)
     assert result == {'kind': 'APIVersions'}

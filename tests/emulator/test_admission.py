@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from .._pki import issue
+from .._pki import issue_via_intermediate
 
 CMS = '/api/v1/namespaces/default/configmaps'
 VALIDATING = '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations'
@@ -320,9 +320,7 @@ async def test_https_webhooks_with_an_intermediate_ca_without_key_usage_as_the_b
 ) -> None:
     # As kube-apiserver: the caBundle's CA is trusted as given (an intermediate one too), with no key usage
     # required (as many clusters' CAs have none), on every Python version.
-    root = issue('root-ca', ca=True)
-    intermediate = issue('intermediate-ca', issuer=root, ca=True, key_usage=False)
-    serving = issue('webhook', issuer=intermediate, server=True)
+    intermediate, serving = issue_via_intermediate('webhook', key_usage=False, server=True)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(*serving.write(tmp_path, 'webhook', chain=(intermediate,)))
     server = WebhookServer()

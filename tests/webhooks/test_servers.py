@@ -16,7 +16,7 @@ from cryptography import x509
 
 import kopf
 
-from .._pki import issue
+from .._pki import issue_via_intermediate
 from .conftest import MANAGED
 
 REVIEW: dict[str, Any] = {
@@ -262,9 +262,7 @@ async def test_client_certificates_verified_by_an_intermediate_ca_without_key_us
 ) -> None:
     # As kube-apiserver verifies its clients: the given CA is trusted as it is (not only a self-signed root),
     # and its key usage is not required (many clusters' CAs have none), on every Python version.
-    root = issue('root-ca', ca=True)
-    intermediate = issue('intermediate-ca', issuer=root, ca=True, key_usage=False)
-    client = issue('client.example.com', issuer=intermediate, client=True)
+    intermediate, client = issue_via_intermediate('client.example.com', key_usage=False, client=True)
     server = kopf.WebhookServer(addr='127.0.0.1', port=0, verify_cadata=intermediate.cert_pem,
                                 verify_mode=ssl.CERT_REQUIRED, cadump=tmp_path / 'ca.pem')
     async with server:
