@@ -5,7 +5,7 @@ Python 3.13 has made ``ssl.create_default_context()`` verify with two more flags
 ``VERIFY_X509_STRICT`` (the certificates must follow RFC 5280 themselves, e.g. a CA must have the key
 usage extension) and ``VERIFY_X509_PARTIAL_CHAIN`` (any trusted certificate is an anchor of the chain,
 not only a self-signed root). Kubernetes' own programs (kubectl, client-go, kube-apiserver: Go's
-``crypto/x509``) trust their roots as given and ignore the key usage flags of the CAs. So the CAs of many
+``crypto/x509``) trust their roots as given and ignore the key usage flags of the CAs, and the CAs of many
 clusters (e.g. MicroK8s', or hand-made ones) have none: with Python 3.13's defaults, an operator that works
 with kubectl and on Python 3.12 fails on 3.13 with "CA cert does not include key usage extension".
 
