@@ -20,6 +20,7 @@ from kopf._clients import api
 from kopf._clients.connections import Response
 from kopf.testing.emulator import KubernetesEmulator
 
+from .. import _crd_schemas as crd_schemas
 from .._waiting import wait_until
 
 pytestmark = pytest.mark.real_apiserver
@@ -82,11 +83,14 @@ class Api:
         if token:
             self.session.headers['Authorization'] = f'Bearer {token}'
         self.crd_ready = False
+        self.schematics_ready = False
+        self.warnings: list[str] = []  # of the last response
 
     def __call__(self, method: str, path: str, body: Any = None, *,
                  ctype: str = 'application/json', **params: str) -> tuple[int, Any]:
         response = self.session.request(method, self.url + path, json=body, params=params or None,
                                         headers={'Content-Type': ctype}, verify=self.verify, timeout=WAIT)
+        self.warnings = crd_schemas.warnings([response.headers.get('Warning', '')])
         try:
             return response.status_code, response.json()
         except ValueError:
@@ -155,6 +159,17 @@ def crd(server: Api) -> None:
     server.crd_ready = True
 
 
+@pytest.fixture()
+def schematics(server: Api) -> None:
+    """The CRD of rich schemas (``tests/_crd_schemas.py``), established."""
+    if server.schematics_ready:
+        return
+    code, body = server('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd_schemas.CRD)
+    assert code in (201, 409), body
+    wait_until(lambda: server('GET', f'/apis/{crd_schemas.GROUP}/v1/{crd_schemas.PLURAL}')[0] == 200)
+    server.schematics_ready = True
+
+
 def cms(ns: str, name: str = '') -> str:
     return f'/api/v1/namespaces/{ns}/configmaps' + (f'/{name}' if name else '')
 
@@ -201,7 +216,6 @@ def test_verb_not_allowed_is_405(server: Api, ns: str) -> None:
     assert failure(server('POST', cms(ns, 'cm1'), configmap('cm1'))) == (405, 'MethodNotAllowed', 405)
 
 
-@known('CRD schemas are not validated by the emulator')
 def test_schema_violation_is_422(server: Api, ns: str, crd: None) -> None:
     code, body = server('POST', crs(ns), fidelity('f1', {'size': 0}))
     assert failure((code, body)) == (422, 'Invalid', 422)
@@ -481,13 +495,11 @@ def test_crd_without_schema_is_422(server: Api) -> None:
         ('spec.versions[0].schema.openAPIV3Schema', 'FieldValueRequired')]
 
 
-@known('CRD schemas are not used for pruning by the emulator')
 def test_crd_pruning_of_unknown_fields(server: Api, ns: str, crd: None) -> None:
     code, body = server('POST', crs(ns), {**fidelity('f1', {'size': 1, 'mode': 'm', 'unknown': 1}), 'top': 1})
     assert (code, body['spec'], 'top' in body) == (201, {'size': 1, 'mode': 'm'}, False)
 
 
-@known('CRD schemas are not used for defaulting by the emulator')
 def test_crd_defaulting(server: Api, ns: str, crd: None) -> None:
     code, body = server('POST', crs(ns), fidelity('f1', {'size': 1}))
     assert (code, body['spec']) == (201, {'size': 1, 'mode': 'auto'})
@@ -549,3 +561,53 @@ def test_terminating_namespace_is_kept_until_emptied(server: Api) -> None:
     assert code == 200, body
     assert (body['status']['phase'], body['spec']) == ('Terminating', {'finalizers': ['kubernetes']})
     assert failure(server('POST', cms(name), configmap('cm2')))[:2] == (403, 'Forbidden')
+
+
+# ------------------------------------------------------------------------------------------------
+# The CRDs' structural schemas (the cases shared with tests/emulator/test_schemas.py).
+
+@pytest.mark.parametrize('case', crd_schemas.CREATIONS, ids=[case.id for case in crd_schemas.CREATIONS])
+def test_schema_on_creation(server: Api, ns: str, schematics: None, case: crd_schemas.Creation) -> None:
+    code, body = server('POST', crd_schemas.path(ns), case.body, **case.params)
+    crd_schemas.check_creation(case, code, body, server.warnings)
+
+
+def _step(server: Api, ns: str, name: str, step: crd_schemas.Step) -> tuple[int, Any, list[str]]:
+    code, body = server(step.method, crd_schemas.path(ns, name, step.subresource), step.body,
+                        ctype=step.content_type, **step.params)
+    return code, body, server.warnings
+
+
+def test_schema_on_changes(server: Api, ns: str, schematics: None) -> None:
+    assert server('POST', crd_schemas.path(ns), crd_schemas.TARGET)[0] == 201
+    for step in crd_schemas.STEPS:
+        crd_schemas.check_step(step, *_step(server, ns, 'target', step))
+
+
+def test_schema_ratcheting(server: Api, ns: str) -> None:
+    # A CRD of its own (another group), since it is changed; removed after the test.
+    group = f'r{uuid.uuid4().hex[:8]}.kopf.dev'
+    crd = json.loads(json.dumps(crd_schemas.CRD).replace(crd_schemas.GROUP, group))
+    crds = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions'
+    name = f'{crd_schemas.PLURAL}.{group}'
+    assert server('POST', crds, crd)[0] == 201
+    try:
+        url = f'/apis/{group}/v1/namespaces/{ns}/{crd_schemas.PLURAL}'
+        wait_until(lambda: server('GET', url)[0] == 200)
+        ratcheted = json.loads(json.dumps(crd_schemas.RATCHETED).replace(crd_schemas.GROUP, group))
+        assert server('POST', url, ratcheted)[0] == 201
+
+        def tighten() -> bool:
+            current = server('GET', f'{crds}/{name}')[1]
+            return server('PUT', f'{crds}/{name}', crd_schemas.tightened(current))[0] == 200
+        wait_until(tighten)
+        new = json.loads(json.dumps(crd_schemas.RATCHETED_NEW.body).replace(crd_schemas.GROUP, group))
+        wait_until(lambda: server('POST', url, new)[0] == 422)  # the new schema is in force
+        for step in crd_schemas.RATCHETING:
+            subresource = f'/{step.subresource}' if step.subresource else ''
+            code, body = server(step.method, f'{url}/ratcheted{subresource}', step.body,
+                                ctype=step.content_type, **step.params)
+            expected = json.loads(json.dumps(step.expected).replace(crd_schemas.GROUP, group))
+            crd_schemas.check_step(step._replace(expected=expected), code, body, server.warnings)
+    finally:
+        server('DELETE', f'{crds}/{name}')

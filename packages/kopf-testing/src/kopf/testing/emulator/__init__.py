@@ -14,7 +14,8 @@ What it does like a real API server: discovery (incl. enough of OpenAPI v3 for k
 GET/LIST (label & field selectors, pagination)/WATCH (history replay, bookmarks, 410 Gone,
 timeouts)/POST/PUT/PATCH (merge, JSON, strategic, apply)/DELETE (finalizers, preconditions,
 collections); system metadata, ``generation``, one global ``resourceVersion``; the status
-subresource; CRDs registering their resources; namespace existence & termination; admission
+subresource; CRDs registering their resources, their schemas pruning, defaulting and validating
+the objects (with ``fieldValidation``); namespace existence & termination; admission
 webhooks; Tables for ``kubectl get``; Status objects for all errors; with ``feature_gates``, the
 server-side sharded lists & watches (``shardSelector``, see :mod:`kopf.testing.emulator.sharding`).
 
@@ -24,8 +25,9 @@ Differences from a real API server, deliberately kept for simplicity:
   (unless ``accept_tokens()`` limits the accepted bearer tokens, e.g. to test a rotation).
 * JSON and YAML only, no protobuf: kubectl's generator commands for built-in kinds (e.g.
   ``kubectl create configmap``) send protobuf and get 415; ``kubectl apply/create -f`` work.
-* The schemas of CRDs are not validated nor used for defaulting or pruning; all versions of
-  a resource share one storage and differ only in ``apiVersion`` (no conversion webhooks).
+* The schemas of CRDs prune, default and validate the objects (see :mod:`.schemas`), but their
+  CEL rules are ignored; all versions of a resource share one storage and differ only in
+  ``apiVersion`` (no conversion webhooks).
 * Strategic merge-patch merges lists by key only for well-known fields (``containers``,
   ``env``, ``ports``, ``volumes``, ``conditions``, ``finalizers``, ...); other lists are replaced.
 * Server-side apply merges the applied configuration into the object; there is no field

@@ -49,6 +49,7 @@ class ApiError(Exception):
         self.reason = reason if reason is not None else REASONS_BY_CODE.get(code, 'Unknown')
         self.details = dict(details) if details else None
         self.headers = dict(headers) if headers else {}
+        self.warnings: list[str] = []  # e.g. the unknown fields found before the failure: sent anyway
 
     def as_status(self) -> dict[str, Any]:
         status: dict[str, Any] = {

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kopf.testing.emulator import errors, selectors, sharding, tables
+from kopf.testing.emulator import errors, schemas, selectors, sharding, tables
 from kopf.testing.emulator.faults import FaultInjector, RequestCounter, RequestKey
 from kopf.testing.emulator.operations import Operations, Outcome, decode_json_body, decode_yaml_body
 from kopf.testing.emulator.resources import ResourceInfo, ResourceRegistry
@@ -125,15 +125,16 @@ def _verb(method: str, route: Route, query: Mapping[str, str]) -> str:
 
 def _json_response(code: int, body: bytes, warnings: Sequence[str] = ()) -> web.Response:
     response = web.Response(body=body, status=code, content_type=_JSON)
-    for warning in warnings:
-        response.headers.add('Warning', f'299 - "{warning}"')
+    for warning in warnings:  # the text as a quoted string (RFC 9110), as real servers send it
+        quoted = warning.replace('\\', '\\\\').replace('"', '\\"')
+        response.headers.add('Warning', f'299 - "{quoted}"')
     return response
 
 
 def error_response(error: errors.ApiError) -> web.Response:
     if error.plain_text:
         return web.Response(status=error.code, text=error.message + '\n', content_type='text/plain')
-    response = _json_response(error.code, encode(error.as_status()))
+    response = _json_response(error.code, encode(error.as_status()), error.warnings)
     for header, value in error.headers.items():
         response.headers[header] = value
     return response
@@ -361,6 +362,14 @@ class ApiHandler:
                     reason='FieldValueNotSupported',
                 )])
 
+        field_validation = query.get('fieldValidation', '')
+        if verb in ('create', 'update', 'patch') and field_validation not in schemas.FIELD_VALIDATION_MODES:
+            supported = ', '.join(json.dumps(mode) for mode in schemas.FIELD_VALIDATION_MODES)
+            message = f'Unsupported value: {json.dumps(field_validation)}: supported values: {supported}'
+            raise errors.invalid(_OPTIONS_KINDS[verb], 'meta.k8s.io', '', [
+                errors.Cause('fieldValidation', message, reason='FieldValueNotSupported'),
+            ])
+
         if info.namespaced and namespace is None and name is not None:
             raise errors.unknown_resource()
         if info.namespaced and namespace is None and verb not in ('list', 'watch'):
@@ -390,7 +399,8 @@ class ApiHandler:
                 )
             body = self._decode_object(request, await request.read(), info)
             outcome = await self.operations.create(
-                info, namespace, body, dry_run=dry_run, field_manager=query.get('fieldManager')
+                info, namespace, body, dry_run=dry_run, field_manager=query.get('fieldManager'),
+                field_validation=field_validation,
             )
             return self._outcome(outcome)
         if verb == 'update':
@@ -400,7 +410,8 @@ class ApiHandler:
                 )
             body = self._decode_object(request, await request.read(), info)
             outcome = await self.operations.update(
-                info, namespace, name, body, subresource=route.subresource, dry_run=dry_run
+                info, namespace, name, body, subresource=route.subresource, dry_run=dry_run,
+                field_validation=field_validation,
             )
             return self._outcome(outcome)
         if verb == 'patch':
@@ -417,6 +428,7 @@ class ApiHandler:
                 subresource=route.subresource,
                 dry_run=dry_run,
                 field_manager=query.get('fieldManager'),
+                field_validation=field_validation,
             )
             return self._outcome(outcome)
         if verb in ('delete', 'deletecollection'):

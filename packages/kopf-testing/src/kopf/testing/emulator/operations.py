@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from kopf.testing.emulator import errors, patches, selectors, validation
+from kopf.testing.emulator import errors, patches, schemas, selectors, validation
 from kopf.testing.emulator.admission import AdmissionController, AdmissionRequest
 from kopf.testing.emulator.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -128,8 +128,29 @@ class Operations:
         *,
         dry_run: bool = False,
         field_manager: str | None = None,
+        field_validation: str = '',
+    ) -> Outcome:
+        warnings: list[str] = []
+        try:
+            return await self._create(info, namespace, body, warnings, dry_run=dry_run,
+                                      field_manager=field_manager, field_validation=field_validation)
+        except errors.ApiError as e:
+            e.warnings[:0] = warnings  # like real servers: the warnings found before a failure are sent too
+            raise
+
+    async def _create(
+        self,
+        info: ResourceInfo,
+        namespace: str | None,
+        body: Any,
+        warnings: list[str],
+        *,
+        dry_run: bool,
+        field_manager: str | None,
+        field_validation: str,
     ) -> Outcome:
         body = self._check_new_body(info, body)
+        body = self._structural(info, body, field_validation, warnings)
         metadata = dict(body.get('metadata') or {})
         if info.namespaced:
             if metadata.get('namespace') and metadata['namespace'] != namespace:
@@ -161,7 +182,6 @@ class Operations:
             body.pop('status', None)
 
         self._validate_for_create(info, namespace, body)
-        warnings: list[str] = []
         if self.admission.active:
             request = AdmissionRequest(
                 info=info,
@@ -179,6 +199,7 @@ class Operations:
             )
             body = await self.admission.mutate(request, warnings)
             body = self._restore_identity(info, body, metadata)
+            body = self._structural(info, body, 'Ignore', [])  # like real servers: the webhooks' changes too
             self._validate_for_create(info, namespace, body)
             await self.admission.validate(request.replace(obj=body), warnings)
             self._validate_for_create(info, namespace, body)  # re-check: things might change while awaiting
@@ -195,6 +216,26 @@ class Operations:
             state = self.store.state(_crd_storage_key(body))
             state.replayable_after = max(state.replayable_after, resource_version)
         return Outcome(201, body, stored.encoded_as(info.api_version), warnings)
+
+    @staticmethod
+    def _structural(
+        info: ResourceInfo, body: dict[str, Any], field_validation: str, warnings: list[str],
+        *, patched: bool = False,
+    ) -> dict[str, Any]:
+        """A custom object pruned and defaulted by its CRD's schema (see :mod:`schemas`)."""
+        if info.schema is None:
+            return body
+        original = body
+        body, unknown = schemas.prune_and_default(body, info.schema)
+        if unknown and field_validation == 'Strict':
+            problem = 'strict decoding error: ' + ', '.join(f'unknown field "{path}"' for path in unknown)
+            if patched:  # like real servers: the patched object in full (here, without managedFields)
+                text = json.dumps(json.dumps(original, sort_keys=True, separators=(',', ':')))
+                raise errors.invalid('', '', '', [errors.Cause('patch', f'Invalid value: {text}: {problem}')])
+            raise errors.undecodable(info.kind, info.version, problem)
+        if field_validation != 'Ignore':
+            warnings.extend(f'unknown field "{path}"' for path in unknown)
+        return body
 
     def _check_new_body(self, info: ResourceInfo, raw_body: Any) -> dict[str, Any]:
         if raw_body is None and not info.custom:
@@ -237,6 +278,8 @@ class Operations:
         metadata = body['metadata']
         name = metadata.get('name') or ''
         causes = validation.validate_metadata(metadata, info.name_rule)
+        if info.schema is not None:
+            causes.extend(schemas.validate(body, info.schema))
         if causes:
             raise errors.invalid(info.kind, info.group, name, causes)
         if info.namespaced:
@@ -320,6 +363,7 @@ class Operations:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str = '',
     ) -> Outcome:
         body = _with_default_type(info, body)
         self._check_type(info, body)
@@ -338,7 +382,8 @@ class Operations:
                         )
                     ],
                 )
-            outcome = await self._update_from(info, current, body, subresource=subresource, dry_run=dry_run)
+            outcome = await self._update_from(info, current, body, subresource=subresource, dry_run=dry_run,
+                                              field_validation=field_validation)
             if outcome is not None:
                 return outcome
         raise errors.modified_conflict(info.plural, info.group, name)
@@ -354,6 +399,7 @@ class Operations:
         subresource: str | None = None,
         dry_run: bool = False,
         field_manager: str | None = None,
+        field_validation: str = '',
     ) -> Outcome:
         patch_type = PATCH_CONTENT_TYPES.get(content_type)
         if patch_type is None or (patch_type == 'strategic' and info.custom):
@@ -374,7 +420,8 @@ class Operations:
                         f'the name of the object ({applied_name}) does not match the name on the URL ({name})'
                     )
                 return await self.create(
-                    info, namespace, document, dry_run=dry_run, field_manager=field_manager
+                    info, namespace, document, dry_run=dry_run, field_manager=field_manager,
+                    field_validation=field_validation,
                 )
         elif patch_type in ('merge', 'strategic') and not isinstance(document, dict):
             raise errors.bad_request('the patch must be a JSON object')
@@ -395,7 +442,8 @@ class Operations:
                 raise errors.unprocessable(str(e)) from None
             self._check_patched(info, name, patched)
             outcome = await self._update_from(
-                info, current, patched, subresource=subresource, dry_run=dry_run
+                info, current, patched, subresource=subresource, dry_run=dry_run,
+                field_validation=field_validation, patched=True,
             )
             if outcome is not None:
                 return outcome
@@ -427,11 +475,32 @@ class Operations:
         *,
         subresource: str | None,
         dry_run: bool,
+        field_validation: str = '',
+        patched: bool = False,
     ) -> Outcome | None:
         """Apply a new state to the current object; ``None`` if the object changed while awaiting."""
+        warnings: list[str] = []
+        try:
+            if isinstance(new_body, dict):
+                new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
+            return await self._update_with(info, current, new_body, warnings, subresource=subresource,
+                                           dry_run=dry_run)
+        except errors.ApiError as e:
+            e.warnings[:0] = warnings  # like real servers: the warnings found before a failure are sent too
+            raise
+
+    async def _update_with(
+        self,
+        info: ResourceInfo,
+        current: StoredObject,
+        new_body: dict[str, Any],
+        warnings: list[str],
+        *,
+        subresource: str | None,
+        dry_run: bool,
+    ) -> Outcome | None:
         old = current.body
         result = self._prepare_update(info, old, new_body, subresource)
-        warnings: list[str] = []
         if result is not None and self.admission.active:
             metadata = old['metadata']
             request = AdmissionRequest(
@@ -446,6 +515,8 @@ class Operations:
                 options={'kind': 'UpdateOptions', 'apiVersion': 'meta.k8s.io/v1'},
             )
             mutated = await self.admission.mutate(request, warnings)
+            if mutated is not result and isinstance(mutated, dict):
+                mutated = self._structural(info, mutated, 'Ignore', [])
             if mutated is not result:
                 result = self._prepare_update(info, old, mutated, subresource)
             if result is not None:
@@ -496,7 +567,13 @@ class Operations:
                 result['status'] = new['status']
             else:
                 result.pop('status', None)
-            return None if result == old else result
+            if result == old:
+                return None
+            if info.schema is not None:
+                causes = schemas.validate(result, info.schema, old=old, subtree='status')
+                if causes:
+                    raise errors.invalid(info.kind, info.group, name, causes)
+            return result
 
         metadata = dict(new_metadata)
         for field in _SYSTEM_METADATA:
@@ -522,6 +599,8 @@ class Operations:
         causes = validation.validate_metadata(
             metadata, info.name_rule, check_name=False, previous=old_metadata
         )
+        if info.schema is not None:
+            causes.extend(schemas.validate(result, info.schema, old=old))
         if old_metadata.get('deletionTimestamp'):
             added = [
                 f for f in metadata.get('finalizers') or [] if f not in (old_metadata.get('finalizers') or [])

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kopf.testing.emulator import schemas
 from kopf.testing.emulator.validation import NameRule
 
 StorageKey = tuple[str, str]  # (group, plural)
@@ -39,6 +40,8 @@ class ResourceInfo:
     name_rule: NameRule = 'subdomain'
     selectable_fields: tuple[str, ...] = ()
     printer_columns: tuple[Mapping[str, Any], ...] = ()
+    # The CRD version's openAPIV3Schema, if it does anything (see schemas.effective); not compared.
+    schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def api_version(self) -> str:
@@ -396,6 +399,7 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[ResourceInfo]:
                 custom=True,
                 selectable_fields=selectable,
                 printer_columns=tuple(column for column in columns if isinstance(column, dict)),
+                schema=schemas.effective(version['schema']['openAPIV3Schema']),
             )
         )
     return resources

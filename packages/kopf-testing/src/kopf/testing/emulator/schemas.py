@@ -1,0 +1,395 @@
+"""
+The structural schemas of CRDs applied to custom objects, as real API servers apply them.
+
+For every creation and update of a custom object (incl. patches and the status subresource), with the
+``openAPIV3Schema`` of the version in the request's URL:
+
+* **Pruning**: the fields that the schema does not declare are dropped (unless under
+  ``x-kubernetes-preserve-unknown-fields: true``; ``apiVersion``, ``kind``, ``metadata`` are kept at
+  the root and in ``x-kubernetes-embedded-resource`` objects). They are reported as ``Warning``
+  headers (``unknown field "spec.x"``), or fail the request with 400 with ``fieldValidation=Strict``,
+  or go silently with ``fieldValidation=Ignore``. Nulls of non-nullable fields are dropped silently.
+* **Defaulting**: the absent fields with a ``default`` get it, top-down (a defaulted object gets its
+  own fields' defaults), in the objects that exist (a parent is not created for its child's default).
+* **Validation**: types (incl. ``nullable``, ``x-kubernetes-int-or-string``), ``required``, ``enum``,
+  the limits of numbers, strings, arrays and objects, ``pattern``, a few formats (``date-time``,
+  ``date``, ``int32``, ``int64``), ``allOf``/``anyOf``/``oneOf``/``not``; with the real servers'
+  wording, as 422 with all the causes. On updates, unchanged values are not re-validated (the
+  validation ratcheting of Kubernetes 1.33+): an object stored under an older schema stays updatable.
+
+Not done (the emulator's known differences): CEL rules (``x-kubernetes-validations``), the list
+types' uniqueness (``x-kubernetes-list-type: set/map``), the checks of the schemas themselves when a
+CRD is created (e.g. that they are structural), pruning of ``metadata`` to the fields of ObjectMeta,
+and the re-pruning of the stored objects when a CRD's schema changes.
+"""
+
+import datetime
+import itertools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kopf.testing.emulator.errors import Cause
+
+FIELD_VALIDATION_MODES = ('', 'Ignore', 'Strict', 'Warn')
+
+_DROPPED: Any = object()  # a field that pruning removes
+
+_ROOT_FIELDS = frozenset({'apiVersion', 'kind', 'metadata'})
+_INT32 = (-2**31, 2**31 - 1)
+_INT64 = (-2**63, 2**63 - 1)
+
+# The keys of schemas that do nothing to the objects: such schemas are not walked at all.
+_INERT_KEYS = frozenset({'type', 'description', 'title', 'example', 'externalDocs',
+                         'x-kubernetes-preserve-unknown-fields'})
+
+Path = tuple[str | int, ...]
+
+
+def effective(schema: Any) -> Mapping[str, Any] | None:
+    """The schema if it does anything to the objects; ``None`` for "an object with anything in it"."""
+    if not isinstance(schema, Mapping):
+        return None
+    if schema.keys() <= _INERT_KEYS and schema.get('x-kubernetes-preserve-unknown-fields') is True:
+        return None
+    return schema
+
+
+# ----------------------------------------------------------------------------------------------------
+# Pruning and defaulting: one walk, copying only what it changes (the stored objects share their parts).
+
+def prune_and_default(body: dict[str, Any], schema: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The object pruned and defaulted by the schema, and the paths of the unknown fields (sorted)."""
+    unknown: list[str] = []
+    result = _walk(body, schema, '', unknown, root=True)
+    return result, sorted(unknown)
+
+
+def _walk(value: Any, schema: Mapping[str, Any], path: str, unknown: list[str], *, root: bool = False) -> Any:
+    if schema.get('x-kubernetes-int-or-string'):
+        return _integral(value)
+    if isinstance(value, dict):
+        return _walk_object(value, schema, path, unknown, root=root)
+    if isinstance(value, list):
+        items = schema.get('items')
+        if not isinstance(items, Mapping):
+            return value
+        walked = [_walk(item, items, f'{path}[{index}]', unknown) for index, item in enumerate(value)]
+        return value if all(a is b for a, b in zip(walked, value, strict=True)) else walked
+    if schema.get('type') in ('integer', 'number'):
+        return _integral(value)
+    return value
+
+
+def _walk_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, unknown: list[str],
+                 *, root: bool) -> dict[str, Any]:
+    properties = schema.get('properties')
+    properties = properties if isinstance(properties, Mapping) else {}
+    additional = schema.get('additionalProperties')
+    preserve = schema.get('x-kubernetes-preserve-unknown-fields') is True or additional is True
+    kept = _ROOT_FIELDS if root or schema.get('x-kubernetes-embedded-resource') else frozenset()
+    result: dict[str, Any] | None = None  # a copy, made at the first change
+    for index, (key, item) in enumerate(value.items()):
+        subschema = properties.get(key)
+        if subschema is None and isinstance(additional, Mapping):
+            subschema = additional
+        if isinstance(subschema, Mapping):
+            if item is None and not subschema.get('nullable'):
+                new: Any = _DROPPED  # like real servers: before defaulting, silently
+            else:
+                new = _walk(item, subschema, f'{path}.{key}' if path else key, unknown)
+        elif key in kept or preserve:
+            new = item
+        else:
+            unknown.append(f'{path}.{key}' if path else key)
+            new = _DROPPED
+        if new is not item and result is None:
+            result = dict(itertools.islice(value.items(), index))
+        if result is not None and new is not _DROPPED:
+            result[key] = new
+    for key, subschema in properties.items():
+        if isinstance(subschema, Mapping) and 'default' in subschema and key not in (
+            value if result is None else result
+        ):
+            result = dict(value) if result is None else result
+            result[key] = _walk(json.loads(json.dumps(subschema['default'])), subschema,
+                                f'{path}.{key}' if path else key, [])
+    return value if result is None else result
+
+
+def _integral(value: Any) -> Any:
+    """Like real servers: a JSON number with an integral value (``2.0``) is an integer (``2``)."""
+    if isinstance(value, float) and value.is_integer() and _INT64[0] <= value <= _INT64[1]:
+        return int(value)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------
+# Validation.
+
+def validate(body: Mapping[str, Any], schema: Mapping[str, Any], *,
+             old: Mapping[str, Any] | None = None, subtree: str | None = None) -> list[Cause]:
+    """
+    The problems of the object by the schema, worded as real API servers word them.
+
+    With ``old``, the problems of the values that have not changed are not reported (ratcheting; for
+    ``required``, the value is the object that lacks the field).
+    With ``subtree`` (e.g. ``status`` for the status subresource), only that field is validated, and
+    the messages name the fields relative to it, as real servers do (``phase in body ...``).
+    """
+    problems: list[tuple[Path, Cause]] = []
+    if subtree is None:
+        _validate_object_fields(body, schema, (), problems, root=True)
+    else:
+        properties = schema.get('properties')
+        subschema = properties.get(subtree) if isinstance(properties, Mapping) else None
+        if isinstance(subschema, Mapping) and subtree in body:
+            _validate(body[subtree], subschema, (subtree,), problems, relative_to=1)
+    if old is not None:
+        problems = [(path, cause) for path, cause in problems if not _unchanged(body, old, path)]
+    return [cause for _, cause in problems]
+
+
+def _unchanged(new: Any, old: Any, path: Path) -> bool:
+    """Whether the value at the path is the same in both objects (``required``: the object with the field)."""
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(new, list) or not isinstance(old, list) or step >= min(len(new), len(old)):
+                return False
+        elif not (isinstance(new, Mapping) and isinstance(old, Mapping) and step in new and step in old):
+            return False
+        new, old = new[step], old[step]
+    return bool(new == old) and type(new) is type(old)
+
+
+def _field(path: Path) -> str:
+    text = ''
+    for step in path:
+        text += f'[{step}]' if isinstance(step, int) else (f'.{step}' if text else step)
+    return text
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return 'null'
+    if isinstance(value, bool):
+        return 'boolean'
+    if isinstance(value, int):
+        return 'integer'
+    if isinstance(value, float):
+        return 'number'
+    if isinstance(value, str):
+        return 'string'
+    if isinstance(value, list):
+        return 'array'
+    return 'object'
+
+
+def _go(value: Any) -> str:
+    """A value as Go's validation messages print it: JSON-like, numbers as Go formats them."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        return repr(value) if not value.is_integer() else str(int(value))
+    return json.dumps(value, separators=(',', ':'))
+
+
+def _validate(value: Any, schema: Mapping[str, Any], path: Path,
+              problems: list[tuple[Path, Cause]], relative_to: int = 0) -> None:
+    field = _field(path)
+    name = _field(path[relative_to:]) or field  # the name in "... in body ..." (relative for subresources)
+
+    def problem(message: str, reason: str = 'FieldValueInvalid', at: str | None = None) -> None:
+        problems.append((path, Cause(field if at is None else at, message, reason)))
+
+    def type_problem(expected: str) -> None:
+        actual = _json_type(value)
+        problem(f'Invalid value: "{actual}": {name} in body must be of type {expected}: "{actual}"',
+                'FieldValueTypeInvalid')
+        if expected == 'integer' and actual == 'number':
+            problem(f'Invalid value: "": Checked value must be of type integer (default format) in {name}',
+                    at='<nil>')
+
+    if value is None and (schema.get('nullable') or not _declares_type(schema)):
+        return
+    if schema.get('x-kubernetes-int-or-string'):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            type_problem('integer,string')
+            return
+    else:
+        expected = schema.get('type')
+        if isinstance(expected, str) and expected and not _is_of_type(value, expected):
+            type_problem(expected)
+            return
+
+    enum = schema.get('enum')
+    if isinstance(enum, list) and not any(_json_equal(value, option) for option in enum):
+        supported = ', '.join(_go(option) for option in enum)
+        problem(f'Unsupported value: {_go(value)}: supported values: {supported}', 'FieldValueNotSupported')
+
+    if isinstance(value, str):
+        _validate_string(value, schema, name, problem)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        _validate_number(value, schema, name, problem)
+    elif isinstance(value, list):
+        min_items, max_items = schema.get('minItems'), schema.get('maxItems')
+        if isinstance(min_items, int) and len(value) < min_items:
+            problem(f'Invalid value: {len(value)}: {name} in body should have at least {min_items} items')
+        if isinstance(max_items, int) and len(value) > max_items:
+            problem(f'Too many: {len(value)}: must have at most {max_items} items', 'FieldValueTooMany')
+        items = schema.get('items')
+        if isinstance(items, Mapping):
+            for index, item in enumerate(value):
+                _validate(item, items, (*path, index), problems, relative_to)
+    elif isinstance(value, Mapping):
+        if isinstance(schema.get('minProperties'), int) and len(value) < schema['minProperties']:
+            problem(f'Invalid value: {len(value)}: {name} in body should have at least '
+                    f'{schema["minProperties"]} properties')
+        if isinstance(schema.get('maxProperties'), int) and len(value) > schema['maxProperties']:
+            problem(f'Too many: {len(value)}: must have at most {schema["maxProperties"]} items',
+                    'FieldValueTooMany')
+        _validate_object_fields(value, schema, path, problems, relative_to=relative_to)
+
+    _validate_combinations(value, schema, path, name, problems, relative_to)
+
+
+def _validate_object_fields(value: Mapping[str, Any], schema: Mapping[str, Any], path: Path,
+                            problems: list[tuple[Path, Cause]], *, relative_to: int = 0,
+                            root: bool = False) -> None:
+    properties = schema.get('properties')
+    properties = properties if isinstance(properties, Mapping) else {}
+    additional = schema.get('additionalProperties')
+    for key, item in value.items():
+        if root and key in _ROOT_FIELDS:
+            continue
+        subschema = properties.get(key, additional)
+        if isinstance(subschema, Mapping):
+            _validate(item, subschema, (*path, key), problems, relative_to)
+    required = schema.get('required')
+    for key in required if isinstance(required, list) else ():
+        if isinstance(key, str) and key not in value:
+            problems.append((path, Cause(_field((*path, key)), 'Required value', 'FieldValueRequired')))
+
+
+def _validate_string(value: str, schema: Mapping[str, Any], name: str, problem: Any) -> None:
+    max_length, min_length = schema.get('maxLength'), schema.get('minLength')
+    if isinstance(max_length, int) and len(value) > max_length:
+        problem(f'Too long: may not be more than {max_length} bytes', 'FieldValueTooLong')
+    if isinstance(min_length, int) and len(value) < min_length:
+        problem(f'Invalid value: {_go(value)}: {name} in body should be at least {min_length} chars long')
+    pattern = schema.get('pattern')
+    if isinstance(pattern, str):
+        try:
+            matched = re.search(pattern, value) is not None
+        except re.error:
+            matched = True  # not a pattern that Python knows: not checked
+        if not matched:
+            problem(f"Invalid value: {_go(value)}: {name} in body should match '{pattern}'")
+    fmt = schema.get('format')
+    if fmt in _STRING_FORMATS and not _STRING_FORMATS[fmt](value):
+        problem(f'Invalid value: {_go(value)}: {name} in body must be of type {fmt}: {_go(value)}',
+                'FieldValueTypeInvalid')
+
+
+def _validate_number(value: float, schema: Mapping[str, Any], name: str, problem: Any) -> None:
+    minimum, maximum, factor = schema.get('minimum'), schema.get('maximum'), schema.get('multipleOf')
+    shown = _go(value)
+    where = f'Invalid value: {shown}: {name} in body'
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+        if isinstance(value, int) and isinstance(factor, float):
+            factor = int(factor)  # like real servers: an integer's factor is truncated (0.5 becomes 0)
+        if factor <= 0:
+            problem(f'Invalid value: {shown}: factor MultipleOf declared for {name} must be positive: '
+                    f'{_go(factor)}')
+        elif not _is_multiple(value, factor):
+            problem(f'{where} should be a multiple of {_go(factor)}')
+    if isinstance(minimum, (int, float)) and not isinstance(minimum, bool):
+        if schema.get('exclusiveMinimum') is True and value <= minimum:
+            problem(f'{where} should be greater than {_go(minimum)}')
+        elif value < minimum:
+            problem(f'{where} should be greater than or equal to {_go(minimum)}')
+    if isinstance(maximum, (int, float)) and not isinstance(maximum, bool):
+        if schema.get('exclusiveMaximum') is True and value >= maximum:
+            problem(f'{where} should be less than {_go(maximum)}')
+        elif value > maximum:
+            problem(f'{where} should be less than or equal to {_go(maximum)}')
+    fmt = schema.get('format')
+    limits = _INT32 if fmt == 'int32' else _INT64 if fmt == 'int64' else None
+    if limits is not None and isinstance(value, int) and not limits[0] <= value <= limits[1]:
+        problem(f'Invalid value: "": Checked value must be of type integer with format {fmt} in {name}',
+                at='<nil>')
+
+
+def _validate_combinations(value: Any, schema: Mapping[str, Any], path: Path, name: str,
+                           problems: list[tuple[Path, Cause]], relative_to: int) -> None:
+    def failed(text: str) -> None:
+        problems.append((path, Cause('<nil>', f'Invalid value: "": "{name}" {text}')))
+
+    def outcome(subschema: Any) -> list[tuple[Path, Cause]]:
+        found: list[tuple[Path, Cause]] = []
+        if isinstance(subschema, Mapping):
+            _validate(value, subschema, path, found, relative_to)
+        return found
+
+    for subschema in _schemas(schema.get('allOf')):
+        problems.extend(outcome(subschema))
+    any_of = _schemas(schema.get('anyOf'))
+    if any_of:
+        outcomes = [outcome(subschema) for subschema in any_of]
+        if all(outcomes):
+            failed('must validate at least one schema (anyOf)')
+            problems.extend(outcomes[0])
+    one_of = _schemas(schema.get('oneOf'))
+    if one_of:
+        outcomes = [outcome(subschema) for subschema in one_of]
+        if sum(1 for found in outcomes if not found) != 1:
+            failed('must validate one and only one schema (oneOf)')
+    negated = schema.get('not')
+    if isinstance(negated, Mapping) and not outcome(negated):
+        failed('must not validate the schema (not)')
+
+
+def _schemas(value: Any) -> Sequence[Mapping[str, Any]]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def _declares_type(schema: Mapping[str, Any]) -> bool:
+    return bool(schema.get('type')) or bool(schema.get('x-kubernetes-int-or-string'))
+
+
+def _is_of_type(value: Any, expected: str) -> bool:
+    actual = _json_type(value)
+    if expected == 'number':
+        return actual in ('integer', 'number')
+    if expected == 'integer' and actual == 'number':
+        return bool(value.is_integer())  # 2.0 is an integer (real servers decode it as one)
+    return actual == expected
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return bool(a == b)
+
+
+def _is_multiple(value: float, factor: float) -> bool:
+    quotient = value / factor
+    return abs(quotient - round(quotient)) < 1e-9
+
+
+def _is_date_time(value: str) -> bool:
+    try:
+        datetime.datetime.fromisoformat(value.replace('Z', '+00:00').replace('z', '+00:00'))
+    except ValueError:
+        return False
+    return 'T' in value.upper() or ' ' in value
+
+
+def _is_date(value: str) -> bool:
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+_STRING_FORMATS = {'date-time': _is_date_time, 'date': _is_date}

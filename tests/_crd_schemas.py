@@ -1,0 +1,315 @@
+"""
+A CRD with a rich structural schema, and what real kube-apiservers answer to objects of it.
+
+Shared by the emulator's own tests (``tests/emulator/test_schemas.py``, on the emulator only) and by
+the fidelity tests (``tests/kubeapi/test_fidelity.py``, on both the emulator and a real kube-apiserver),
+so that the expectations of the former are checked against a real server by the latter.
+The expectations are kube-apiserver v1.37's answers, as they are (incl. their quirks).
+"""
+import re
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+GROUP = 'schemas.kopf.dev'
+PLURAL = 'schematics'
+KIND = 'Schematic'
+MERGE = 'application/merge-patch+json'
+JSON_PATCH = 'application/json-patch+json'
+
+SCHEMA: dict[str, Any] = {
+    'type': 'object',
+    'properties': {
+        'spec': {'type': 'object', 'required': ['size'], 'properties': {
+            'size': {'type': 'integer', 'minimum': 1, 'maximum': 10},
+            'mode': {'type': 'string', 'default': 'auto', 'enum': ['auto', 'manual']},
+            'name': {'type': 'string', 'minLength': 2, 'maxLength': 5, 'pattern': '^[a-z]+$'},
+            'ratio': {'type': 'number', 'exclusiveMinimum': True, 'minimum': 0, 'multipleOf': 0.5},
+            'flag': {'type': 'boolean'},
+            'tags': {'type': 'array', 'items': {'type': 'string'}, 'minItems': 1, 'maxItems': 2},
+            'items': {'type': 'array', 'items': {'type': 'object', 'properties': {
+                'key': {'type': 'string', 'default': 'k'}}}},
+            'counts': {'type': 'object', 'additionalProperties': {'type': 'integer'}},
+            'port': {'x-kubernetes-int-or-string': True},
+            'nullable': {'type': 'string', 'nullable': True},
+            'word': {'type': 'string', 'default': 'w'},
+            'nested': {'type': 'object', 'default': {}, 'properties': {
+                'a': {'type': 'string', 'default': 'A'}, 'b': {'type': 'string'}}},
+            'optional': {'type': 'object', 'properties': {'a': {'type': 'string', 'default': 'A'}}},
+            'extra': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+            'embedded': {'type': 'object', 'x-kubernetes-embedded-resource': True,
+                         'properties': {'spec': {'type': 'object'}}},
+            'time': {'type': 'string', 'format': 'date-time'},
+            'int32': {'type': 'integer', 'format': 'int32'},
+            'props': {'type': 'object', 'minProperties': 1, 'maxProperties': 2,
+                      'x-kubernetes-preserve-unknown-fields': True},
+        }},
+        'status': {'type': 'object', 'properties': {
+            'phase': {'type': 'string'},
+            'count': {'type': 'integer', 'minimum': 0},
+        }},
+    },
+}
+
+CRD: dict[str, Any] = {
+    'apiVersion': 'apiextensions.k8s.io/v1',
+    'kind': 'CustomResourceDefinition',
+    'metadata': {'name': f'{PLURAL}.{GROUP}'},
+    'spec': {
+        'group': GROUP,
+        'scope': 'Namespaced',
+        'names': {'plural': PLURAL, 'singular': 'schematic', 'kind': KIND},
+        'versions': [{'name': 'v1', 'served': True, 'storage': True, 'subresources': {'status': {}},
+                      'schema': {'openAPIV3Schema': SCHEMA}}],
+    },
+}
+
+# What every object of the CRD gets by default (besides its own fields).
+DEFAULTS = {'mode': 'auto', 'nested': {'a': 'A'}, 'word': 'w'}
+
+
+def path(namespace: str, name: str = '', subresource: str = '') -> str:
+    return '/'.join(filter(None, [f'/apis/{GROUP}/v1/namespaces/{namespace}/{PLURAL}', name, subresource]))
+
+
+def schematic(name: str, spec: Any = None, **extra: Any) -> dict[str, Any]:
+    body = {'apiVersion': f'{GROUP}/v1', 'kind': KIND, 'metadata': {'name': name}, **extra}
+    return body if spec is None else {**body, 'spec': spec}
+
+
+def invalid(name: str, *causes: tuple[str, str, str]) -> dict[str, Any]:
+    """The Status of 422 for the causes (the field, the reason, the message)."""
+    texts = [f'{field}: {message}' for field, _, message in causes]
+    summary = texts[0] if len(texts) == 1 else '[' + ', '.join(texts) + ']'
+    return {
+        'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure', 'reason': 'Invalid',
+        'code': 422, 'message': f'{KIND}.{GROUP} "{name}" is invalid: {summary}',
+        'details': {'name': name, 'group': GROUP, 'kind': KIND, 'causes': [
+            {'field': field, 'reason': reason, 'message': message} for field, reason, message in causes
+        ]},
+    }
+
+
+def warnings(headers: Iterable[str]) -> list[str]:
+    """The texts of the ``Warning`` headers (each header once, or joined with commas)."""
+    return [re.sub(r'\\(.)', r'\1', text) for header in headers
+            for text in re.findall(r'299 - "((?:[^"\\]|\\.)*)"', header)]
+
+
+class Creation(NamedTuple):
+    """A new object, and what a real server does with it: stores this spec, or answers this Status."""
+    id: str
+    body: dict[str, Any]
+    params: dict[str, str]
+    code: int
+    result: dict[str, Any] | None  # the stored spec, or the Status of the failure
+    warnings: list[str]
+
+
+def _ok(id: str, spec: Any, stored: Any, warned: list[str] | None = None, *,
+        params: dict[str, str] | None = None, **extra: Any) -> Creation:
+    return Creation(id, schematic(id, spec, **extra), params or {}, 201, stored, warned or [])
+
+
+def _bad(id: str, spec: Any, *causes: tuple[str, str, str]) -> Creation:
+    return Creation(id, schematic(id, spec), {}, 422, invalid(id, *causes), [])
+
+
+def _value(field: str, value: str, text: str, *, name: str | None = None) -> tuple[str, str, str]:
+    """A cause of an invalid value (``name``: as the message names the field, if not as ``field``)."""
+    return field, 'FieldValueInvalid', f'Invalid value: {value}: {name or field} in body {text}'
+
+
+def _type(field: str, actual: str, expected: str, *, name: str | None = None) -> tuple[str, str, str]:
+    text = f'must be of type {expected}: "{actual}"'
+    return field, 'FieldValueTypeInvalid', f'Invalid value: "{actual}": {name or field} in body {text}'
+
+
+def _nil(text: str) -> tuple[str, str, str]:
+    return '<nil>', 'FieldValueInvalid', f'Invalid value: "": {text}'
+
+
+def _status(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+    status = {'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure',
+              'reason': reason, 'code': code, 'message': message}
+    return {**status, 'details': details} if details else status
+
+
+_REQUIRED = 'FieldValueRequired', 'Required value'
+_UNSUPPORTED = 'Unsupported value: "Bogus": supported values: "", "Ignore", "Strict", "Warn"'
+_STRICT = (f'{KIND} in version "v1" cannot be handled as a {KIND}: strict decoding error: '
+           f'unknown field "spec.nested.q", unknown field "spec.x"')
+_EMBEDDED = {'apiVersion': 'v1', 'kind': 'X', 'metadata': {'name': 'n'}}
+
+CREATIONS: list[Creation] = [
+    _ok('minimal', {'size': 1}, {'size': 1, **DEFAULTS}),
+    _ok('unknown-fields', {'size': 1, 'unknown': 1, 'nested': {'zz': 1}}, {'size': 1, **DEFAULTS},
+        ['unknown field "spec.nested.zz"', 'unknown field "spec.unknown"',
+         'unknown field "status.other"', 'unknown field "top"'],
+        top=1, status={'phase': 'x', 'other': 1}),
+    _ok('nested-defaults',
+        {'size': 1, 'items': [{}, {'key': 'v', 'u': 1}], 'optional': {},
+         'embedded': {**_EMBEDDED, 'spec': {'q': 1}, 'junk': 1}},
+        {'size': 1, **DEFAULTS, 'items': [{'key': 'k'}, {'key': 'v'}], 'optional': {'a': 'A'},
+         'embedded': {**_EMBEDDED, 'spec': {}}},
+        ['unknown field "spec.embedded.junk"', 'unknown field "spec.embedded.spec.q"',
+         'unknown field "spec.items[1].u"']),
+    _ok('nulls', {'size': 1, 'nullable': None, 'word': None, 'mode': None, 'name': None, 'nested': None},
+        {'size': 1, **DEFAULTS, 'nullable': None}),
+    _ok('only-nulls', {'size': 1, 'nested': {'a': None}}, {'size': 1, **DEFAULTS}),
+    _ok('null-in-a-map', {'size': 1, 'counts': {'a': None, 'b': 2}},
+        {'size': 1, **DEFAULTS, 'counts': {'b': 2}}),
+    _ok('preserved', {'size': 1, 'extra': {'any': {'thing': [1, 'x']}}, 'port': 'http'},
+        {'size': 1, **DEFAULTS, 'extra': {'any': {'thing': [1, 'x']}}, 'port': 'http'}),
+    _ok('integral-float', {'size': 2.0, 'time': '2026-01-02T03:04:05Z'},
+        {'size': 2, **DEFAULTS, 'time': '2026-01-02T03:04:05Z'}),
+    _ok('no-spec', None, None),
+    Creation('null-spec', {**schematic('null-spec'), 'spec': None}, {}, 201, None, []),
+    _ok('dry-run', {'size': 1, 'junk': 1}, {'size': 1, **DEFAULTS}, ['unknown field "spec.junk"'],
+        params={'dryRun': 'All'}),
+    _ok('ignored', {'size': 1, 'junk': 1}, {'size': 1, **DEFAULTS}, params={'fieldValidation': 'Ignore'}),
+    Creation('strict', schematic('strict', {'size': 0, 'x': 1, 'nested': {'q': 2}}),
+             {'fieldValidation': 'Strict'}, 400, _status(400, 'BadRequest', _STRICT), []),
+    Creation('bogus', schematic('bogus', {'size': 1}), {'fieldValidation': 'Bogus'}, 422, _status(
+        422, 'Invalid', f'CreateOptions.meta.k8s.io "" is invalid: fieldValidation: {_UNSUPPORTED}',
+        group='meta.k8s.io', kind='CreateOptions', causes=[
+            {'reason': 'FieldValueNotSupported', 'field': 'fieldValidation', 'message': _UNSUPPORTED}],
+    ), []),
+    _bad('below-minimum', {'size': 0}, _value('spec.size', '0', 'should be greater than or equal to 1')),
+    _bad('above-maximum', {'size': 11}, _value('spec.size', '11', 'should be less than or equal to 10')),
+    _bad('wrong-type', {'size': 'x'}, _type('spec.size', 'string', 'integer')),
+    _bad('fraction', {'size': 1.5}, _type('spec.size', 'number', 'integer'),
+         _nil('Checked value must be of type integer (default format) in spec.size')),
+    _bad('required', {}, ('spec.size', *_REQUIRED)),
+    _bad('enum', {'size': 1, 'mode': 'zzz'}, ('spec.mode', 'FieldValueNotSupported',
+                                             'Unsupported value: "zzz": supported values: "auto", "manual"')),
+    _bad('too-long', {'size': 1, 'name': 'abcdefg'},
+         ('spec.name', 'FieldValueTooLong', 'Too long: may not be more than 5 bytes')),
+    _bad('too-short', {'size': 1, 'name': 'a'},
+         _value('spec.name', '"a"', 'should be at least 2 chars long')),
+    _bad('pattern', {'size': 1, 'name': 'ab1'}, _value('spec.name', '"ab1"', "should match '^[a-z]+$'")),
+    _bad('exclusive-minimum', {'size': 1, 'ratio': 0},  # 0 is an integer: the factor is truncated to 0 too
+         ('spec.ratio', 'FieldValueInvalid',
+          'Invalid value: 0: factor MultipleOf declared for spec.ratio must be positive: 0'),
+         _value('spec.ratio', '0', 'should be greater than 0')),
+    _bad('multiple-of', {'size': 1, 'ratio': 0.7},
+         _value('spec.ratio', '0.7', 'should be a multiple of 0.5')),
+    _bad('boolean', {'size': 1, 'flag': 'yes'}, _type('spec.flag', 'string', 'boolean')),
+    _bad('min-items', {'size': 1, 'tags': []}, _value('spec.tags', '0', 'should have at least 1 items')),
+    _bad('max-items', {'size': 1, 'tags': ['a', 'b', 'c']},
+         ('spec.tags', 'FieldValueTooMany', 'Too many: 3: must have at most 2 items')),
+    _bad('item-type', {'size': 1, 'tags': ['a', 1]}, _type('spec.tags[1]', 'integer', 'string')),
+    _bad('null-item', {'size': 1, 'tags': [None]}, _type('spec.tags[0]', 'null', 'string')),
+    _bad('map-value', {'size': 1, 'counts': {'a': 'x'}}, _type('spec.counts.a', 'string', 'integer')),
+    _bad('int-or-string', {'size': 1, 'port': True}, _type('spec.port', 'boolean', 'integer,string')),
+    _bad('date-time', {'size': 1, 'time': 'nope'},
+         ('spec.time', 'FieldValueTypeInvalid',
+          'Invalid value: "nope": spec.time in body must be of type date-time: "nope"')),
+    _bad('int32', {'size': 1, 'int32': 2**40},
+         _nil('Checked value must be of type integer with format int32 in spec.int32')),
+    _bad('min-properties', {'size': 1, 'props': {}},
+         _value('spec.props', '0', 'should have at least 1 properties')),
+    _bad('max-properties', {'size': 1, 'props': {'a': 1, 'b': 2, 'c': 3}},
+         ('spec.props', 'FieldValueTooMany', 'Too many: 3: must have at most 2 items')),
+    _bad('not-an-object', 5, _type('spec', 'integer', 'object')),
+]
+
+
+def check_creation(case: Creation, code: int, body: Any, warned: list[str]) -> None:
+    if case.code == 201:
+        found = (code, body.get('spec'), 'top' in body, warned)
+        assert found == (201, case.result, False, case.warnings), body
+    else:
+        assert (code, body, warned) == (case.code, case.result, case.warnings)
+
+
+class Step(NamedTuple):
+    """A change of the object ``target`` (created as ``TARGET``), and what a real server answers to it."""
+    id: str
+    method: str
+    subresource: str
+    body: Any
+    params: dict[str, str]
+    content_type: str
+    code: int
+    expected: dict[str, Any]  # the spec & status after it, or the Status (or its message's end) of a failure
+    warnings: list[str]
+
+
+TARGET = schematic('target', {'size': 5, 'flag': True})
+_STORED_SPEC = {'size': 5, 'flag': True, **DEFAULTS}
+
+
+def _step(id: str, body: Any, code: int, expected: dict[str, Any], warned: list[str] | None = None, *,
+          subresource: str = '', content_type: str = MERGE, **params: str) -> Step:
+    return Step(id, 'PATCH', subresource, body, params, content_type, code, expected, warned or [])
+
+
+_WITH_STATUS = {'spec': _STORED_SPEC, 'status': {'phase': 'r'}}
+_BOGUS = 'fieldValidation: Unsupported value: "x": supported values: "", "Ignore", "Strict", "Warn"'
+
+STEPS: list[Step] = [
+    _step('status-type', {'status': {'phase': 5, 'zz': 1}}, 422,
+          invalid('target', _type('status.phase', 'integer', 'string', name='phase')),
+          ['unknown field "status.zz"'], subresource='status'),
+    _step('status-minimum', {'status': {'count': -1}}, 422,
+          invalid('target', _value('status.count', '-1', 'should be greater than or equal to 0',
+                                   name='count')),
+          subresource='status'),
+    _step('status-pruned', {'status': {'phase': 'q', 'zz': 1}}, 200,
+          {'spec': _STORED_SPEC, 'status': {'phase': 'q'}}, ['unknown field "status.zz"'],
+          subresource='status'),
+    _step('status-ignored', {'status': {'phase': 'r', 'zz': 1}}, 200, _WITH_STATUS,
+          subresource='status', fieldValidation='Ignore'),
+    _step('spec-maximum', {'spec': {'size': 50}}, 422,
+          invalid('target', _value('spec.size', '50', 'should be less than or equal to 10'))),
+    _step('spec-nulls-defaulted', {'spec': {'mode': None, 'nested': None, 'junk': 1}}, 200, _WITH_STATUS,
+          ['unknown field "spec.junk"']),
+    _step('json-patch-pruned', [{'op': 'add', 'path': '/spec/junk', 'value': 1}], 200, _WITH_STATUS,
+          ['unknown field "spec.junk"'], content_type=JSON_PATCH),
+    _step('json-patch-type', [{'op': 'replace', 'path': '/spec/size', 'value': 'x'}], 422,
+          invalid('target', _type('spec.size', 'string', 'integer')), content_type=JSON_PATCH),
+    _step('status-via-main', {'status': {'phase': 7}}, 200, _WITH_STATUS),
+    _step('strict', {'spec': {'junk': 1}}, 422,
+          {'message-end': 'strict decoding error: unknown field "spec.junk"'}, fieldValidation='Strict'),
+    _step('bogus', {'spec': {'size': 2}}, 422, {'message-end': _BOGUS}, fieldValidation='x'),
+    _step('changed', {'spec': {'size': 6, 'mode': 'manual'}}, 200,
+          {'spec': {**_STORED_SPEC, 'size': 6, 'mode': 'manual'}, 'status': {'phase': 'r'}}),
+]
+
+
+def check_step(step: Step, code: int, body: Any, warned: list[str]) -> None:
+    if 'message-end' in step.expected:
+        assert (code, body['reason'], warned) == (step.code, 'Invalid', step.warnings), body
+        assert body['message'].endswith(step.expected['message-end']), body
+    elif step.code == 200:
+        found = {'spec': body.get('spec'), 'status': body.get('status')}
+        assert (code, found, warned) == (200, step.expected, step.warnings), body
+    else:
+        assert (code, body, warned) == (step.code, step.expected, step.warnings)
+
+
+# Ratcheting: an object stored under a looser schema, the schema tightened (size <= 3, "later" required).
+RATCHETED = schematic('ratcheted', {'size': 5})
+
+
+def tightened(crd: dict[str, Any]) -> dict[str, Any]:
+    spec_schema = crd['spec']['versions'][0]['schema']['openAPIV3Schema']['properties']['spec']
+    spec_schema['properties']['size']['maximum'] = 3
+    spec_schema['required'] = ['size', 'later']
+    spec_schema['properties']['later'] = {'type': 'string'}
+    return crd
+
+
+RATCHETING: list[Step] = [  # the invalid size is kept while unchanged, the missing field is not
+    _step('other-field', {'spec': {'flag': False}}, 422, invalid('ratcheted', ('spec.later', *_REQUIRED))),
+    _step('labels', {'metadata': {'labels': {'a': 'b'}}}, 200,
+          {'spec': {'size': 5, **DEFAULTS}, 'status': None}),
+    _step('status', {'status': {'phase': 'p'}}, 200,
+          {'spec': {'size': 5, **DEFAULTS}, 'status': {'phase': 'p'}}, subresource='status'),
+    _step('fixed', {'spec': {'later': 'x'}}, 200,
+          {'spec': {'size': 5, 'later': 'x', **DEFAULTS}, 'status': {'phase': 'p'}}),
+    _step('changed', {'spec': {'size': 4}}, 422,
+          invalid('ratcheted', _value('spec.size', '4', 'should be less than or equal to 3'))),
+]
+RATCHETED_NEW = Creation('new', schematic('new', {'size': 4}), {}, 422, invalid(
+    'new', _value('spec.size', '4', 'should be less than or equal to 3'), ('spec.later', *_REQUIRED)), [])
