@@ -181,6 +181,51 @@ def test_a_change_under_the_handlers_patch_is_handled(
     assert '"changed"' in obj['metadata']['annotations']['kopf.zalando.org/last-handled-configuration']
 
 
+def test_a_handlers_result_pruned_by_the_schema_is_reported_not_retried(
+        api: kubernetes.client.ApiClient, namespace: str, tmp_path: pathlib.Path) -> None:
+    # Kopf's docs: without x-kubernetes-preserve-unknown-fields on the status, the API prunes the results
+    # stored there; the framework says so ("Patching failed with inconsistencies") and goes on.
+    group = f'p{uuid.uuid4().hex[:8]}.kopf.dev'
+    crds = kubernetes.client.ApiextensionsV1Api(api)
+    crds.create_custom_resource_definition({
+        'apiVersion': 'apiextensions.k8s.io/v1', 'kind': 'CustomResourceDefinition',
+        'metadata': {'name': f'prunables.{group}'},
+        'spec': {'group': group, 'scope': 'Namespaced',
+                 'names': {'plural': 'prunables', 'singular': 'prunable', 'kind': 'Prunable'},
+                 'versions': [{'name': 'v1', 'served': True, 'storage': True, 'subresources': {'status': {}},
+                               'schema': {'openAPIV3Schema': {'type': 'object', 'properties': {
+                                   'spec': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+                                   'status': {'type': 'object', 'properties': {'phase': {'type': 'string'}}},
+                               }}}}]}})
+    custom = kubernetes.client.CustomObjectsApi(api)
+    where = {'group': group, 'version': 'v1', 'namespace': namespace, 'plural': 'prunables'}
+    try:
+        wait_until(lambda: custom.list_namespaced_custom_object(**where) is not None)
+        operator = tmp_path / 'pruned.py'
+        operator.write_text(textwrap.dedent(f"""
+            import kopf
+
+            @kopf.on.create({group!r}, 'prunables')
+            def create_fn(patch, **_):
+                print('CREATE_FN CALLED', flush=True)
+                patch.status['phase'] = 'done'
+                return {{'message': 'pruned'}}
+        """))
+        with KopfRunner([*RUN, '-n', namespace, str(operator)], timeout=WAIT) as runner:
+            custom.create_namespaced_custom_object(**where, body={
+                'apiVersion': f'{group}/v1', 'kind': 'Prunable', 'metadata': {'name': 'p1'}, 'spec': {}})
+            obj = wait_until(lambda: (o := custom.get_namespaced_custom_object(**where, name='p1'))
+                             .get('status', {}).get('phase') and o)
+    finally:
+        crds.delete_custom_resource_definition(f'prunables.{group}')
+    assert runner.exit_code == 0, runner.output
+    assert obj['status'] == {'phase': 'done'}  # the declared field is stored, the result is pruned
+    assert runner.output.count('CREATE_FN CALLED') == 1
+    assert 'Creation is processed: 1 succeeded; 0 failed.' in runner.output
+    assert "Patching failed with inconsistencies: (('add', ('status', 'create_fn'), None, {'message': " \
+           "'pruned'}),)" in runner.output
+
+
 @pytest.mark.parametrize('token', [False, True], ids=['current-context', 'token-context'])
 def test_the_benchmarks_floor_logs_in_by_the_kubeconfig(
         k8s_api: Any, api: kubernetes.client.ApiClient, kex_crd: None, namespace: str,
