@@ -208,9 +208,10 @@ async def test_strategic_merge_patch_over_http(api) -> None:
     )
     assert reply.status == 200
     assert reply.body['metadata']['labels'] == {'a': '1', 'b': '2'}
-    assert reply.body['spec']['containers'] == [
-        {'name': 'main', 'image': 'nginx:2'},
-        {'name': 'side', 'image': 'side:1'},
+    containers = reply.body['spec']['containers']
+    assert [(c['name'], c['image'], c['imagePullPolicy']) for c in containers] == [
+        ('main', 'nginx:2', 'IfNotPresent'),  # the server's default, kept by the merge
+        ('side', 'side:1', 'IfNotPresent'),
     ]
 
 

@@ -20,6 +20,7 @@ from kopf._clients import api
 from kopf._clients.connections import Response
 from kopf.testing.emulator import KubernetesEmulator
 
+from .. import _builtin_kinds as builtin_kinds
 from .. import _crd_schemas as crd_schemas
 from .._waiting import wait_until
 
@@ -611,3 +612,23 @@ def test_schema_ratcheting(server: Api, ns: str) -> None:
             crd_schemas.check_step(step._replace(expected=expected), code, body, server.warnings)
     finally:
         server('DELETE', f'{crds}/{name}')
+
+
+# ------------------------------------------------------------------------------------------------
+# The common built-in kinds: defaults, conversions, statuses (shared with tests/emulator/test_builtins.py).
+
+@pytest.mark.parametrize('case', builtin_kinds.CASES, ids=[case.id for case in builtin_kinds.CASES])
+def test_builtin_kind_on_creation(server: Api, ns: str, case: builtin_kinds.Case) -> None:
+    code, body = server('POST', builtin_kinds.url(ns, case.path), case.body)
+    builtin_kinds.check(case, code, body)
+
+
+def test_builtin_kinds_on_updates(server: Api, ns: str) -> None:
+    for case_id, change in builtin_kinds.UPDATES:
+        case = next(case for case in builtin_kinds.CASES if case.id == case_id)
+        code, created = server('POST', builtin_kinds.url(ns, case.path), case.body)
+        assert code == 201, created
+        method, body, content_type = change(created)
+        code, updated = server(method, builtin_kinds.url(ns, case.path, case.body['metadata']['name']), body,
+                               ctype=content_type)
+        builtin_kinds.check_update(case_id, created, code, updated)

@@ -15,7 +15,8 @@ GET/LIST (label & field selectors, pagination)/WATCH (history replay, bookmarks,
 timeouts)/POST/PUT/PATCH (merge, JSON, strategic, apply)/DELETE (finalizers, preconditions,
 collections); system metadata, ``generation``, one global ``resourceVersion``; the status
 subresource; CRDs registering their resources, their schemas pruning, defaulting and validating
-the objects (with ``fieldValidation``); namespace existence & termination; admission
+the objects (with ``fieldValidation``); the defaults, conversions and initial statuses of the common
+built-in kinds (see :mod:`.builtins`); namespace existence & termination; admission
 webhooks; Tables for ``kubectl get``; Status objects for all errors; with ``feature_gates``, the
 server-side sharded lists & watches (``shardSelector``, see :mod:`kopf.testing.emulator.sharding`).
 

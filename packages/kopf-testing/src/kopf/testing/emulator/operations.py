@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from kopf.testing.emulator import errors, patches, schemas, selectors, validation
+from kopf.testing.emulator import builtins, errors, patches, schemas, selectors, validation
 from kopf.testing.emulator.admission import AdmissionController, AdmissionRequest
 from kopf.testing.emulator.resources import (
     CUSTOM_RESOURCE_DEFINITIONS,
@@ -107,6 +107,7 @@ class Operations:
         self.registry = registry
         self.store = store
         self.admission = admission
+        self.allocator = builtins.Allocator()  # the Services' cluster IPs and node ports
 
     # ----------------------------------------------------------------------------------------
     # Reading.
@@ -151,6 +152,7 @@ class Operations:
     ) -> Outcome:
         body = self._check_new_body(info, body)
         body = self._structural(info, body, field_validation, warnings)
+        body = self._defaulted(info, body, None)
         metadata = dict(body.get('metadata') or {})
         if info.namespaced:
             if metadata.get('namespace') and metadata['namespace'] != namespace:
@@ -200,6 +202,7 @@ class Operations:
             body = await self.admission.mutate(request, warnings)
             body = self._restore_identity(info, body, metadata)
             body = self._structural(info, body, 'Ignore', [])  # like real servers: the webhooks' changes too
+            body = self._defaulted(info, body, None)
             self._validate_for_create(info, namespace, body)
             await self.admission.validate(request.replace(obj=body), warnings)
             self._validate_for_create(info, namespace, body)  # re-check: things might change while awaiting
@@ -237,6 +240,15 @@ class Operations:
             warnings.extend(f'unknown field "{path}"' for path in unknown)
         return body
 
+    def _defaulted(
+        self, info: ResourceInfo, body: dict[str, Any], old: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """A built-in object with the server's defaults and conversions (see :mod:`builtins`)."""
+        if info.custom:
+            return body
+        return builtins.prepare(info.plural, info.group, body, allocator=self.allocator,
+                                creating=old is None, old=old)
+
     def _check_new_body(self, info: ResourceInfo, raw_body: Any) -> dict[str, Any]:
         if raw_body is None and not info.custom:
             raw_body = {}  # like real servers: JSON's null decodes to an empty object of a built-in kind
@@ -260,6 +272,8 @@ class Operations:
         problem = validation.type_problem(metadata, custom=info.custom)
         if problem is not None:
             raise errors.undecodable(info.kind, info.version, problem)
+        if not info.custom:
+            builtins.check_decodable(info.plural, info.group, info.kind, info.version, body)
 
     def _check_type(self, info: ResourceInfo, body: dict[str, Any]) -> None:
         if body.get('kind') != info.kind:
@@ -280,6 +294,8 @@ class Operations:
         causes = validation.validate_metadata(metadata, info.name_rule)
         if info.schema is not None:
             causes.extend(schemas.validate(body, info.schema))
+        elif not info.custom:
+            causes.extend(builtins.validate(info.plural, info.group, body))
         if causes:
             raise errors.invalid(info.kind, info.group, name, causes)
         if info.namespaced:
@@ -335,6 +351,8 @@ class Operations:
             prepared['status'] = {'phase': 'Active'}
         elif info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
             prepared = _established_crd(prepared)
+        elif not info.custom:
+            prepared = builtins.created(info.plural, info.group, prepared)
         return prepared
 
     def _restore_identity(self, info: ResourceInfo, body: Any, metadata: dict[str, Any]) -> dict[str, Any]:
@@ -483,6 +501,8 @@ class Operations:
         try:
             if isinstance(new_body, dict):
                 new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
+                if subresource is None:
+                    new_body = self._defaulted(info, new_body, current.body)
             return await self._update_with(info, current, new_body, warnings, subresource=subresource,
                                            dry_run=dry_run)
         except errors.ApiError as e:
@@ -601,6 +621,8 @@ class Operations:
         )
         if info.schema is not None:
             causes.extend(schemas.validate(result, info.schema, old=old))
+        elif not info.custom:
+            causes.extend(builtins.validate(info.plural, info.group, result))
         if old_metadata.get('deletionTimestamp'):
             added = [
                 f for f in metadata.get('finalizers') or [] if f not in (old_metadata.get('finalizers') or [])

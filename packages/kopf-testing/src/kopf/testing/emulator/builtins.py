@@ -1,0 +1,460 @@
+"""
+What real API servers do to the objects of the common built-in kinds when they are written.
+
+Operators create Pods, Deployments, Services, Secrets & co. as children, and often compare them with
+what they want: on a real server, the stored objects have the server's defaults (and a Secret's
+``stringData`` is in its ``data``), so such comparisons must allow for them. The emulator does the same
+as kube-apiserver v1.37 (as started by ``kopf.testing.KubernetesControlPlane``, with its default
+admission plugins), for these kinds only:
+
+* **defaults**: the pods' and the pod templates' specs (the restart & DNS policies, the scheduler,
+  the grace period; the containers' pull policy by the image's tag, termination message, ports'
+  protocols; for Pods also the priority, the service links, the not-ready/unreachable tolerations and
+  their resource requests from the limits); the workloads' replicas, strategies and history limits;
+  the Jobs' completions, parallelism, backoff limit and their own selector and labels; the Services'
+  types, ports, policies, IP families, a cluster IP (from 10.96.0.0/16) and node ports (30000-32767);
+  the PersistentVolumeClaims' volume mode; the Secrets' type;
+* **conversions**: a Secret's ``stringData`` merged into its ``data`` (base64);
+* **statuses**: the initial status of a new object (e.g. a Pod ``Pending``, with its QoS class);
+* **checks**: the fields without which these kinds are invalid (422, in the servers' wording), and the
+  values that do not decode (400: non-string data of ConfigMaps, non-base64 data of Secrets).
+
+The rest of the built-in kinds' fields are stored as given (no full Go-type validation).
+"""
+import base64
+import binascii
+import ipaddress
+import itertools
+import json
+import random
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from kopf.testing.emulator.errors import Cause, undecodable
+
+Body = dict[str, Any]
+
+_POD_TOLERATIONS = [
+    {'key': f'node.kubernetes.io/{condition}', 'operator': 'Exists', 'effect': 'NoExecute',
+     'tolerationSeconds': 300}
+    for condition in ('not-ready', 'unreachable')
+]
+_NODE_PORTS = (30000, 32767)
+
+
+class Allocator:
+    """The cluster IPs and node ports of Services, unique while the emulator runs."""
+
+    def __init__(self) -> None:
+        self._addresses = (str(ipaddress.ip_address('10.96.0.0') + offset) for offset in itertools.count(10))
+        self._node_ports: set[int] = set()
+
+    def cluster_ip(self) -> str:
+        return next(self._addresses)
+
+    def node_port(self) -> int:
+        while True:  # a random one, as real servers pick them
+            port = random.randint(*_NODE_PORTS)
+            if port not in self._node_ports:
+                self._node_ports.add(port)
+                return port
+
+
+# ----------------------------------------------------------------------------------------------------
+# Decoding: the values that real servers cannot decode into the Go types (400).
+
+def check_decodable(plural: str, group: str, kind: str, version: str, body: Mapping[str, Any]) -> None:
+    if group == '' and plural == 'configmaps':
+        for field in ('data', 'binaryData'):
+            values = body.get(field)
+            for value in (values.values() if isinstance(values, dict) else ()):
+                if value is not None and not isinstance(value, str):
+                    go_type = 'string' if field == 'data' else '[]uint8'
+                    raise undecodable(kind, version, f'json: cannot unmarshal {_json_name(value)} into Go '
+                                                     f'struct field ConfigMap.{field} of type {go_type}')
+    elif group == '' and plural == 'secrets':
+        values = body.get('data')
+        for value in (values.values() if isinstance(values, dict) else ()):
+            if isinstance(value, str):
+                problem = _base64_problem(value)
+                if problem is not None:
+                    raise undecodable(kind, version, problem)
+
+
+def _base64_problem(value: str) -> str | None:
+    try:
+        base64.b64decode(value.encode('ascii'), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        position = next((index for index, char in enumerate(value)
+                         if not (char.isascii() and (char.isalnum() or char in '+/='))), 0)
+        return f'illegal base64 data at input byte {position}'
+    return None
+
+
+def _json_name(value: Any) -> str:
+    return ('bool' if isinstance(value, bool) else 'number' if isinstance(value, (int, float))
+            else 'object' if isinstance(value, dict) else 'array' if isinstance(value, list) else 'value')
+
+
+# ----------------------------------------------------------------------------------------------------
+# Defaults and conversions: on every creation and update, as real servers do (copies, never in place).
+
+def prepare(plural: str, group: str, body: Body, *, allocator: Allocator, creating: bool,
+            old: Mapping[str, Any] | None = None) -> Body:
+    """The object with the server's defaults and conversions (a new dict if anything changes)."""
+    preparer = _PREPARERS.get((group, plural))
+    if preparer is None:
+        return body
+    body = json.loads(json.dumps(body))  # deep: the defaults go deep into the objects
+    preparer(body, allocator, creating, old)
+    return body
+
+
+def _pod(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    spec = _dict(body, 'spec')
+    _pod_spec(spec)
+    spec.setdefault('enableServiceLinks', True)
+    for container in _containers(spec):
+        resources = container.get('resources')
+        if isinstance(resources, dict) and isinstance(resources.get('limits'), dict):
+            requests = resources.setdefault('requests', {})
+            if isinstance(requests, dict):
+                for name, value in resources['limits'].items():
+                    requests.setdefault(name, value)
+    if creating:  # by the admission plugins (Priority, DefaultTolerationSeconds): only for new pods
+        spec.setdefault('priority', 0)
+        spec.setdefault('preemptionPolicy', 'PreemptLowerPriority')
+        tolerations = spec.setdefault('tolerations', [])
+        if isinstance(tolerations, list):
+            keys = {t.get('key') for t in tolerations if isinstance(t, dict)}
+            tolerations.extend(dict(t) for t in _POD_TOLERATIONS if t['key'] not in keys)
+
+
+def _pod_spec(spec: Body) -> None:
+    spec.setdefault('restartPolicy', 'Always')
+    spec.setdefault('terminationGracePeriodSeconds', 30)
+    spec.setdefault('dnsPolicy', 'ClusterFirst')
+    spec.setdefault('securityContext', {})
+    spec.setdefault('schedulerName', 'default-scheduler')
+    for container in _containers(spec):
+        image = container.get('image')
+        if isinstance(image, str) and image:
+            container.setdefault('imagePullPolicy', 'Always' if _is_latest(image) else 'IfNotPresent')
+        container.setdefault('terminationMessagePath', '/dev/termination-log')
+        container.setdefault('terminationMessagePolicy', 'File')
+        container.setdefault('resources', {})
+        for port in container.get('ports') or ():
+            if isinstance(port, dict):
+                port.setdefault('protocol', 'TCP')
+
+
+def _is_latest(image: str) -> bool:
+    """Whether an image reference means the latest (no tag, or ``:latest``; a digest is not)."""
+    if '@' in image:
+        return False
+    name = image.rsplit('/', 1)[-1]
+    return ':' not in name or name.rsplit(':', 1)[1] == 'latest'
+
+
+def _containers(spec: Mapping[str, Any]) -> Iterator[Body]:
+    for field in ('initContainers', 'containers', 'ephemeralContainers'):
+        for container in spec.get(field) or ():
+            if isinstance(container, dict):
+                yield container
+
+
+def _template(body: Body) -> None:
+    spec = _dict(body, 'spec')
+    template = spec.get('template')
+    if isinstance(template, dict):
+        _pod_spec(_dict(template, 'spec'))
+
+
+def _deployment(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    spec = _dict(body, 'spec')
+    spec.setdefault('replicas', 1)
+    strategy = spec.setdefault('strategy', {})
+    if isinstance(strategy, dict):
+        strategy.setdefault('type', 'RollingUpdate')
+        if strategy['type'] == 'RollingUpdate':
+            rolling = strategy.setdefault('rollingUpdate', {})
+            if isinstance(rolling, dict):
+                rolling.setdefault('maxUnavailable', '25%')
+                rolling.setdefault('maxSurge', '25%')
+    spec.setdefault('revisionHistoryLimit', 10)
+    spec.setdefault('progressDeadlineSeconds', 600)
+    _template(body)
+
+
+def _stateful_set(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    spec = _dict(body, 'spec')
+    spec.setdefault('replicas', 1)
+    spec.setdefault('podManagementPolicy', 'OrderedReady')
+    spec.setdefault('serviceName', '')
+    strategy = spec.setdefault('updateStrategy', {})
+    if isinstance(strategy, dict):
+        strategy.setdefault('type', 'RollingUpdate')
+        if strategy['type'] == 'RollingUpdate':
+            rolling = strategy.setdefault('rollingUpdate', {})
+            if isinstance(rolling, dict):
+                rolling.setdefault('partition', 0)
+                rolling.setdefault('maxUnavailable', 1)
+    spec.setdefault('revisionHistoryLimit', 10)
+    spec.setdefault('persistentVolumeClaimRetentionPolicy', {'whenDeleted': 'Retain', 'whenScaled': 'Retain'})
+    _template(body)
+
+
+def _daemon_set(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    spec = _dict(body, 'spec')
+    strategy = spec.setdefault('updateStrategy', {})
+    if isinstance(strategy, dict):
+        strategy.setdefault('type', 'RollingUpdate')
+        if strategy['type'] == 'RollingUpdate':
+            rolling = strategy.setdefault('rollingUpdate', {})
+            if isinstance(rolling, dict):
+                rolling.setdefault('maxUnavailable', 1)
+                rolling.setdefault('maxSurge', 0)
+    spec.setdefault('revisionHistoryLimit', 10)
+    _template(body)
+
+
+def _replica_set(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    _dict(body, 'spec').setdefault('replicas', 1)
+    _template(body)
+
+
+def _job(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    spec = _dict(body, 'spec')
+    spec.setdefault('parallelism', 1)
+    spec.setdefault('completions', 1)
+    spec.setdefault('backoffLimit', 6)
+    spec.setdefault('completionMode', 'NonIndexed')
+    spec.setdefault('suspend', False)
+    spec.setdefault('podReplacementPolicy', 'TerminatingOrFailed')
+    spec.setdefault('manualSelector', False)
+    _template(body)
+
+
+def _service(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    spec = _dict(body, 'spec')
+    kind = spec.setdefault('type', 'ClusterIP')
+    spec.setdefault('sessionAffinity', 'None')
+    if kind == 'ExternalName':
+        return
+    for port in spec.get('ports') or ():
+        if isinstance(port, dict):
+            port.setdefault('protocol', 'TCP')
+            if 'port' in port:
+                port.setdefault('targetPort', port['port'])
+    old_spec = _mapping(old.get('spec')) if old is not None else {}
+    if spec.get('clusterIP') in (None, ''):
+        spec['clusterIP'] = old_spec.get('clusterIP') or allocator.cluster_ip()
+    headless = spec['clusterIP'] == 'None'
+    spec.setdefault('clusterIPs', [spec['clusterIP']])
+    if headless and not spec.get('selector'):
+        spec.setdefault('ipFamilyPolicy', 'RequireDualStack')
+        spec.setdefault('ipFamilies', ['IPv4', 'IPv6'])
+    else:
+        spec.setdefault('ipFamilyPolicy', 'SingleStack')
+        spec.setdefault('ipFamilies', ['IPv4'])
+    spec.setdefault('internalTrafficPolicy', 'Cluster')
+    if kind in ('NodePort', 'LoadBalancer'):
+        spec.setdefault('externalTrafficPolicy', 'Cluster')
+        old_ports = {p.get('port'): p.get('nodePort') for p in old_spec.get('ports') or ()
+                     if isinstance(p, dict)}
+        for port in spec.get('ports') or ():
+            if isinstance(port, dict) and not port.get('nodePort'):
+                port['nodePort'] = old_ports.get(port.get('port')) or allocator.node_port()
+    if kind == 'LoadBalancer':
+        spec.setdefault('allocateLoadBalancerNodePorts', True)
+
+
+def _secret(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    body.setdefault('type', 'Opaque')
+    strings = body.pop('stringData', None)
+    if isinstance(strings, dict) and strings:
+        data = _mapping(body.get('data'))
+        body['data'] = {**data, **{key: base64.b64encode(str(value).encode('utf-8')).decode('ascii')
+                                   for key, value in strings.items()}}
+
+
+def _claim(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
+    _dict(body, 'spec').setdefault('volumeMode', 'Filesystem')
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _dict(parent: Body, key: str) -> Body:
+    """The child object, made if absent (or if not an object: then, left to the checks to complain)."""
+    child = parent.get(key)
+    if child is None:
+        child = parent[key] = {}
+    return child if isinstance(child, dict) else {}
+
+
+_Preparer = Callable[[Body, Allocator, bool, Mapping[str, Any] | None], None]
+_PREPARERS: Mapping[tuple[str, str], _Preparer] = {
+    ('', 'pods'): _pod,
+    ('', 'services'): _service,
+    ('', 'secrets'): _secret,
+    ('', 'persistentvolumeclaims'): _claim,
+    ('apps', 'deployments'): _deployment,
+    ('apps', 'statefulsets'): _stateful_set,
+    ('apps', 'daemonsets'): _daemon_set,
+    ('apps', 'replicasets'): _replica_set,
+    ('batch', 'jobs'): _job,
+}
+
+
+# ----------------------------------------------------------------------------------------------------
+# New objects: what depends on their uid, and their initial status (whatever status is given).
+
+def created(plural: str, group: str, body: Body) -> Body:
+    """The new object (with its uid) as real servers store it (a new dict if anything changes)."""
+    key = (group, plural)
+    status = _initial_status(key, body)
+    spec = _mapping(body.get('spec'))
+    if key == ('batch', 'jobs') and isinstance(spec.get('template'), dict) and not spec.get('manualSelector'):
+        # The Job's own selector & labels, by its uid.
+        body = json.loads(json.dumps(body))
+        uid, name = body['metadata'].get('uid', ''), body['metadata'].get('name', '')
+        body['spec']['selector'] = {'matchLabels': {'batch.kubernetes.io/controller-uid': uid}}
+        labels = _dict(_dict(body['spec']['template'], 'metadata'), 'labels')
+        labels.update({'batch.kubernetes.io/controller-uid': uid, 'batch.kubernetes.io/job-name': name,
+                       'controller-uid': uid, 'job-name': name})
+    return body if status is None else {**body, 'status': status}
+
+
+def _initial_status(key: tuple[str, str], body: Mapping[str, Any]) -> dict[str, Any] | None:
+    if key == ('', 'pods'):
+        return {'phase': 'Pending', 'qosClass': _qos_class(body.get('spec') or {})}
+    if key == ('', 'services'):
+        return {'loadBalancer': {}}
+    if key == ('', 'persistentvolumeclaims'):
+        return {'phase': 'Pending'}
+    return dict(_INITIAL_STATUSES[key]) if key in _INITIAL_STATUSES else None
+
+
+_INITIAL_STATUSES: Mapping[tuple[str, str], Mapping[str, Any]] = {
+    ('apps', 'deployments'): {},
+    ('apps', 'statefulsets'): {'availableReplicas': 0, 'replicas': 0},
+    ('apps', 'daemonsets'): {'currentNumberScheduled': 0, 'desiredNumberScheduled': 0,
+                             'numberMisscheduled': 0, 'numberReady': 0},
+    ('apps', 'replicasets'): {'replicas': 0},
+    ('batch', 'jobs'): {},
+}
+
+
+def _qos_class(spec: Mapping[str, Any]) -> str:
+    """
+    The Pod's QoS class: BestEffort with no requests or limits at all; Guaranteed if all containers have
+    CPU & memory limits equal to their requests; Burstable otherwise.
+    """
+    any_set = False
+    guaranteed = True
+    for container in _containers(spec):
+        resources = _mapping(container.get('resources'))
+        requests = _mapping(resources.get('requests'))
+        limits = _mapping(resources.get('limits'))
+        any_set = any_set or bool(requests) or bool(limits)
+        for name in ('cpu', 'memory'):
+            if name not in limits or requests.get(name, limits[name]) != limits[name]:
+                guaranteed = False
+    return 'BestEffort' if not any_set else 'Guaranteed' if guaranteed else 'Burstable'
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checks: the fields without which these kinds are invalid (422).
+
+def validate(plural: str, group: str, body: Mapping[str, Any]) -> list[Cause]:
+    check = _CHECKS.get((group, plural))
+    return check(body) if check is not None else []
+
+
+def _check_pod(body: Mapping[str, Any]) -> list[Cause]:
+    return _check_pod_spec(body.get('spec'), 'spec')
+
+
+def _check_pod_spec(spec: Any, path: str, *, restart_policies: tuple[str, ...] = ()) -> list[Cause]:
+    spec = _mapping(spec)
+    causes: list[Cause] = []
+    containers = spec.get('containers')
+    if not containers:
+        causes.append(Cause(f'{path}.containers', 'Required value', 'FieldValueRequired'))
+    containers = containers if isinstance(containers, list) else []
+    names = {container.get('name') for container in containers if isinstance(container, Mapping)}
+    for index, container in enumerate(spec.get('initContainers') or ()):
+        if isinstance(container, Mapping) and container.get('name') in names:
+            duplicate = json.dumps(container.get('name'))
+            causes.append(Cause(f'{path}.initContainers[{index}].name', f'Duplicate value: {duplicate}',
+                                'FieldValueDuplicate'))
+    for index, container in enumerate(containers):
+        if isinstance(container, Mapping) and not container.get('image'):
+            causes.append(Cause(f'{path}.containers[{index}].image', 'Required value', 'FieldValueRequired'))
+    if restart_policies and spec.get('restartPolicy') not in restart_policies:
+        supported = ', '.join(f'"{policy}"' for policy in restart_policies)
+        causes.append(Cause(f'{path}.restartPolicy', f'Required value: valid values: {supported}',
+                            'FieldValueRequired'))
+    return causes
+
+
+def _check_workload(body: Mapping[str, Any]) -> list[Cause]:
+    spec = _mapping(body.get('spec'))
+    template = _mapping(spec.get('template'))
+    labels = _mapping(template.get('metadata')).get('labels')
+    causes: list[Cause] = []
+    selector = spec.get('selector')
+    if not selector:
+        causes.append(Cause('spec.selector', 'Required value', 'FieldValueRequired'))
+    if not _selects(selector, labels):
+        shown = json.dumps(labels) if labels else 'null'
+        causes.append(Cause('spec.template.metadata.labels',
+                            f'Invalid value: {shown}: `selector` does not match template `labels`'))
+    causes.extend(_check_pod_spec(template.get('spec'), 'spec.template.spec'))
+    return causes
+
+
+def _selects(selector: Any, labels: Any) -> bool:
+    """Whether the label selector (``matchLabels``, ``matchExpressions``) selects the labels."""
+    if not isinstance(selector, Mapping) or not selector or not isinstance(labels, Mapping) or not labels:
+        return False
+    match_labels = selector.get('matchLabels') or {}
+    if any(labels.get(key) != value for key, value in match_labels.items()):
+        return False
+    for expression in selector.get('matchExpressions') or ():
+        key, operator = expression.get('key'), expression.get('operator')
+        values = expression.get('values') or []
+        if ((operator == 'In' and labels.get(key) not in values) or
+                (operator == 'NotIn' and labels.get(key) in values) or
+                (operator == 'Exists' and key not in labels) or
+                (operator == 'DoesNotExist' and key in labels)):
+            return False
+    return True
+
+
+def _check_job(body: Mapping[str, Any]) -> list[Cause]:
+    spec = _mapping(body.get('spec'))
+    template = _mapping(spec.get('template'))
+    return _check_pod_spec(template.get('spec'), 'spec.template.spec',
+                           restart_policies=('OnFailure', 'Never'))
+
+
+def _check_service(body: Mapping[str, Any]) -> list[Cause]:
+    spec = _mapping(body.get('spec'))
+    if spec.get('type') != 'ExternalName' and spec.get('clusterIP') != 'None' and not spec.get('ports'):
+        return [Cause('spec.ports', 'Required value', 'FieldValueRequired')]
+    return []
+
+
+_CHECKS: Mapping[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = {
+    ('', 'pods'): _check_pod,
+    ('', 'services'): _check_service,
+    ('apps', 'deployments'): _check_workload,
+    ('apps', 'statefulsets'): _check_workload,
+    ('apps', 'daemonsets'): _check_workload,
+    ('apps', 'replicasets'): _check_workload,
+    ('batch', 'jobs'): _check_job,
+}
+
