@@ -16,6 +16,21 @@ KIND = 'Schematic'
 MERGE = 'application/merge-patch+json'
 JSON_PATCH = 'application/json-patch+json'
 
+
+def crd(group: str, plural: str, kind: str, schema: dict[str, Any], *,
+        status: bool = False) -> dict[str, Any]:
+    """A namespaced CRD of one version, ``v1``, with the schema (and the status subresource if asked)."""
+    version = {'name': 'v1', 'served': True, 'storage': True, 'schema': {'openAPIV3Schema': schema}}
+    return {
+        'apiVersion': 'apiextensions.k8s.io/v1',
+        'kind': 'CustomResourceDefinition',
+        'metadata': {'name': f'{plural}.{group}'},
+        'spec': {'group': group, 'scope': 'Namespaced',
+                 'names': {'plural': plural, 'singular': kind.lower(), 'kind': kind},
+                 'versions': [{**version, 'subresources': {'status': {}}} if status else version]},
+    }
+
+
 SCHEMA: dict[str, Any] = {
     'type': 'object',
     'properties': {
@@ -50,40 +65,62 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-CRD: dict[str, Any] = {
-    'apiVersion': 'apiextensions.k8s.io/v1',
-    'kind': 'CustomResourceDefinition',
-    'metadata': {'name': f'{PLURAL}.{GROUP}'},
-    'spec': {
-        'group': GROUP,
-        'scope': 'Namespaced',
-        'names': {'plural': PLURAL, 'singular': 'schematic', 'kind': KIND},
-        'versions': [{'name': 'v1', 'served': True, 'storage': True, 'subresources': {'status': {}},
-                      'schema': {'openAPIV3Schema': SCHEMA}}],
-    },
-}
+CRD = crd(GROUP, PLURAL, KIND, SCHEMA, status=True)
+
+# Another CRD, with CEL rules (checked with kopf-testing[cel]): in its own, as a real server checks no rule
+# of an object invalid by its schema, but says so (see SKIPPED_RULES).
+RULES_GROUP = 'rules.kopf.dev'
+RULES_PLURAL = 'ruleds'
+RULES_KIND = 'Ruled'
+RULES_SCHEMA: dict[str, Any] = {'type': 'object', 'properties': {'spec': {
+    'type': 'object', 'x-kubernetes-validations': [
+        {'rule': 'self.min <= self.max', 'message': 'min must not exceed max'},
+        {'rule': "!has(self.name) || self.name.startsWith('a')"},
+        {'rule': 'self.max < 100', 'messageExpression': "'too many'"},
+        {'rule': 'self.min != 7', 'message': 'not seven', 'fieldPath': '.min',
+         'reason': 'FieldValueForbidden'},
+    ], 'properties': {
+        'min': {'type': 'integer'},
+        'max': {'type': 'integer'},
+        'name': {'type': 'string', 'maxLength': 10, 'x-kubernetes-validations': [
+            {'rule': 'self.size() > 1', 'message': 'short'}]},
+        'mode': {'type': 'string', 'maxLength': 10, 'x-kubernetes-validations': [
+            {'rule': 'self == oldSelf', 'message': 'mode is immutable'}]},
+        'tags': {'type': 'array', 'maxItems': 10, 'items': {'type': 'string', 'maxLength': 10},
+                 'x-kubernetes-validations': [{'rule': 'self.all(t, t.size() < 4)'}]},
+    }}}}
+RULES_CRD = crd(RULES_GROUP, RULES_PLURAL, RULES_KIND, RULES_SCHEMA)
+SKIPPED_RULES = ('<nil>', 'FieldValueInvalid',
+                 'Invalid value: null: some validation rules were not checked because the object was '
+                 'invalid; correct the existing errors to complete validation')
 
 # What every object of the CRD gets by default (besides its own fields).
 DEFAULTS = {'mode': 'auto', 'nested': {'a': 'A'}, 'word': 'w'}
 
 
-def path(namespace: str, name: str = '', subresource: str = '') -> str:
-    return '/'.join(filter(None, [f'/apis/{GROUP}/v1/namespaces/{namespace}/{PLURAL}', name, subresource]))
+def path(namespace: str, name: str = '', subresource: str = '', *, plural: str = PLURAL,
+         group: str = GROUP) -> str:
+    return '/'.join(filter(None, [f'/apis/{group}/v1/namespaces/{namespace}/{plural}', name, subresource]))
 
 
-def schematic(name: str, spec: Any = None, **extra: Any) -> dict[str, Any]:
-    body = {'apiVersion': f'{GROUP}/v1', 'kind': KIND, 'metadata': {'name': name}, **extra}
+def schematic(name: str, spec: Any = None, *, kind: str = KIND, group: str = GROUP,
+              **extra: Any) -> dict[str, Any]:
+    body = {'apiVersion': f'{group}/v1', 'kind': kind, 'metadata': {'name': name}, **extra}
     return body if spec is None else {**body, 'spec': spec}
 
 
-def invalid(name: str, *causes: tuple[str, str, str]) -> dict[str, Any]:
+def ruled(name: str, spec: Any) -> dict[str, Any]:
+    return schematic(name, spec, kind=RULES_KIND, group=RULES_GROUP)
+
+
+def invalid(name: str, *causes: tuple[str, str, str], kind: str = KIND, group: str = GROUP) -> dict[str, Any]:
     """The Status of 422 for the causes (the field, the reason, the message)."""
     texts = [f'{field}: {message}' for field, _, message in causes]
     summary = texts[0] if len(texts) == 1 else '[' + ', '.join(texts) + ']'
     return {
         'kind': 'Status', 'apiVersion': 'v1', 'metadata': {}, 'status': 'Failure', 'reason': 'Invalid',
-        'code': 422, 'message': f'{KIND}.{GROUP} "{name}" is invalid: {summary}',
-        'details': {'name': name, 'group': GROUP, 'kind': KIND, 'causes': [
+        'code': 422, 'message': f'{kind}.{group} "{name}" is invalid: {summary}',
+        'details': {'name': name, 'group': group, 'kind': kind, 'causes': [
             {'field': field, 'reason': reason, 'message': message} for field, reason, message in causes
         ]},
     }
@@ -139,6 +176,7 @@ _UNSUPPORTED = 'Unsupported value: "Bogus": supported values: "", "Ignore", "Str
 _STRICT = (f'{KIND} in version "v1" cannot be handled as a {KIND}: strict decoding error: '
            f'unknown field "spec.nested.q", unknown field "spec.x"')
 _EMBEDDED = {'apiVersion': 'v1', 'kind': 'X', 'metadata': {'name': 'n'}}
+_LIMITS = {'min': 1, 'max': 2, 'name': 'ab', 'mode': 'x', 'tags': ['a']}
 
 CREATIONS: list[Creation] = [
     _ok('minimal', {'size': 1}, {'size': 1, **DEFAULTS}),
@@ -214,6 +252,41 @@ CREATIONS: list[Creation] = [
 ]
 
 
+def _ruled_ok(id: str, spec: Any) -> Creation:
+    return Creation(id, ruled(id, spec), {}, 201, spec, [])
+
+
+def _ruled_bad(id: str, spec: Any, *causes: tuple[str, str, str]) -> Creation:
+    status = invalid(id, *causes, kind=RULES_KIND, group=RULES_GROUP)
+    return Creation(id, ruled(id, spec), {}, 422, status, [])
+
+
+RULED_CREATIONS: list[Creation] = [
+    _ruled_ok('cel-valid', _LIMITS),
+    _ruled_bad('cel-message', {'min': 3, 'max': 2},
+               ('spec', 'FieldValueInvalid', 'Invalid value: min must not exceed max')),
+    _ruled_bad('cel-no-message', {'min': 1, 'max': 2, 'name': 'b'},
+               ('spec', 'FieldValueInvalid', "Invalid value: failed rule: !has(self.name) || "
+                                             "self.name.startsWith('a')"),
+               ('spec.name', 'FieldValueInvalid', 'Invalid value: "b": short')),
+    _ruled_bad('cel-message-expression', {'min': 1, 'max': 200},
+               ('spec', 'FieldValueInvalid', 'Invalid value: too many')),
+    _ruled_bad('cel-field-path', {'min': 7, 'max': 9},
+               ('spec.min', 'FieldValueForbidden', 'Forbidden: not seven')),
+    _ruled_bad('cel-list', {'min': 1, 'max': 2, 'tags': ['abcdef']},
+               ('spec.tags', 'FieldValueInvalid', 'Invalid value: failed rule: self.all(t, t.size() < 4)')),
+    _ruled_bad('cel-evaluation-error', {'max': 2},
+               ('spec', 'FieldValueInvalid', 'Invalid value: "object": no such key: min evaluating rule: '
+                                             'min must not exceed max'),
+               ('spec', 'FieldValueInvalid', 'Invalid value: "object": no such key: min evaluating rule: '
+                                             'not seven')),
+    _ruled_bad('cel-after-a-schema-error', {'min': 'x', 'max': 2},
+               ('spec.min', 'FieldValueTypeInvalid',
+                'Invalid value: "string": spec.min in body must be of type integer: "string"'),
+               SKIPPED_RULES),
+]
+
+
 def check_creation(case: Creation, code: int, body: Any, warned: list[str]) -> None:
     if case.code == 201:
         found = (code, body.get('spec'), 'top' in body, warned)
@@ -286,6 +359,17 @@ def check_step(step: Step, code: int, body: Any, warned: list[str]) -> None:
         assert (code, found, warned) == (200, step.expected, step.warnings), body
     else:
         assert (code, body, warned) == (step.code, step.expected, step.warnings)
+
+
+# The CEL transition rules (oldSelf): on updates only.
+RULED = ruled('ruled', _LIMITS)
+TRANSITIONS: list[Step] = [
+    _step('immutable', {'spec': {'mode': 'y'}}, 422, invalid(
+        'ruled', ('spec.mode', 'FieldValueInvalid', 'Invalid value: "y": mode is immutable'),
+        kind=RULES_KIND, group=RULES_GROUP)),
+    _step('unchanged', {'spec': {'mode': 'x', 'max': 3}}, 200,
+          {'spec': {**_LIMITS, 'max': 3}, 'status': None}),
+]
 
 
 # Ratcheting: an object stored under a looser schema, the schema tightened (size <= 3, "later" required).

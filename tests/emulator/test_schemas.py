@@ -5,6 +5,9 @@ The cases and their expectations are shared with the fidelity tests (``tests/_cr
 which check them against a real kube-apiserver too.
 """
 import copy
+import subprocess
+import sys
+import textwrap
 import urllib.parse
 from typing import Any
 
@@ -25,6 +28,7 @@ def _url(path: str, params: dict[str, str]) -> str:
 async def schematics(api: RawApi) -> RawApi:
     assert (await api.post('/api/v1/namespaces', {'metadata': {'name': NAMESPACE}})).status == 201
     assert (await api.post(CRDS, copy.deepcopy(cases.CRD))).status == 201
+    assert (await api.post(CRDS, copy.deepcopy(cases.RULES_CRD))).status == 201
     return api
 
 
@@ -34,8 +38,16 @@ async def test_creation(schematics: RawApi, case: cases.Creation) -> None:
     cases.check_creation(case, reply.status, reply.body, cases.warnings(reply.headers.getall('Warning', [])))
 
 
-async def _apply(api: RawApi, name: str, step: cases.Step) -> tuple[int, Any, list[str]]:
-    reply = await api.request(step.method, _url(cases.path(NAMESPACE, name, step.subresource), step.params),
+@pytest.mark.parametrize('case', cases.RULED_CREATIONS, ids=[case.id for case in cases.RULED_CREATIONS])
+async def test_cel_rules_on_creation(schematics: RawApi, case: cases.Creation) -> None:
+    where = cases.path(NAMESPACE, plural=cases.RULES_PLURAL, group=cases.RULES_GROUP)
+    reply = await schematics.post(where, copy.deepcopy(case.body))
+    cases.check_creation(case, reply.status, reply.body, cases.warnings(reply.headers.getall('Warning', [])))
+
+
+async def _apply(api: RawApi, name: str, step: cases.Step, **where: str) -> tuple[int, Any, list[str]]:
+    reply = await api.request(step.method, _url(cases.path(NAMESPACE, name, step.subresource, **where),
+                                                step.params),
                               copy.deepcopy(step.body), content_type=step.content_type)
     return reply.status, reply.body, cases.warnings(reply.headers.getall('Warning', []))
 
@@ -53,6 +65,40 @@ async def test_an_update_with_defaults_and_unknown_fields(schematics: RawApi) ->
     found = (reply.status, reply.body['spec'], 'status' in reply.body)
     assert found == (200, {'size': 3, **cases.DEFAULTS}, False)
     assert cases.warnings(reply.headers.getall('Warning', [])) == ['unknown field "spec.junk"']
+
+
+async def test_cel_transition_rules(schematics: RawApi) -> None:
+    where = {'plural': cases.RULES_PLURAL, 'group': cases.RULES_GROUP}
+    assert (await schematics.post(cases.path(NAMESPACE, **where), copy.deepcopy(cases.RULED))).status == 201
+    for step in cases.TRANSITIONS:
+        cases.check_step(step, *await _apply(schematics, 'ruled', step, **where))
+
+
+def test_cel_rules_are_skipped_with_a_warning_without_cel_python() -> None:
+    # Another interpreter, where cel-python cannot be imported (as when kopf-testing[cel] is not installed).
+    script = textwrap.dedent(f'''
+        import json, logging, sys, urllib.request
+        sys.modules['celpy'] = None  # not installed
+        logging.basicConfig(level=logging.WARNING, format='%(message)s')
+        from kopf.testing.emulator import KubernetesEmulator
+
+        def send(url, method, path, body):
+            request = urllib.request.Request(url + path, method=method, data=json.dumps(body).encode(),
+                                             headers={{'Content-Type': 'application/json'}})
+            with urllib.request.urlopen(request) as response:
+                return response.status
+
+        with KubernetesEmulator() as emulator:
+            send(emulator.url, 'POST', '/api/v1/namespaces', {{'metadata': {{'name': 'ns1'}}}})
+            send(emulator.url, 'POST', {CRDS!r}, {cases.RULES_CRD!r})
+            body = {cases.ruled('r1', {'min': 3, 'max': 2})!r}
+            where = {cases.path(NAMESPACE, plural=cases.RULES_PLURAL, group=cases.RULES_GROUP)!r}
+            print('CREATED', send(emulator.url, 'POST', where, body))
+    ''')
+    result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, timeout=60)
+    assert 'CREATED 201' in result.stdout, result.stderr
+    assert 'The CEL rules of CRDs (x-kubernetes-validations) are not checked: cel-python is not installed. ' \
+           'To check them as real servers do, install kopf-testing[cel].' in result.stderr
 
 
 async def test_ratcheting_after_the_schema_tightens(schematics: RawApi) -> None:

@@ -29,36 +29,22 @@ pytestmark = pytest.mark.real_apiserver
 WAIT = 30.0
 GROUP = 'fidelity.kopf.dev'
 PLURAL = 'fidelities'
-CRD = {
-    'apiVersion': 'apiextensions.k8s.io/v1',
-    'kind': 'CustomResourceDefinition',
-    'metadata': {'name': f'{PLURAL}.{GROUP}'},
-    'spec': {
-        'group': GROUP,
-        'scope': 'Namespaced',
-        'names': {'plural': PLURAL, 'singular': 'fidelity', 'kind': 'Fidelity'},
-        'versions': [{
-            'name': 'v1', 'served': True, 'storage': True,
-            'subresources': {'status': {}},
-            'schema': {'openAPIV3Schema': {
-                'type': 'object',
-                'properties': {
-                    'spec': {
-                        'type': 'object',
-                        'properties': {
-                            'size': {'type': 'integer', 'minimum': 1},
-                            'mode': {'type': 'string', 'default': 'auto'},
-                            'nested': {'type': 'object', 'properties': {
-                                'a': {'type': 'string'}, 'b': {'type': 'string'}}},
-                            'extra': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
-                        },
-                    },
-                    'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
-                },
-            }},
-        }],
+CRD = crd_schemas.crd(GROUP, PLURAL, 'Fidelity', status=True, schema={
+    'type': 'object',
+    'properties': {
+        'spec': {
+            'type': 'object',
+            'properties': {
+                'size': {'type': 'integer', 'minimum': 1},
+                'mode': {'type': 'string', 'default': 'auto'},
+                'nested': {'type': 'object', 'properties': {
+                    'a': {'type': 'string'}, 'b': {'type': 'string'}}},
+                'extra': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
+            },
+        },
+        'status': {'type': 'object', 'x-kubernetes-preserve-unknown-fields': True},
     },
-}
+})
 VOLATILE = ('uid', 'resourceVersion', 'creationTimestamp', 'managedFields', 'selfLink')
 MERGE = 'application/merge-patch+json'
 JSON_PATCH = 'application/json-patch+json'
@@ -165,9 +151,11 @@ def schematics(server: Api) -> None:
     """The CRD of rich schemas (``tests/_crd_schemas.py``), established."""
     if server.schematics_ready:
         return
-    code, body = server('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd_schemas.CRD)
-    assert code in (201, 409), body
-    wait_until(lambda: server('GET', f'/apis/{crd_schemas.GROUP}/v1/{crd_schemas.PLURAL}')[0] == 200)
+    for crd in (crd_schemas.CRD, crd_schemas.RULES_CRD):
+        code, body = server('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', crd)
+        assert code in (201, 409), body
+        group, plural = crd['spec']['group'], crd['spec']['names']['plural']
+        wait_until(lambda: server('GET', f'/apis/{group}/v1/{plural}')[0] == 200)  # noqa: B023
     server.schematics_ready = True
 
 
@@ -583,6 +571,22 @@ def test_schema_on_changes(server: Api, ns: str, schematics: None) -> None:
     assert server('POST', crd_schemas.path(ns), crd_schemas.TARGET)[0] == 201
     for step in crd_schemas.STEPS:
         crd_schemas.check_step(step, *_step(server, ns, 'target', step))
+
+
+@pytest.mark.parametrize('case', crd_schemas.RULED_CREATIONS, ids=[c.id for c in crd_schemas.RULED_CREATIONS])
+def test_schema_cel_rules_on_creation(
+        server: Api, ns: str, schematics: None, case: crd_schemas.Creation) -> None:
+    where = crd_schemas.path(ns, plural=crd_schemas.RULES_PLURAL, group=crd_schemas.RULES_GROUP)
+    code, body = server('POST', where, case.body, **case.params)
+    crd_schemas.check_creation(case, code, body, server.warnings)
+
+
+def test_schema_cel_transition_rules(server: Api, ns: str, schematics: None) -> None:
+    where = crd_schemas.path(ns, plural=crd_schemas.RULES_PLURAL, group=crd_schemas.RULES_GROUP)
+    assert server('POST', where, crd_schemas.RULED)[0] == 201
+    for step in crd_schemas.TRANSITIONS:
+        code, body = server(step.method, f'{where}/ruled', step.body, ctype=step.content_type, **step.params)
+        crd_schemas.check_step(step, code, body, server.warnings)
 
 
 def test_schema_ratcheting(server: Api, ns: str) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kopf.testing.emulator.errors import Cause, undecodable
+from kopf.testing.emulator.validation import json_type_name
 
 Body = dict[str, Any]
 
@@ -70,8 +71,9 @@ def check_decodable(plural: str, group: str, kind: str, version: str, body: Mapp
             for value in (values.values() if isinstance(values, dict) else ()):
                 if value is not None and not isinstance(value, str):
                     go_type = 'string' if field == 'data' else '[]uint8'
-                    raise undecodable(kind, version, f'json: cannot unmarshal {_json_name(value)} into Go '
-                                                     f'struct field ConfigMap.{field} of type {go_type}')
+                    given = json_type_name(value)
+                    raise undecodable(kind, version, f'json: cannot unmarshal {given} into Go struct field '
+                                                     f'ConfigMap.{field} of type {go_type}')
     elif group == '' and plural == 'secrets':
         values = body.get('data')
         for value in (values.values() if isinstance(values, dict) else ()):
@@ -89,11 +91,6 @@ def _base64_problem(value: str) -> str | None:
                          if not (char.isascii() and (char.isalnum() or char in '+/='))), 0)
         return f'illegal base64 data at input byte {position}'
     return None
-
-
-def _json_name(value: Any) -> str:
-    return ('bool' if isinstance(value, bool) else 'number' if isinstance(value, (int, float))
-            else 'object' if isinstance(value, dict) else 'array' if isinstance(value, list) else 'value')
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -173,14 +170,7 @@ def _template(body: Body) -> None:
 def _deployment(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
     spec = _dict(body, 'spec')
     spec.setdefault('replicas', 1)
-    strategy = spec.setdefault('strategy', {})
-    if isinstance(strategy, dict):
-        strategy.setdefault('type', 'RollingUpdate')
-        if strategy['type'] == 'RollingUpdate':
-            rolling = strategy.setdefault('rollingUpdate', {})
-            if isinstance(rolling, dict):
-                rolling.setdefault('maxUnavailable', '25%')
-                rolling.setdefault('maxSurge', '25%')
+    _rolling_update(spec, 'strategy', maxUnavailable='25%', maxSurge='25%')
     spec.setdefault('revisionHistoryLimit', 10)
     spec.setdefault('progressDeadlineSeconds', 600)
     _template(body)
@@ -191,14 +181,7 @@ def _stateful_set(body: Body, allocator: Allocator, creating: bool, old: Mapping
     spec.setdefault('replicas', 1)
     spec.setdefault('podManagementPolicy', 'OrderedReady')
     spec.setdefault('serviceName', '')
-    strategy = spec.setdefault('updateStrategy', {})
-    if isinstance(strategy, dict):
-        strategy.setdefault('type', 'RollingUpdate')
-        if strategy['type'] == 'RollingUpdate':
-            rolling = strategy.setdefault('rollingUpdate', {})
-            if isinstance(rolling, dict):
-                rolling.setdefault('partition', 0)
-                rolling.setdefault('maxUnavailable', 1)
+    _rolling_update(spec, 'updateStrategy', partition=0, maxUnavailable=1)
     spec.setdefault('revisionHistoryLimit', 10)
     spec.setdefault('persistentVolumeClaimRetentionPolicy', {'whenDeleted': 'Retain', 'whenScaled': 'Retain'})
     _template(body)
@@ -206,16 +189,20 @@ def _stateful_set(body: Body, allocator: Allocator, creating: bool, old: Mapping
 
 def _daemon_set(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:
     spec = _dict(body, 'spec')
-    strategy = spec.setdefault('updateStrategy', {})
-    if isinstance(strategy, dict):
-        strategy.setdefault('type', 'RollingUpdate')
-        if strategy['type'] == 'RollingUpdate':
-            rolling = strategy.setdefault('rollingUpdate', {})
-            if isinstance(rolling, dict):
-                rolling.setdefault('maxUnavailable', 1)
-                rolling.setdefault('maxSurge', 0)
+    _rolling_update(spec, 'updateStrategy', maxUnavailable=1, maxSurge=0)
     spec.setdefault('revisionHistoryLimit', 10)
     _template(body)
+
+
+def _rolling_update(spec: Body, field: str, **defaults: Any) -> None:
+    """The workloads' update strategy: rolling by default, with the defaults of the rolling updates."""
+    strategy = spec.setdefault(field, {})
+    if isinstance(strategy, dict):
+        strategy.setdefault('type', 'RollingUpdate')
+        rolling = strategy.setdefault('rollingUpdate', {}) if strategy['type'] == 'RollingUpdate' else None
+        if isinstance(rolling, dict):
+            for key, value in defaults.items():
+                rolling.setdefault(key, value)
 
 
 def _replica_set(body: Body, allocator: Allocator, creating: bool, old: Mapping[str, Any] | None) -> None:

@@ -14,8 +14,8 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Sequence
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -132,12 +132,9 @@ class Operations:
         field_validation: str = '',
     ) -> Outcome:
         warnings: list[str] = []
-        try:
-            return await self._create(info, namespace, body, warnings, dry_run=dry_run,
-                                      field_manager=field_manager, field_validation=field_validation)
-        except errors.ApiError as e:
-            e.warnings[:0] = warnings  # like real servers: the warnings found before a failure are sent too
-            raise
+        return await _warned(warnings, self._create(info, namespace, body, warnings, dry_run=dry_run,
+                                                    field_manager=field_manager,
+                                                    field_validation=field_validation))
 
     async def _create(
         self,
@@ -498,16 +495,9 @@ class Operations:
     ) -> Outcome | None:
         """Apply a new state to the current object; ``None`` if the object changed while awaiting."""
         warnings: list[str] = []
-        try:
-            if isinstance(new_body, dict):
-                new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
-                if subresource is None:
-                    new_body = self._defaulted(info, new_body, current.body)
-            return await self._update_with(info, current, new_body, warnings, subresource=subresource,
-                                           dry_run=dry_run)
-        except errors.ApiError as e:
-            e.warnings[:0] = warnings  # like real servers: the warnings found before a failure are sent too
-            raise
+        return await _warned(warnings, self._update_with(
+            info, current, new_body, warnings, subresource=subresource, dry_run=dry_run,
+            field_validation=field_validation, patched=patched))
 
     async def _update_with(
         self,
@@ -518,7 +508,13 @@ class Operations:
         *,
         subresource: str | None,
         dry_run: bool,
+        field_validation: str,
+        patched: bool,
     ) -> Outcome | None:
+        if isinstance(new_body, dict):
+            new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
+            if subresource is None:
+                new_body = self._defaulted(info, new_body, current.body)
         old = current.body
         result = self._prepare_update(info, old, new_body, subresource)
         if result is not None and self.admission.active:
@@ -900,6 +896,18 @@ class Operations:
             if not references:
                 del metadata['ownerReferences']
             self.store.put(key, {**dependent.body, 'metadata': metadata}, dependent.body)
+
+
+_T = TypeVar('_T')
+
+
+async def _warned(warnings: list[str], operation: Awaitable[_T]) -> _T:
+    """Like real servers: the warnings found before a failure are sent with the failure too."""
+    try:
+        return await operation
+    except errors.ApiError as e:
+        e.warnings[:0] = warnings
+        raise
 
 
 def _crd_storage_key(crd: dict[str, Any]) -> StorageKey:

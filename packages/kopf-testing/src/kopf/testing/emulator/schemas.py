@@ -16,16 +16,24 @@ For every creation and update of a custom object (incl. patches and the status s
   ``date``, ``int32``, ``int64``), ``allOf``/``anyOf``/``oneOf``/``not``; with the real servers'
   wording, as 422 with all the causes. On updates, unchanged values are not re-validated (the
   validation ratcheting of Kubernetes 1.33+): an object stored under an older schema stays updatable.
+* **CEL rules** (``x-kubernetes-validations``: ``rule``, ``message``, ``messageExpression``,
+  ``fieldPath``, ``reason``; the transition rules with ``oldSelf`` on updates only), evaluated by
+  ``cel-python`` (the ``kopf-testing[cel]`` extra) if installed, else not checked (said once in the
+  log). Its CEL is the standard one: Kubernetes' own CEL libraries (e.g. ``quantity()``, ``url()``,
+  ``isSorted()``) fail the rules that use them as evaluation errors.
 
-Not done (the emulator's known differences): CEL rules (``x-kubernetes-validations``), the list
-types' uniqueness (``x-kubernetes-list-type: set/map``), the checks of the schemas themselves when a
-CRD is created (e.g. that they are structural), pruning of ``metadata`` to the fields of ObjectMeta,
-and the re-pruning of the stored objects when a CRD's schema changes.
+Not done (the emulator's known differences): the list types' uniqueness (``x-kubernetes-list-type:
+set/map``) and their items' correlation for the transition rules, the CEL rules' cost limits, the
+checks of the schemas themselves when a CRD is created (e.g. that they are structural), pruning of
+``metadata`` to the fields of ObjectMeta, and the re-pruning of the stored objects when a CRD's schema
+changes.
 """
 
 import datetime
+import functools
 import itertools
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -139,15 +147,27 @@ def validate(body: Mapping[str, Any], schema: Mapping[str, Any], *,
     the messages name the fields relative to it, as real servers do (``phase in body ...``).
     """
     problems: list[tuple[Path, Cause]] = []
+    ruled: tuple[Any, Mapping[str, Any], Path] | None = None  # what the CEL rules are checked in
     if subtree is None:
         _validate_object_fields(body, schema, (), problems, root=True)
+        ruled = (body, schema, ())
     else:
         properties = schema.get('properties')
         subschema = properties.get(subtree) if isinstance(properties, Mapping) else None
         if isinstance(subschema, Mapping) and subtree in body:
             _validate(body[subtree], subschema, (subtree,), problems, relative_to=1)
+            ruled = (body[subtree], subschema, (subtree,))
     if old is not None:
         problems = [(path, cause) for path, cause in problems if not _unchanged(body, old, path)]
+    if ruled is not None and _has_rules(ruled[1]):
+        if problems:  # like real servers: no rules are checked in an invalid object, but it is said
+            problems.append(((), _SKIPPED_RULES))
+        else:
+            value, subschema, path = ruled
+            old_value = _ABSENT if old is None else old if subtree is None else old.get(subtree, _ABSENT)
+            _check_rules(value, subschema, path, problems, old=old_value)
+            if old is not None:
+                problems = [(path, cause) for path, cause in problems if not _unchanged(body, old, path)]
     return [cause for _, cause in problems]
 
 
@@ -393,3 +413,118 @@ def _is_date(value: str) -> bool:
 
 
 _STRING_FORMATS = {'date-time': _is_date_time, 'date': _is_date}
+
+
+# ----------------------------------------------------------------------------------------------------
+# CEL rules (x-kubernetes-validations), if cel-python is installed.
+
+logger = logging.getLogger(__name__)
+_ABSENT: Any = object()  # no old value (a creation, or a field that is new)
+_REASON_PREFIXES = {'FieldValueForbidden': 'Forbidden', 'FieldValueRequired': 'Required value',
+                    'FieldValueDuplicate': 'Duplicate value'}
+
+
+_SKIPPED_RULES = Cause('<nil>', 'Invalid value: null: some validation rules were not checked because the '
+                                'object was invalid; correct the existing errors to complete validation')
+_RULED_SCHEMAS: dict[int, tuple[Mapping[str, Any], bool]] = {}  # by id, the schema kept (no reuse of ids)
+
+
+def _has_rules(schema: Mapping[str, Any]) -> bool:
+    """Whether the schema has CEL rules anywhere (remembered: the schemas of CRDs are never changed)."""
+    remembered = _RULED_SCHEMAS.get(id(schema))
+    if remembered is None or remembered[0] is not schema:
+        if len(_RULED_SCHEMAS) >= 1024:
+            _RULED_SCHEMAS.clear()
+        remembered = _RULED_SCHEMAS[id(schema)] = (schema, _finds_rules(schema))
+    return remembered[1]
+
+
+def _finds_rules(schema: Any) -> bool:
+    if not isinstance(schema, Mapping):
+        return False
+    if schema.get('x-kubernetes-validations'):
+        return True
+    properties = schema.get('properties')
+    children = [*(properties.values() if isinstance(properties, Mapping) else ()),
+                schema.get('additionalProperties'), schema.get('items')]
+    return any(_finds_rules(child) for child in children)
+
+
+@functools.cache
+def _cel() -> Any:
+    try:
+        import celpy
+    except ImportError:
+        logger.warning('The CEL rules of CRDs (x-kubernetes-validations) are not checked: cel-python is not '
+                       'installed. To check them as real servers do, install kopf-testing[cel].')
+        return None
+    return celpy
+
+
+@functools.lru_cache(maxsize=1024)
+def _program(expression: str) -> Any:
+    celpy = _cel()
+    environment = celpy.Environment()
+    return environment.program(environment.compile(expression))
+
+
+def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: list[tuple[Path, Cause]],
+                 *, old: Any) -> None:
+    """The CEL rules of the value and of everything in it, as real servers check them (after the schema)."""
+    expected = schema.get('type')
+    if value is not None and isinstance(expected, str) and expected and not _is_of_type(value, expected):
+        return  # a problem of the schema already: its rules are not evaluated
+    rules = schema.get('x-kubernetes-validations')
+    if isinstance(rules, list) and rules and value is not None and _cel() is not None:
+        for rule in rules:
+            if isinstance(rule, Mapping) and isinstance(rule.get('rule'), str):
+                cause = _check_rule(value, rule, path, old=old)
+                if cause is not None:
+                    problems.append((path, cause))
+    if isinstance(value, Mapping):
+        properties = schema.get('properties')
+        properties = properties if isinstance(properties, Mapping) else {}
+        additional = schema.get('additionalProperties')
+        for key, item in value.items():
+            subschema = properties.get(key, additional)
+            if isinstance(subschema, Mapping) and (path or key not in _ROOT_FIELDS):
+                old_item = old.get(key, _ABSENT) if isinstance(old, Mapping) else _ABSENT
+                _check_rules(item, subschema, (*path, key), problems, old=old_item)
+    elif isinstance(value, list) and isinstance(schema.get('items'), Mapping):
+        for index, item in enumerate(value):  # the items of lists are not correlated with the old ones
+            _check_rules(item, schema['items'], (*path, index), problems, old=_ABSENT)
+
+
+def _check_rule(value: Any, rule: Mapping[str, Any], path: Path, *, old: Any) -> Cause | None:
+    celpy = _cel()
+    expression: str = rule['rule']
+    transition = re.search(r'\boldSelf\b', expression) is not None
+    if transition and old is _ABSENT:
+        return None  # the transition rules are for updates only
+    activation = {'self': celpy.json_to_cel(value)}
+    if transition:
+        activation['oldSelf'] = celpy.json_to_cel(old)
+    field = _field(path)
+    message = rule.get('message') if isinstance(rule.get('message'), str) else None
+    try:
+        result = _program(expression).evaluate(activation)
+    except celpy.CELEvalError as e:
+        text = str(e.args[0]) if e.args else str(e)
+        text = re.sub(r"^no such member in mapping: '(.*)'$", r'no such key: \1', text)
+        return Cause(field, f'Invalid value: "{_json_type(value)}": {text} evaluating rule: '
+                            f'{message or expression}')
+    if result is True or (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
+        return None
+    if isinstance(rule.get('messageExpression'), str):
+        try:
+            message = str(_program(rule['messageExpression']).evaluate(activation))
+        except celpy.CELEvalError:
+            pass  # like real servers: the static message (or the rule) instead
+    message = message or f'failed rule: {expression}'
+    if isinstance(rule.get('fieldPath'), str) and rule['fieldPath']:
+        field += rule['fieldPath']
+    reason = str(rule.get('reason') or 'FieldValueInvalid')
+    if reason in _REASON_PREFIXES:
+        return Cause(field, f'{_REASON_PREFIXES[reason]}: {message}', reason)
+    shown = f'{_go(value)}: ' if not isinstance(value, (dict, list)) else ''
+    return Cause(field, f'Invalid value: {shown}{message}', reason)
