@@ -14,8 +14,8 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Sequence
-from typing import Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import yaml
 
@@ -132,90 +132,84 @@ class Operations:
         field_validation: str = '',
     ) -> Outcome:
         warnings: list[str] = []
-        return await _warned(warnings, self._create(info, namespace, body, warnings, dry_run=dry_run,
-                                                    field_manager=field_manager,
-                                                    field_validation=field_validation))
+        try:
+            body = self._check_new_body(info, body)
+            if info.schema is not None:
+                body = self._structural(info, body, field_validation, warnings)
+            elif not info.custom:
+                body = self._defaulted(info, body, None)
+            metadata = dict(body.get('metadata') or {})
+            if info.namespaced:
+                if metadata.get('namespace') and metadata['namespace'] != namespace:
+                    raise errors.bad_request(
+                        'the namespace of the provided object does not match the namespace sent on the '
+                        'request'
+                    )
+                metadata['namespace'] = namespace
+            else:
+                metadata.pop('namespace', None)
+            if (
+                not metadata.get('name')
+                and isinstance(metadata.get('generateName'), str)
+                and metadata['generateName']
+            ):
+                # Like real servers since Kubernetes 1.30 (RetryGenerateName): a generated name that is
+                # taken already is generated again, so that the clients do not get 409 for it.
+                for _ in range(_GENERATED_NAME_ATTEMPTS):
+                    metadata['name'] = metadata['generateName'] + ''.join(
+                        random.choices(_GENERATED_NAME_ALPHABET, k=5)
+                    )
+                    if self.store.get(info.storage_key, namespace, metadata['name']) is None:
+                        break
+            for field in (*_SYSTEM_METADATA, 'managedFields', 'selfLink'):
+                if field != 'generation' or info.has_generation:  # else, like real servers, kept as given
+                    metadata.pop(field, None)
+            body = {**body, 'apiVersion': info.api_version, 'kind': info.kind, 'metadata': metadata}
+            if info.custom and info.has_status:
+                # Like real servers: the status of custom objects is not settable on creation.
+                body.pop('status', None)
 
-    async def _create(
-        self,
-        info: ResourceInfo,
-        namespace: str | None,
-        body: Any,
-        warnings: list[str],
-        *,
-        dry_run: bool,
-        field_manager: str | None,
-        field_validation: str,
-    ) -> Outcome:
-        body = self._check_new_body(info, body)
-        body = self._structural(info, body, field_validation, warnings)
-        body = self._defaulted(info, body, None)
-        metadata = dict(body.get('metadata') or {})
-        if info.namespaced:
-            if metadata.get('namespace') and metadata['namespace'] != namespace:
-                raise errors.bad_request(
-                    'the namespace of the provided object does not match the namespace sent on the request'
-                )
-            metadata['namespace'] = namespace
-        else:
-            metadata.pop('namespace', None)
-        if (
-            not metadata.get('name')
-            and isinstance(metadata.get('generateName'), str)
-            and metadata['generateName']
-        ):
-            # Like real servers since Kubernetes 1.30 (RetryGenerateName): a generated name that is
-            # taken already is generated again, so that the clients do not get 409 for it.
-            for _ in range(_GENERATED_NAME_ATTEMPTS):
-                metadata['name'] = metadata['generateName'] + ''.join(
-                    random.choices(_GENERATED_NAME_ALPHABET, k=5)
-                )
-                if self.store.get(info.storage_key, namespace, metadata['name']) is None:
-                    break
-        for field in (*_SYSTEM_METADATA, 'managedFields', 'selfLink'):
-            if field != 'generation' or info.has_generation:  # else, like real servers, kept as given
-                metadata.pop(field, None)
-        body = {**body, 'apiVersion': info.api_version, 'kind': info.kind, 'metadata': metadata}
-        if info.custom and info.has_status:
-            # Like real servers: the status of custom objects is not settable on creation.
-            body.pop('status', None)
-
-        self._validate_for_create(info, namespace, body)
-        if self.admission.active:
-            request = AdmissionRequest(
-                info=info,
-                operation='CREATE',
-                namespace=namespace,
-                name=metadata.get('name', ''),
-                obj=body,
-                old_obj=None,
-                dry_run=dry_run,
-                options={
-                    'kind': 'CreateOptions',
-                    'apiVersion': 'meta.k8s.io/v1',
-                    **({'fieldManager': field_manager} if field_manager else {}),
-                },
-            )
-            body = await self.admission.mutate(request, warnings)
-            body = self._restore_identity(info, body, metadata)
-            body = self._structural(info, body, 'Ignore', [])  # like real servers: the webhooks' changes too
-            body = self._defaulted(info, body, None)
             self._validate_for_create(info, namespace, body)
-            await self.admission.validate(request.replace(obj=body), warnings)
-            self._validate_for_create(info, namespace, body)  # re-check: things might change while awaiting
+            if self.admission.active:
+                request = AdmissionRequest(
+                    info=info,
+                    operation='CREATE',
+                    namespace=namespace,
+                    name=metadata.get('name', ''),
+                    obj=body,
+                    old_obj=None,
+                    dry_run=dry_run,
+                    options={
+                        'kind': 'CreateOptions',
+                        'apiVersion': 'meta.k8s.io/v1',
+                        **({'fieldManager': field_manager} if field_manager else {}),
+                    },
+                )
+                body = await self.admission.mutate(request, warnings)
+                body = self._restore_identity(info, body, metadata)
+                # As real servers do: what the webhooks have changed is pruned and defaulted too.
+                body = self._structural(info, body, 'Ignore', [])
+                body = self._defaulted(info, body, None)
+                self._validate_for_create(info, namespace, body)
+                await self.admission.validate(request.replace(obj=body), warnings)
+                self._validate_for_create(info, namespace, body)  # re-check: things may change while awaiting
 
-        body = self._prepare_created(info, body)
-        if dry_run:
-            return Outcome(201, body, warnings=warnings)
-        resource_version = self.store.next_resource_version()
-        body['metadata']['resourceVersion'] = str(resource_version)
-        stored = self.store.put(info.storage_key, body, None)
-        self._after_stored(info, body)
-        if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
-            # Like the watch cache of real servers, which starts with the CRD: no watching from before it.
-            state = self.store.state(_crd_storage_key(body))
-            state.replayable_after = max(state.replayable_after, resource_version)
-        return Outcome(201, body, stored.encoded_as(info.api_version), warnings)
+            body = self._prepare_created(info, body)
+            if dry_run:
+                return Outcome(201, body, warnings=warnings)
+            resource_version = self.store.next_resource_version()
+            body['metadata']['resourceVersion'] = str(resource_version)
+            stored = self.store.put(info.storage_key, body, None)
+            self._after_stored(info, body)
+            if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
+                # Like the watch cache of real servers, which starts with the CRD: no watching from before it.
+                state = self.store.state(_crd_storage_key(body))
+                state.replayable_after = max(state.replayable_after, resource_version)
+            return Outcome(201, body, stored.encoded_as(info.api_version), warnings)
+        except errors.ApiError as e:
+            e.warnings[:0] = warnings  # like real servers: the warnings found before a failure are sent too
+            raise
+
 
     @staticmethod
     def _structural(
@@ -495,53 +489,43 @@ class Operations:
     ) -> Outcome | None:
         """Apply a new state to the current object; ``None`` if the object changed while awaiting."""
         warnings: list[str] = []
-        return await _warned(warnings, self._update_with(
-            info, current, new_body, warnings, subresource=subresource, dry_run=dry_run,
-            field_validation=field_validation, patched=patched))
-
-    async def _update_with(
-        self,
-        info: ResourceInfo,
-        current: StoredObject,
-        new_body: dict[str, Any],
-        warnings: list[str],
-        *,
-        subresource: str | None,
-        dry_run: bool,
-        field_validation: str,
-        patched: bool,
-    ) -> Outcome | None:
-        if isinstance(new_body, dict):
-            new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
-            if subresource is None:
+        try:
+            if isinstance(new_body, dict) and info.schema is not None:
+                new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
+            elif isinstance(new_body, dict) and not info.custom and subresource is None:
                 new_body = self._defaulted(info, new_body, current.body)
-        old = current.body
-        result = self._prepare_update(info, old, new_body, subresource)
-        if result is not None and self.admission.active:
-            metadata = old['metadata']
-            request = AdmissionRequest(
-                info=info,
-                operation='UPDATE',
-                subresource=subresource,
-                namespace=metadata.get('namespace'),
-                name=metadata['name'],
-                obj=result,
-                old_obj=old,
-                dry_run=dry_run,
-                options={'kind': 'UpdateOptions', 'apiVersion': 'meta.k8s.io/v1'},
-            )
-            mutated = await self.admission.mutate(request, warnings)
-            if mutated is not result and isinstance(mutated, dict):
-                mutated = self._structural(info, mutated, 'Ignore', [])
-            if mutated is not result:
-                result = self._prepare_update(info, old, mutated, subresource)
-            if result is not None:
-                await self.admission.validate(request.replace(obj=result), warnings)
-            if self.store.get(info.storage_key, metadata.get('namespace'), metadata['name']) is not current:
-                return None
-        if result is None:  # nothing changed: like real servers, no new resourceVersion, no event
-            return Outcome(200, old, current.encoded_as(info.api_version), warnings)
-        return self._commit_update(info, current, result, dry_run=dry_run, warnings=warnings)
+            old = current.body
+            result = self._prepare_update(info, old, new_body, subresource)
+            if result is not None and self.admission.active:
+                metadata = old['metadata']
+                request = AdmissionRequest(
+                    info=info,
+                    operation='UPDATE',
+                    subresource=subresource,
+                    namespace=metadata.get('namespace'),
+                    name=metadata['name'],
+                    obj=result,
+                    old_obj=old,
+                    dry_run=dry_run,
+                    options={'kind': 'UpdateOptions', 'apiVersion': 'meta.k8s.io/v1'},
+                )
+                mutated = await self.admission.mutate(request, warnings)
+                if mutated is not result and isinstance(mutated, dict):
+                    mutated = self._structural(info, mutated, 'Ignore', [])
+                if mutated is not result:
+                    result = self._prepare_update(info, old, mutated, subresource)
+                if result is not None:
+                    await self.admission.validate(request.replace(obj=result), warnings)
+                stored = self.store.get(info.storage_key, metadata.get('namespace'), metadata['name'])
+                if stored is not current:
+                    return None
+            if result is None:  # nothing changed: like real servers, no new resourceVersion, no event
+                return Outcome(200, old, current.encoded_as(info.api_version), warnings)
+            return self._commit_update(info, current, result, dry_run=dry_run, warnings=warnings)
+        except errors.ApiError as e:
+            e.warnings[:0] = warnings  # like real servers: the warnings found before a failure are sent too
+            raise
+
 
     def _prepare_update(
         self, info: ResourceInfo, old: dict[str, Any], new: Any, subresource: str | None
@@ -896,18 +880,6 @@ class Operations:
             if not references:
                 del metadata['ownerReferences']
             self.store.put(key, {**dependent.body, 'metadata': metadata}, dependent.body)
-
-
-_T = TypeVar('_T')
-
-
-async def _warned(warnings: list[str], operation: Awaitable[_T]) -> _T:
-    """Like real servers: the warnings found before a failure are sent with the failure too."""
-    try:
-        return await operation
-    except errors.ApiError as e:
-        e.warnings[:0] = warnings
-        raise
 
 
 def _crd_storage_key(crd: dict[str, Any]) -> StorageKey:

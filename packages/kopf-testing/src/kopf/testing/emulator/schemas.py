@@ -45,6 +45,7 @@ FIELD_VALIDATION_MODES = ('', 'Ignore', 'Strict', 'Warn')
 _DROPPED: Any = object()  # a field that pruning removes
 
 _ROOT_FIELDS = frozenset({'apiVersion', 'kind', 'metadata'})
+_COMBINATIONS = frozenset({'allOf', 'anyOf', 'oneOf', 'not'})
 _INT32 = (-2**31, 2**31 - 1)
 _INT64 = (-2**63, 2**63 - 1)
 
@@ -57,7 +58,7 @@ Path = tuple[str | int, ...]
 
 def effective(schema: Any) -> Mapping[str, Any] | None:
     """The schema if it does anything to the objects; ``None`` for "an object with anything in it"."""
-    if not isinstance(schema, Mapping):
+    if not isinstance(schema, dict):
         return None
     if schema.keys() <= _INERT_KEYS and schema.get('x-kubernetes-preserve-unknown-fields') is True:
         return None
@@ -81,7 +82,7 @@ def _walk(value: Any, schema: Mapping[str, Any], path: str, unknown: list[str], 
         return _walk_object(value, schema, path, unknown, root=root)
     if isinstance(value, list):
         items = schema.get('items')
-        if not isinstance(items, Mapping):
+        if not isinstance(items, dict):
             return value
         walked = [_walk(item, items, f'{path}[{index}]', unknown) for index, item in enumerate(value)]
         return value if all(a is b for a, b in zip(walked, value, strict=True)) else walked
@@ -93,16 +94,16 @@ def _walk(value: Any, schema: Mapping[str, Any], path: str, unknown: list[str], 
 def _walk_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, unknown: list[str],
                  *, root: bool) -> dict[str, Any]:
     properties = schema.get('properties')
-    properties = properties if isinstance(properties, Mapping) else {}
+    properties = properties if isinstance(properties, dict) else {}
     additional = schema.get('additionalProperties')
     preserve = schema.get('x-kubernetes-preserve-unknown-fields') is True or additional is True
     kept = _ROOT_FIELDS if root or schema.get('x-kubernetes-embedded-resource') else frozenset()
     result: dict[str, Any] | None = None  # a copy, made at the first change
     for index, (key, item) in enumerate(value.items()):
         subschema = properties.get(key)
-        if subschema is None and isinstance(additional, Mapping):
+        if subschema is None and isinstance(additional, dict):
             subschema = additional
-        if isinstance(subschema, Mapping):
+        if isinstance(subschema, dict):
             if item is None and not subschema.get('nullable'):
                 new: Any = _DROPPED  # like real servers: before defaulting, silently
             else:
@@ -117,7 +118,7 @@ def _walk_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, un
         if result is not None and new is not _DROPPED:
             result[key] = new
     for key, subschema in properties.items():
-        if isinstance(subschema, Mapping) and 'default' in subschema and key not in (
+        if isinstance(subschema, dict) and 'default' in subschema and key not in (
             value if result is None else result
         ):
             result = dict(value) if result is None else result
@@ -153,8 +154,8 @@ def validate(body: Mapping[str, Any], schema: Mapping[str, Any], *,
         ruled = (body, schema, ())
     else:
         properties = schema.get('properties')
-        subschema = properties.get(subtree) if isinstance(properties, Mapping) else None
-        if isinstance(subschema, Mapping) and subtree in body:
+        subschema = properties.get(subtree) if isinstance(properties, dict) else None
+        if isinstance(subschema, dict) and subtree in body:
             _validate(body[subtree], subschema, (subtree,), problems, relative_to=1)
             ruled = (body[subtree], subschema, (subtree,))
     if old is not None:
@@ -177,12 +178,13 @@ def _unchanged(new: Any, old: Any, path: Path) -> bool:
         if isinstance(step, int):
             if not isinstance(new, list) or not isinstance(old, list) or step >= min(len(new), len(old)):
                 return False
-        elif not (isinstance(new, Mapping) and isinstance(old, Mapping) and step in new and step in old):
+        elif not (isinstance(new, dict) and isinstance(old, dict) and step in new and step in old):
             return False
         new, old = new[step], old[step]
     return bool(new == old) and type(new) is type(old)
 
 
+@functools.lru_cache(maxsize=4096)
 def _field(path: Path) -> str:
     text = ''
     for step in path:
@@ -257,10 +259,10 @@ def _validate(value: Any, schema: Mapping[str, Any], path: Path,
         if isinstance(max_items, int) and len(value) > max_items:
             problem(f'Too many: {len(value)}: must have at most {max_items} items', 'FieldValueTooMany')
         items = schema.get('items')
-        if isinstance(items, Mapping):
+        if isinstance(items, dict):
             for index, item in enumerate(value):
                 _validate(item, items, (*path, index), problems, relative_to)
-    elif isinstance(value, Mapping):
+    elif isinstance(value, dict):
         if isinstance(schema.get('minProperties'), int) and len(value) < schema['minProperties']:
             problem(f'Invalid value: {len(value)}: {name} in body should have at least '
                     f'{schema["minProperties"]} properties')
@@ -269,20 +271,21 @@ def _validate(value: Any, schema: Mapping[str, Any], path: Path,
                     'FieldValueTooMany')
         _validate_object_fields(value, schema, path, problems, relative_to=relative_to)
 
-    _validate_combinations(value, schema, path, name, problems, relative_to)
+    if not _COMBINATIONS.isdisjoint(schema):
+        _validate_combinations(value, schema, path, name, problems, relative_to)
 
 
 def _validate_object_fields(value: Mapping[str, Any], schema: Mapping[str, Any], path: Path,
                             problems: list[tuple[Path, Cause]], *, relative_to: int = 0,
                             root: bool = False) -> None:
     properties = schema.get('properties')
-    properties = properties if isinstance(properties, Mapping) else {}
+    properties = properties if isinstance(properties, dict) else {}
     additional = schema.get('additionalProperties')
     for key, item in value.items():
         if root and key in _ROOT_FIELDS:
             continue
         subschema = properties.get(key, additional)
-        if isinstance(subschema, Mapping):
+        if isinstance(subschema, dict):
             _validate(item, subschema, (*path, key), problems, relative_to)
     required = schema.get('required')
     for key in required if isinstance(required, list) else ():
@@ -346,7 +349,7 @@ def _validate_combinations(value: Any, schema: Mapping[str, Any], path: Path, na
 
     def outcome(subschema: Any) -> list[tuple[Path, Cause]]:
         found: list[tuple[Path, Cause]] = []
-        if isinstance(subschema, Mapping):
+        if isinstance(subschema, dict):
             _validate(value, subschema, path, found, relative_to)
         return found
 
@@ -364,12 +367,12 @@ def _validate_combinations(value: Any, schema: Mapping[str, Any], path: Path, na
         if sum(1 for found in outcomes if not found) != 1:
             failed('must validate one and only one schema (oneOf)')
     negated = schema.get('not')
-    if isinstance(negated, Mapping) and not outcome(negated):
+    if isinstance(negated, dict) and not outcome(negated):
         failed('must not validate the schema (not)')
 
 
 def _schemas(value: Any) -> Sequence[Mapping[str, Any]]:
-    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _declares_type(schema: Mapping[str, Any]) -> bool:
@@ -440,12 +443,12 @@ def _has_rules(schema: Mapping[str, Any]) -> bool:
 
 
 def _finds_rules(schema: Any) -> bool:
-    if not isinstance(schema, Mapping):
+    if not isinstance(schema, dict):
         return False
     if schema.get('x-kubernetes-validations'):
         return True
     properties = schema.get('properties')
-    children = [*(properties.values() if isinstance(properties, Mapping) else ()),
+    children = [*(properties.values() if isinstance(properties, dict) else ()),
                 schema.get('additionalProperties'), schema.get('items')]
     return any(_finds_rules(child) for child in children)
 
@@ -477,20 +480,20 @@ def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: li
     rules = schema.get('x-kubernetes-validations')
     if isinstance(rules, list) and rules and value is not None and _cel() is not None:
         for rule in rules:
-            if isinstance(rule, Mapping) and isinstance(rule.get('rule'), str):
+            if isinstance(rule, dict) and isinstance(rule.get('rule'), str):
                 cause = _check_rule(value, rule, path, old=old)
                 if cause is not None:
                     problems.append((path, cause))
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         properties = schema.get('properties')
-        properties = properties if isinstance(properties, Mapping) else {}
+        properties = properties if isinstance(properties, dict) else {}
         additional = schema.get('additionalProperties')
         for key, item in value.items():
             subschema = properties.get(key, additional)
-            if isinstance(subschema, Mapping) and (path or key not in _ROOT_FIELDS):
-                old_item = old.get(key, _ABSENT) if isinstance(old, Mapping) else _ABSENT
+            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS):
+                old_item = old.get(key, _ABSENT) if isinstance(old, dict) else _ABSENT
                 _check_rules(item, subschema, (*path, key), problems, old=old_item)
-    elif isinstance(value, list) and isinstance(schema.get('items'), Mapping):
+    elif isinstance(value, list) and isinstance(schema.get('items'), dict):
         for index, item in enumerate(value):  # the items of lists are not correlated with the old ones
             _check_rules(item, schema['items'], (*path, index), problems, old=_ABSENT)
 
