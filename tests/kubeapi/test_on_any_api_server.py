@@ -199,8 +199,17 @@ def test_a_handlers_result_pruned_by_the_schema_is_reported_not_retried(
                                }}}}]}})
     custom = kubernetes.client.CustomObjectsApi(api)
     where = {'group': group, 'version': 'v1', 'namespace': namespace, 'plural': 'prunables'}
+    def served() -> bool:
+        try:
+            custom.list_namespaced_custom_object(**where)
+        except kubernetes.client.ApiException as e:
+            if e.status != 404:  # "404 page not found" until the new resource is served
+                raise
+            return False
+        return True
+
     try:
-        wait_until(lambda: custom.list_namespaced_custom_object(**where) is not None)
+        wait_until(served)
         operator = tmp_path / 'pruned.py'
         operator.write_text(textwrap.dedent(f"""
             import kopf
