@@ -30,6 +30,7 @@ import random
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from kopf.testing.emulator import selectors
 from kopf.testing.emulator.errors import Cause, undecodable
 from kopf.testing.emulator.validation import json_type_name
 
@@ -404,21 +405,11 @@ def _check_workload(body: Mapping[str, Any]) -> list[Cause]:
 
 
 def _selects(selector: Any, labels: Any) -> bool:
-    """Whether the label selector (``matchLabels``, ``matchExpressions``) selects the labels."""
-    if not isinstance(selector, Mapping) or not selector or not isinstance(labels, Mapping) or not labels:
+    """Whether the workload's selector selects its template's labels (an empty one selects nothing here)."""
+    requirements = selectors.label_selector_from_struct(selector)
+    if not requirements or not isinstance(labels, Mapping) or not labels:
         return False
-    match_labels = selector.get('matchLabels') or {}
-    if any(labels.get(key) != value for key, value in match_labels.items()):
-        return False
-    for expression in selector.get('matchExpressions') or ():
-        key, operator = expression.get('key'), expression.get('operator')
-        values = expression.get('values') or []
-        if ((operator == 'In' and labels.get(key) not in values) or
-                (operator == 'NotIn' and labels.get(key) in values) or
-                (operator == 'Exists' and key not in labels) or
-                (operator == 'DoesNotExist' and key in labels)):
-            return False
-    return True
+    return selectors.labels_match(requirements, labels)
 
 
 def _check_job(body: Mapping[str, Any]) -> list[Cause]:

@@ -478,10 +478,14 @@ def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: li
     if value is not None and isinstance(expected, str) and expected and not _is_of_type(value, expected):
         return  # a problem of the schema already: its rules are not evaluated
     rules = schema.get('x-kubernetes-validations')
-    if isinstance(rules, list) and rules and value is not None and _cel() is not None:
+    celpy = _cel() if isinstance(rules, list) and rules and value is not None else None
+    if celpy is not None and isinstance(rules, list):
+        activation = {'self': celpy.json_to_cel(value)}  # once for all the node's rules
+        if old is not _ABSENT:
+            activation['oldSelf'] = celpy.json_to_cel(old)
         for rule in rules:
             if isinstance(rule, dict) and isinstance(rule.get('rule'), str):
-                cause = _check_rule(value, rule, path, old=old)
+                cause = _check_rule(value, rule, path, activation)
                 if cause is not None:
                     problems.append((path, cause))
     if isinstance(value, dict):
@@ -490,23 +494,19 @@ def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: li
         additional = schema.get('additionalProperties')
         for key, item in value.items():
             subschema = properties.get(key, additional)
-            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS):
+            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS) and _has_rules(subschema):
                 old_item = old.get(key, _ABSENT) if isinstance(old, dict) else _ABSENT
                 _check_rules(item, subschema, (*path, key), problems, old=old_item)
-    elif isinstance(value, list) and isinstance(schema.get('items'), dict):
+    elif isinstance(value, list) and isinstance(schema.get('items'), dict) and _has_rules(schema['items']):
         for index, item in enumerate(value):  # the items of lists are not correlated with the old ones
             _check_rules(item, schema['items'], (*path, index), problems, old=_ABSENT)
 
 
-def _check_rule(value: Any, rule: Mapping[str, Any], path: Path, *, old: Any) -> Cause | None:
+def _check_rule(value: Any, rule: Mapping[str, Any], path: Path, activation: dict[str, Any]) -> Cause | None:
     celpy = _cel()
     expression: str = rule['rule']
-    transition = re.search(r'\boldSelf\b', expression) is not None
-    if transition and old is _ABSENT:
+    if 'oldSelf' not in activation and re.search(r'\boldSelf\b', expression):
         return None  # the transition rules are for updates only
-    activation = {'self': celpy.json_to_cel(value)}
-    if transition:
-        activation['oldSelf'] = celpy.json_to_cel(old)
     field = _field(path)
     message = rule.get('message') if isinstance(rule.get('message'), str) else None
     try:
