@@ -57,10 +57,20 @@ SCHEMA: dict[str, Any] = {
             'int32': {'type': 'integer', 'format': 'int32'},
             'props': {'type': 'object', 'minProperties': 1, 'maxProperties': 2,
                       'x-kubernetes-preserve-unknown-fields': True},
+            'set': {'type': 'array', 'x-kubernetes-list-type': 'set', 'items': {'type': 'string'}},
+            'conditions': {'type': 'array', 'x-kubernetes-list-type': 'map',
+                           'x-kubernetes-list-map-keys': ['type', 'scope'], 'items': {
+                               'type': 'object', 'required': ['type'], 'properties': {
+                                   'type': {'type': 'string'}, 'scope': {'type': 'string', 'default': 'all'},
+                                   'status': {'type': 'string'},
+                                   'tags': {'type': 'array', 'x-kubernetes-list-type': 'set',
+                                            'items': {'type': 'integer'}}}}},
+            'plain': {'type': 'array', 'items': {'type': 'string'}},  # a set when tightened (ratcheting)
         }},
         'status': {'type': 'object', 'properties': {
             'phase': {'type': 'string'},
             'count': {'type': 'integer', 'minimum': 0},
+            'nodes': {'type': 'array', 'x-kubernetes-list-type': 'set', 'items': {'type': 'string'}},
         }},
     },
 }
@@ -88,6 +98,9 @@ RULES_SCHEMA: dict[str, Any] = {'type': 'object', 'properties': {'spec': {
             {'rule': 'self == oldSelf', 'message': 'mode is immutable'}]},
         'tags': {'type': 'array', 'maxItems': 10, 'items': {'type': 'string', 'maxLength': 10},
                  'x-kubernetes-validations': [{'rule': 'self.all(t, t.size() < 4)'}]},
+        'count': {'type': 'integer', 'minimum': 0},
+        'one': {'type': 'array', 'maxItems': 1, 'items': {'type': 'string'}},
+        'set': {'type': 'array', 'x-kubernetes-list-type': 'set', 'items': {'type': 'string'}},
     }}}}
 RULES_CRD = crd(RULES_GROUP, RULES_PLURAL, RULES_KIND, RULES_SCHEMA)
 SKIPPED_RULES = ('<nil>', 'FieldValueInvalid',
@@ -161,6 +174,10 @@ def _type(field: str, actual: str, expected: str, *, name: str | None = None) ->
     return field, 'FieldValueTypeInvalid', f'Invalid value: "{actual}": {name or field} in body {text}'
 
 
+def _duplicate(field: str, value: str) -> tuple[str, str, str]:
+    return field, 'FieldValueDuplicate', f'Duplicate value: {value}'
+
+
 def _nil(text: str) -> tuple[str, str, str]:
     return '<nil>', 'FieldValueInvalid', f'Invalid value: "": {text}'
 
@@ -225,6 +242,8 @@ CREATIONS: list[Creation] = [
     _bad('too-short', {'size': 1, 'name': 'a'},
          _value('spec.name', '"a"', 'should be at least 2 chars long')),
     _bad('pattern', {'size': 1, 'name': 'ab1'}, _value('spec.name', '"ab1"', "should match '^[a-z]+$'")),
+    _bad('too-short-and-pattern', {'size': 1, 'name': '1'},  # the first of a string's problems only
+         _value('spec.name', '"1"', 'should be at least 2 chars long')),
     _bad('exclusive-minimum', {'size': 1, 'ratio': 0},  # 0 is an integer: the factor is truncated to 0 too
          ('spec.ratio', 'FieldValueInvalid',
           'Invalid value: 0: factor MultipleOf declared for spec.ratio must be positive: 0'),
@@ -249,6 +268,19 @@ CREATIONS: list[Creation] = [
     _bad('max-properties', {'size': 1, 'props': {'a': 1, 'b': 2, 'c': 3}},
          ('spec.props', 'FieldValueTooMany', 'Too many: 3: must have at most 2 items')),
     _bad('not-an-object', 5, _type('spec', 'integer', 'object')),
+    _ok('unique', {'size': 1, 'set': ['a', 'b'], 'conditions': [
+        {'type': 'A', 'tags': [1, 2]}, {'type': 'A', 'scope': 'x'}, {'type': 'B', 'status': 'y'}]},
+        {'size': 1, **DEFAULTS, 'set': ['a', 'b'], 'conditions': [
+            {'type': 'A', 'scope': 'all', 'tags': [1, 2]}, {'type': 'A', 'scope': 'x'},
+            {'type': 'B', 'scope': 'all', 'status': 'y'}]}),
+    _bad('set-duplicates', {'size': 1, 'set': ['a', 'b', 'a', 'a', 'b']},  # each once, where first repeated
+         _duplicate('spec.set[2]', '"a"'), _duplicate('spec.set[4]', '"b"')),
+    _bad('map-duplicates', {'size': 1, 'conditions': [  # by the keys, with their defaults; then the items'
+        {'type': 'A', 'status': 'x', 'tags': [3, 3]}, {'type': 'A', 'scope': 'all', 'status': 'y'}]},
+         _duplicate('spec.conditions[1]', '{"scope":"all","type":"A"}'),
+         _duplicate('spec.conditions[0].tags[1]', '3')),
+    _bad('duplicates-after-types', {'size': 'x', 'set': ['a', 'a']},
+         _type('spec.size', 'string', 'integer'), _duplicate('spec.set[1]', '"a"')),
 ]
 
 
@@ -284,6 +316,14 @@ RULED_CREATIONS: list[Creation] = [
                ('spec.min', 'FieldValueTypeInvalid',
                 'Invalid value: "string": spec.min in body must be of type integer: "string"'),
                SKIPPED_RULES),
+    _ruled_bad('cel-after-too-many', {'min': 3, 'max': 2, 'one': ['a', 'b']},
+               ('spec.one', 'FieldValueTooMany', 'Too many: 2: must have at most 1 item'), SKIPPED_RULES),
+    _ruled_bad('cel-after-a-minimum', {'min': 3, 'max': 2, 'count': -1},  # not a "blocking" problem
+               _value('spec.count', '-1', 'should be greater than or equal to 0'),
+               ('spec', 'FieldValueInvalid', 'Invalid value: min must not exceed max')),
+    _ruled_bad('cel-after-duplicates', {'min': 3, 'max': 2, 'set': ['a', 'a']},
+               _duplicate('spec.set[1]', '"a"'),
+               ('spec', 'FieldValueInvalid', 'Invalid value: min must not exceed max')),
 ]
 
 
@@ -328,6 +368,8 @@ STEPS: list[Step] = [
           invalid('target', _value('status.count', '-1', 'should be greater than or equal to 0',
                                    name='count')),
           subresource='status'),
+    _step('status-duplicates', {'status': {'nodes': ['n', 'n']}}, 422,
+          invalid('target', _duplicate('status.nodes[1]', '"n"')), subresource='status'),
     _step('status-pruned', {'status': {'phase': 'q', 'zz': 1}}, 200,
           {'spec': _STORED_SPEC, 'status': {'phase': 'q'}}, ['unknown field "status.zz"'],
           subresource='status'),
@@ -372,8 +414,9 @@ TRANSITIONS: list[Step] = [
 ]
 
 
-# Ratcheting: an object stored under a looser schema, the schema tightened (size <= 3, "later" required).
-RATCHETED = schematic('ratcheted', {'size': 5})
+# Ratcheting: an object stored under a looser schema, the schema tightened (size <= 3, "later" required,
+# "plain" a set of unique items).
+RATCHETED = schematic('ratcheted', {'size': 5, 'plain': ['a', 'a']})
 
 
 def tightened(crd: dict[str, Any]) -> dict[str, Any]:
@@ -381,19 +424,29 @@ def tightened(crd: dict[str, Any]) -> dict[str, Any]:
     spec_schema['properties']['size']['maximum'] = 3
     spec_schema['required'] = ['size', 'later']
     spec_schema['properties']['later'] = {'type': 'string'}
+    spec_schema['properties']['plain']['x-kubernetes-list-type'] = 'set'
     return crd
 
 
-RATCHETING: list[Step] = [  # the invalid size is kept while unchanged, the missing field is not
+# The invalid size is kept while unchanged, the missing field is not; the repeated items are not checked
+# at all while the stored object has some (even new ones), and are once it has none.
+_RATCHETED_SPEC = {'size': 5, 'plain': ['a', 'a'], **DEFAULTS}
+RATCHETING: list[Step] = [
     _step('other-field', {'spec': {'flag': False}}, 422, invalid('ratcheted', ('spec.later', *_REQUIRED))),
-    _step('labels', {'metadata': {'labels': {'a': 'b'}}}, 200,
-          {'spec': {'size': 5, **DEFAULTS}, 'status': None}),
+    _step('labels', {'metadata': {'labels': {'a': 'b'}}}, 200, {'spec': _RATCHETED_SPEC, 'status': None}),
     _step('status', {'status': {'phase': 'p'}}, 200,
-          {'spec': {'size': 5, **DEFAULTS}, 'status': {'phase': 'p'}}, subresource='status'),
+          {'spec': _RATCHETED_SPEC, 'status': {'phase': 'p'}}, subresource='status'),
     _step('fixed', {'spec': {'later': 'x'}}, 200,
-          {'spec': {'size': 5, 'later': 'x', **DEFAULTS}, 'status': {'phase': 'p'}}),
+          {'spec': {**_RATCHETED_SPEC, 'later': 'x'}, 'status': {'phase': 'p'}}),
     _step('changed', {'spec': {'size': 4}}, 422,
           invalid('ratcheted', _value('spec.size', '4', 'should be less than or equal to 3'))),
+    _step('new-duplicates', {'spec': {'plain': ['b', 'b', 'c']}}, 200,
+          {'spec': {**_RATCHETED_SPEC, 'later': 'x', 'plain': ['b', 'b', 'c']}, 'status': {'phase': 'p'}}),
+    _step('unique', {'spec': {'plain': ['c']}}, 200,
+          {'spec': {**_RATCHETED_SPEC, 'later': 'x', 'plain': ['c']}, 'status': {'phase': 'p'}}),
+    _step('duplicates-again', {'spec': {'plain': ['c', 'c']}}, 422,
+          invalid('ratcheted', _duplicate('spec.plain[1]', '"c"'))),
 ]
-RATCHETED_NEW = Creation('new', schematic('new', {'size': 4}), {}, 422, invalid(
-    'new', _value('spec.size', '4', 'should be less than or equal to 3'), ('spec.later', *_REQUIRED)), [])
+RATCHETED_NEW = Creation('new', schematic('new', {'size': 4, 'plain': ['a', 'a']}), {}, 422, invalid(
+    'new', _value('spec.size', '4', 'should be less than or equal to 3'), ('spec.later', *_REQUIRED),
+    _duplicate('spec.plain[1]', '"a"')), [])

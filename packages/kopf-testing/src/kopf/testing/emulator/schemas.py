@@ -16,14 +16,20 @@ For every creation and update of a custom object (incl. patches and the status s
   ``date``, ``int32``, ``int64``), ``allOf``/``anyOf``/``oneOf``/``not``; with the real servers'
   wording, as 422 with all the causes. On updates, unchanged values are not re-validated (the
   validation ratcheting of Kubernetes 1.33+): an object stored under an older schema stays updatable.
+  The strings' ``maxLength``, ``minLength``, ``pattern``: the first one failed only, as real servers.
+* **Unique lists** (``x-kubernetes-list-type: set``, and ``map`` by its ``x-kubernetes-list-map-keys``):
+  each repeated value once, where it is first repeated (``Duplicate value: {"type":"Ready"}``); on
+  updates, not checked at all if the old object had repeated values already (as real servers).
 * **CEL rules** (``x-kubernetes-validations``: ``rule``, ``message``, ``messageExpression``,
   ``fieldPath``, ``reason``; the transition rules with ``oldSelf`` on updates only), evaluated by
   ``cel-python`` (the ``kopf-testing[cel]`` extra) if installed, else not checked (said once in the
-  log). Its CEL is the standard one: Kubernetes' own CEL libraries (e.g. ``quantity()``, ``url()``,
+  log). Only after no "blocking" problem (a wrong type, a missing field, an unsupported value, too
+  long, too many: then the cause "some validation rules were not checked" instead), as real servers.
+  Its CEL is the standard one: Kubernetes' own CEL libraries (e.g. ``quantity()``, ``url()``,
   ``isSorted()``) fail the rules that use them as evaluation errors.
 
-Not done (the emulator's known differences): the list types' uniqueness (``x-kubernetes-list-type:
-set/map``) and their items' correlation for the transition rules, the CEL rules' cost limits, the
+Not done (the emulator's known differences): the correlation of the lists' items with the old ones
+for the transition rules, the CEL rules' cost limits, the
 checks of the schemas themselves when a CRD is created (e.g. that they are structural), pruning of
 ``metadata`` to the fields of ObjectMeta, and the re-pruning of the stored objects when a CRD's schema
 changes.
@@ -35,8 +41,8 @@ import itertools
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from kopf.testing.emulator.errors import Cause
 
@@ -148,27 +154,40 @@ def validate(body: Mapping[str, Any], schema: Mapping[str, Any], *,
     the messages name the fields relative to it, as real servers do (``phase in body ...``).
     """
     problems: list[tuple[Path, Cause]] = []
-    ruled: tuple[Any, Mapping[str, Any], Path] | None = None  # what the CEL rules are checked in
+    checked: tuple[Any, Mapping[str, Any], Path] | None = None  # what the lists and rules are checked in
     if subtree is None:
         _validate_object_fields(body, schema, (), problems, root=True)
-        ruled = (body, schema, ())
+        checked = (body, schema, ())
     else:
         properties = schema.get('properties')
         subschema = properties.get(subtree) if isinstance(properties, dict) else None
         if isinstance(subschema, dict) and subtree in body:
             _validate(body[subtree], subschema, (subtree,), problems, relative_to=1)
-            ruled = (body[subtree], subschema, (subtree,))
+            checked = (body[subtree], subschema, (subtree,))
     if old is not None:
         problems = [(path, cause) for path, cause in problems if not _unchanged(body, old, path)]
-    if ruled is not None and _has_rules(ruled[1]):
-        if problems:  # like real servers: no rules are checked in an invalid object, but it is said
+    if checked is None:
+        return [cause for _, cause in problems]
+    value, subschema, path = checked
+    old_value = _ABSENT if old is None else old if subtree is None else old.get(subtree, _ABSENT)
+    traits = _traits(subschema)
+    if traits.lists:  # like real servers: not at all in an update of an object that had duplicates already
+        duplicates: list[tuple[Path, Cause]] = []
+        _find_duplicates(value, subschema, path, duplicates)
+        if duplicates and old_value is not _ABSENT:
+            had: list[tuple[Path, Cause]] = []
+            _find_duplicates(old_value, subschema, path, had)
+            duplicates = [] if had else duplicates
+        problems.extend(duplicates)
+    if traits.rules:
+        if any(cause.reason in _BLOCKING for _, cause in problems):  # like real servers: it is said
             problems.append(((), _SKIPPED_RULES))
         else:
-            value, subschema, path = ruled
-            old_value = _ABSENT if old is None else old if subtree is None else old.get(subtree, _ABSENT)
-            _check_rules(value, subschema, path, problems, old=old_value)
+            ruled: list[tuple[Path, Cause]] = []
+            _check_rules(value, subschema, path, ruled, old=old_value)
             if old is not None:
-                problems = [(path, cause) for path, cause in problems if not _unchanged(body, old, path)]
+                ruled = [(path, cause) for path, cause in ruled if not _unchanged(body, old, path)]
+            problems.extend(ruled)
     return [cause for _, cause in problems]
 
 
@@ -257,7 +276,7 @@ def _validate(value: Any, schema: Mapping[str, Any], path: Path,
         if isinstance(min_items, int) and len(value) < min_items:
             problem(f'Invalid value: {len(value)}: {name} in body should have at least {min_items} items')
         if isinstance(max_items, int) and len(value) > max_items:
-            problem(f'Too many: {len(value)}: must have at most {max_items} items', 'FieldValueTooMany')
+            problem(f'Too many: {len(value)}: must have at most {_items(max_items)}', 'FieldValueTooMany')
         items = schema.get('items')
         if isinstance(items, dict):
             for index, item in enumerate(value):
@@ -267,12 +286,16 @@ def _validate(value: Any, schema: Mapping[str, Any], path: Path,
             problem(f'Invalid value: {len(value)}: {name} in body should have at least '
                     f'{schema["minProperties"]} properties')
         if isinstance(schema.get('maxProperties'), int) and len(value) > schema['maxProperties']:
-            problem(f'Too many: {len(value)}: must have at most {schema["maxProperties"]} items',
+            problem(f'Too many: {len(value)}: must have at most {_items(schema["maxProperties"])}',
                     'FieldValueTooMany')
         _validate_object_fields(value, schema, path, problems, relative_to=relative_to)
 
     if not _COMBINATIONS.isdisjoint(schema):
         _validate_combinations(value, schema, path, name, problems, relative_to)
+
+
+def _items(count: int) -> str:
+    return '1 item' if count == 1 else f'{count} items'
 
 
 def _validate_object_fields(value: Mapping[str, Any], schema: Mapping[str, Any], path: Path,
@@ -295,22 +318,24 @@ def _validate_object_fields(value: Mapping[str, Any], schema: Mapping[str, Any],
 
 def _validate_string(value: str, schema: Mapping[str, Any], name: str, problem: Any) -> None:
     max_length, min_length = schema.get('maxLength'), schema.get('minLength')
-    if isinstance(max_length, int) and len(value) > max_length:
-        problem(f'Too long: may not be more than {max_length} bytes', 'FieldValueTooLong')
-    if isinstance(min_length, int) and len(value) < min_length:
-        problem(f'Invalid value: {_go(value)}: {name} in body should be at least {min_length} chars long')
     pattern = schema.get('pattern')
-    if isinstance(pattern, str):
-        try:
-            matched = re.search(pattern, value) is not None
-        except re.error:
-            matched = True  # not a pattern that Python knows: not checked
-        if not matched:
-            problem(f"Invalid value: {_go(value)}: {name} in body should match '{pattern}'")
+    if isinstance(max_length, int) and len(value) > max_length:  # like real servers: the first of these only
+        problem(f'Too long: may not be more than {max_length} bytes', 'FieldValueTooLong')
+    elif isinstance(min_length, int) and len(value) < min_length:
+        problem(f'Invalid value: {_go(value)}: {name} in body should be at least {min_length} chars long')
+    elif isinstance(pattern, str) and not _matches(pattern, value):
+        problem(f"Invalid value: {_go(value)}: {name} in body should match '{pattern}'")
     fmt = schema.get('format')
     if fmt in _STRING_FORMATS and not _STRING_FORMATS[fmt](value):
         problem(f'Invalid value: {_go(value)}: {name} in body must be of type {fmt}: {_go(value)}',
                 'FieldValueTypeInvalid')
+
+
+def _matches(pattern: str, value: str) -> bool:
+    try:
+        return re.search(pattern, value) is not None
+    except re.error:
+        return True  # not a pattern that Python knows: not checked
 
 
 def _validate_number(value: float, schema: Mapping[str, Any], name: str, problem: Any) -> None:
@@ -418,9 +443,6 @@ def _is_date(value: str) -> bool:
 _STRING_FORMATS = {'date-time': _is_date_time, 'date': _is_date}
 
 
-# ----------------------------------------------------------------------------------------------------
-# CEL rules (x-kubernetes-validations), if cel-python is installed.
-
 logger = logging.getLogger(__name__)
 _ABSENT: Any = object()  # no old value (a creation, or a field that is new)
 _REASON_PREFIXES = {'FieldValueForbidden': 'Forbidden', 'FieldValueRequired': 'Required value',
@@ -429,29 +451,91 @@ _REASON_PREFIXES = {'FieldValueForbidden': 'Forbidden', 'FieldValueRequired': 'R
 
 _SKIPPED_RULES = Cause('<nil>', 'Invalid value: null: some validation rules were not checked because the '
                                 'object was invalid; correct the existing errors to complete validation')
-_RULED_SCHEMAS: dict[int, tuple[Mapping[str, Any], bool]] = {}  # by id, the schema kept (no reuse of ids)
+# The kinds of problems after which real servers check no CEL rules (their "blocking" errors).
+_BLOCKING = frozenset({'FieldValueTypeInvalid', 'FieldValueNotSupported', 'FieldValueRequired',
+                       'FieldValueTooLong', 'FieldValueTooMany'})
 
 
-def _has_rules(schema: Mapping[str, Any]) -> bool:
-    """Whether the schema has CEL rules anywhere (remembered: the schemas of CRDs are never changed)."""
-    remembered = _RULED_SCHEMAS.get(id(schema))
+class _Traits(NamedTuple):
+    """What a schema has anywhere in it, besides the plain validation (remembered per schema)."""
+    rules: bool  # CEL rules (x-kubernetes-validations)
+    lists: bool  # lists of unique items (x-kubernetes-list-type: set or map)
+
+
+_TRAITS: dict[int, tuple[Mapping[str, Any], _Traits]] = {}  # by id, the schema kept (no reuse of ids)
+
+
+def _traits(schema: Mapping[str, Any]) -> _Traits:
+    """The schema's traits (remembered: the schemas of CRDs are never changed, but replaced)."""
+    remembered = _TRAITS.get(id(schema))
     if remembered is None or remembered[0] is not schema:
-        if len(_RULED_SCHEMAS) >= 1024:
-            _RULED_SCHEMAS.clear()
-        remembered = _RULED_SCHEMAS[id(schema)] = (schema, _finds_rules(schema))
+        if len(_TRAITS) >= 1024:
+            _TRAITS.clear()
+        remembered = _TRAITS[id(schema)] = (schema, _Traits(_finds(schema, _ruled), _finds(schema, _unique)))
     return remembered[1]
 
 
-def _finds_rules(schema: Any) -> bool:
+def _ruled(schema: Mapping[str, Any]) -> bool:
+    return bool(schema.get('x-kubernetes-validations'))
+
+
+def _unique(schema: Mapping[str, Any]) -> bool:
+    return schema.get('x-kubernetes-list-type') in ('set', 'map')
+
+
+def _finds(schema: Any, predicate: Callable[[Mapping[str, Any]], bool]) -> bool:
     if not isinstance(schema, dict):
         return False
-    if schema.get('x-kubernetes-validations'):
+    if predicate(schema):
         return True
     properties = schema.get('properties')
     children = [*(properties.values() if isinstance(properties, dict) else ()),
                 schema.get('additionalProperties'), schema.get('items')]
-    return any(_finds_rules(child) for child in children)
+    return any(_finds(child, predicate) for child in children)
 
+
+# ----------------------------------------------------------------------------------------------------
+# The lists of unique items (x-kubernetes-list-type: set, or map by its x-kubernetes-list-map-keys).
+
+def _find_duplicates(value: Any, schema: Mapping[str, Any], path: Path,
+                     problems: list[tuple[Path, Cause]]) -> None:
+    """The repeated items of the sets and maps (each repeated value once, where it is first repeated)."""
+    if isinstance(value, list):
+        list_type = schema.get('x-kubernetes-list-type')
+        keys = schema.get('x-kubernetes-list-map-keys')
+        keys = [key for key in keys if isinstance(key, str)] if isinstance(keys, list) else None
+        if list_type == 'set' or (list_type == 'map' and keys is not None):
+            seen: set[str] = set()
+            reported: set[str] = set()
+            for index, item in enumerate(value):
+                if list_type == 'map':
+                    if not isinstance(item, dict):
+                        continue
+                    item = {key: item[key] for key in keys or () if key in item}
+                text = json.dumps(item, sort_keys=True, separators=(',', ':'))
+                if text in seen and text not in reported:
+                    reported.add(text)
+                    shown = _go(item) if not isinstance(item, dict) else text
+                    at = (*path, index)
+                    cause = Cause(_field(at), f'Duplicate value: {shown}', 'FieldValueDuplicate')
+                    problems.append((at, cause))
+                seen.add(text)
+        items = schema.get('items')
+        if isinstance(items, dict) and _traits(items).lists:
+            for index, item in enumerate(value):
+                _find_duplicates(item, items, (*path, index), problems)
+    elif isinstance(value, dict):
+        properties = schema.get('properties')
+        properties = properties if isinstance(properties, dict) else {}
+        additional = schema.get('additionalProperties')
+        for key, item in value.items():
+            subschema = properties.get(key, additional)
+            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS) and _traits(subschema).lists:
+                _find_duplicates(item, subschema, (*path, key), problems)
+
+
+# ----------------------------------------------------------------------------------------------------
+# CEL rules (x-kubernetes-validations), if cel-python is installed.
 
 @functools.cache
 def _cel() -> Any:
@@ -494,10 +578,10 @@ def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: li
         additional = schema.get('additionalProperties')
         for key, item in value.items():
             subschema = properties.get(key, additional)
-            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS) and _has_rules(subschema):
+            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS) and _traits(subschema).rules:
                 old_item = old.get(key, _ABSENT) if isinstance(old, dict) else _ABSENT
                 _check_rules(item, subschema, (*path, key), problems, old=old_item)
-    elif isinstance(value, list) and isinstance(schema.get('items'), dict) and _has_rules(schema['items']):
+    elif isinstance(value, list) and isinstance(schema.get('items'), dict) and _traits(schema['items']).rules:
         for index, item in enumerate(value):  # the items of lists are not correlated with the old ones
             _check_rules(item, schema['items'], (*path, index), problems, old=_ABSENT)
 
