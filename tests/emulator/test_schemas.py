@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from .. import _cel_libraries as libraries
 from .. import _crd_schemas as cases
 from .conftest import RawApi
 
@@ -99,6 +100,64 @@ def test_cel_rules_are_skipped_with_a_warning_without_cel_python() -> None:
     assert 'CREATED 201' in result.stdout, result.stderr
     assert 'The CEL rules of CRDs (x-kubernetes-validations) are not checked: cel-python is not installed. ' \
            'To check them as real servers do, install kopf-testing[cel].' in result.stderr
+
+
+@pytest.fixture
+async def libraries_crd(api: RawApi) -> RawApi:
+    assert (await api.post('/api/v1/namespaces', {'metadata': {'name': NAMESPACE}})).status == 201
+    assert (await api.post(CRDS, copy.deepcopy(libraries.CRD))).status == 201
+    return api
+
+
+async def test_cel_libraries_of_kubernetes_in_a_valid_object(libraries_crd: RawApi) -> None:
+    reply = await libraries_crd.post(libraries.path(NAMESPACE), libraries.library('valid', libraries.VALID))
+    assert (reply.status, reply.body['spec']) == (201, libraries.VALID)
+
+
+@pytest.mark.parametrize('case', libraries.INVALID, ids=[case.id for case in libraries.INVALID])
+async def test_cel_libraries_of_kubernetes_in_invalid_objects(
+        libraries_crd: RawApi, case: libraries.Invalid) -> None:
+    spec = {**libraries.VALID, **case.changes}
+    reply = await libraries_crd.post(libraries.path(NAMESPACE), libraries.library(case.id, spec))
+    libraries.check_invalid(case, reply.status, reply.body)
+
+
+def test_cel_rules_that_cel_python_cannot_evaluate_are_skipped_with_a_warning_once() -> None:
+    # Another interpreter, for its log from the start (the warning is once per rule and process).
+    rule = libraries.RULES[libraries.UNSUPPORTED]
+    crd = {**libraries.CRD, 'spec': {**libraries.CRD['spec'], 'versions': [{
+        'name': 'v1', 'served': True, 'storage': True, 'schema': {'openAPIV3Schema': {
+            'type': 'object', 'properties': {'spec': {
+                'type': 'object', 'properties': {'s': {'type': 'string'}},
+                'x-kubernetes-validations': [{'rule': rule}, {'rule': "self.s.startsWith('x')"}],
+            }}}}}]}}
+    script = textwrap.dedent(f'''
+        import json, logging, urllib.error, urllib.request
+        logging.basicConfig(level=logging.WARNING, format='%(message)s')
+        from kopf.testing.emulator import KubernetesEmulator
+
+        def send(url, method, path, body):
+            request = urllib.request.Request(url + path, method=method, data=json.dumps(body).encode(),
+                                             headers={{'Content-Type': 'application/json'}})
+            try:
+                with urllib.request.urlopen(request) as response:
+                    return response.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        with KubernetesEmulator() as emulator:
+            send(emulator.url, 'POST', '/api/v1/namespaces', {{'metadata': {{'name': 'ns1'}}}})
+            send(emulator.url, 'POST', {CRDS!r}, {crd!r})
+            where = {libraries.path(NAMESPACE)!r}
+            for name, s in [('o1', 'xy'), ('o2', 'xz'), ('o3', 'y')]:
+                print(name, send(emulator.url, 'POST', where, {libraries.library('', {})!r} | {{
+                    'metadata': {{'name': name}}, 'spec': {{'s': s}}}}))
+    ''')
+    result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ['o1', '201', 'o2', '201', 'o3', '422'], result.stderr
+    warning = (f'The CEL rule {rule!r} is not checked by the emulator (its objects pass it as if valid): '
+               f'CELParseError: {rule}. Test it on a real API server.')
+    assert result.stderr.splitlines() == [warning]
 
 
 async def test_ratcheting_after_the_schema_tightens(schematics: RawApi) -> None:

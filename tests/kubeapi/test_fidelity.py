@@ -21,6 +21,7 @@ from kopf._clients.connections import Response
 from kopf.testing.emulator import KubernetesEmulator
 
 from .. import _builtin_kinds as builtin_kinds
+from .. import _cel_libraries as cel_libraries
 from .. import _crd_schemas as crd_schemas
 from .._waiting import wait_until
 
@@ -587,6 +588,27 @@ def test_schema_cel_transition_rules(server: Api, ns: str, schematics: None) -> 
     for step in crd_schemas.TRANSITIONS:
         code, body = server(step.method, f'{where}/ruled', step.body, ctype=step.content_type, **step.params)
         crd_schemas.check_step(step, code, body, server.warnings)
+
+
+@pytest.fixture()
+def libraries_crd(server: Api) -> None:
+    """The CRD whose rules use Kubernetes' CEL libraries (``tests/_cel_libraries.py``), established."""
+    code, body = server('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions', cel_libraries.CRD)
+    assert code in (201, 409), body
+    wait_until(lambda: server('GET', f'/apis/{cel_libraries.GROUP}/v1/{cel_libraries.PLURAL}')[0] == 200)
+
+
+def test_schema_cel_libraries_in_a_valid_object(server: Api, ns: str, libraries_crd: None) -> None:
+    code, body = server('POST', cel_libraries.path(ns), cel_libraries.library('valid', cel_libraries.VALID))
+    assert (code, body['spec']) == (201, cel_libraries.VALID), body
+
+
+@pytest.mark.parametrize('case', cel_libraries.INVALID, ids=[case.id for case in cel_libraries.INVALID])
+def test_schema_cel_libraries_in_invalid_objects(
+        server: Api, ns: str, libraries_crd: None, case: cel_libraries.Invalid) -> None:
+    spec = {**cel_libraries.VALID, **case.changes}
+    code, body = server('POST', cel_libraries.path(ns), cel_libraries.library(case.id, spec))
+    cel_libraries.check_invalid(case, code, body)
 
 
 def test_schema_ratcheting(server: Api, ns: str) -> None:

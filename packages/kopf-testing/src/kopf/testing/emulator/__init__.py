@@ -27,7 +27,8 @@ Differences from a real API server, deliberately kept for simplicity:
 * JSON and YAML only, no protobuf: kubectl's generator commands for built-in kinds (e.g.
   ``kubectl create configmap``) send protobuf and get 415; ``kubectl apply/create -f`` work.
 * The schemas of CRDs prune, default and validate the objects (see :mod:`.schemas`; their CEL
-  rules with ``kopf-testing[cel]`` only, and with the standard CEL libraries only); all versions of
+  rules with ``kopf-testing[cel]`` only, with Kubernetes' CEL libraries; the rules that cel-python
+  cannot evaluate are not checked, and the log says so); all versions of
   a resource share one storage and differ only in ``apiVersion`` (no conversion webhooks).
 * Strategic merge-patch merges lists by key only for well-known fields (``containers``,
   ``env``, ``ports``, ``volumes``, ``conditions``, ``finalizers``, ...); other lists are replaced.

@@ -25,8 +25,10 @@ For every creation and update of a custom object (incl. patches and the status s
   ``cel-python`` (the ``kopf-testing[cel]`` extra) if installed, else not checked (said once in the
   log). Only after no "blocking" problem (a wrong type, a missing field, an unsupported value, too
   long, too many: then the cause "some validation rules were not checked" instead), as real servers.
-  Its CEL is the standard one: Kubernetes' own CEL libraries (e.g. ``quantity()``, ``url()``,
-  ``isSorted()``) fail the rules that use them as evaluation errors.
+  Besides the standard CEL, Kubernetes' own libraries (strings, lists, regexes, URLs, quantities, IPs
+  and CIDRs, semantic versions: ``celfunctions.py``). A rule that cel-python cannot evaluate (e.g. the
+  optional types' ``self.?x``, ``format``, a function of no library here) is not checked: its objects
+  pass it, and the log says so once per rule.
 
 Not done (the emulator's known differences): the correlation of the lists' items with the old ones
 for the transition rules, the CEL rules' cost limits, the
@@ -548,11 +550,31 @@ def _cel() -> Any:
     return celpy
 
 
+_CELPY_TEXTS = {  # cel-python's words for what Kubernetes' libraries say otherwise
+    'Attempt to reduce an empty sequence or a sequence with a None value': 'min called on empty list',
+}
+
+
+class _Unsupported(Exception):
+    """A rule that the emulator cannot evaluate (see ``_check_rule``)."""
+
+
 @functools.lru_cache(maxsize=1024)
 def _program(expression: str) -> Any:
     celpy = _cel()
+    from kopf.testing.emulator import celfunctions
     environment = celpy.Environment()
-    return environment.program(environment.compile(expression))
+    try:
+        return environment.program(environment.compile(expression), functions=celfunctions.FUNCTIONS)
+    except Exception as e:  # e.g. the optional types' syntax (``self.?x``), unknown to cel-python
+        raise _Unsupported(f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}') from None
+
+
+@functools.cache
+def _not_checked(expression: str, reason: str) -> None:
+    """Say once per rule that it is not checked (its objects pass it), and why."""
+    logger.warning('The CEL rule %r is not checked by the emulator (its objects pass it as if valid): %s. '
+                   'Test it on a real API server.', expression, reason)
 
 
 def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: list[tuple[Path, Cause]],
@@ -595,17 +617,27 @@ def _check_rule(value: Any, rule: Mapping[str, Any], path: Path, activation: dic
     message = rule.get('message') if isinstance(rule.get('message'), str) else None
     try:
         result = _program(expression).evaluate(activation)
+    except _Unsupported as e:
+        _not_checked(expression, str(e))
+        return None
     except celpy.CELEvalError as e:
         text = str(e.args[0]) if e.args else str(e)
+        if text.startswith('undeclared reference to '):  # a function of no library here
+            _not_checked(expression, text.split(' (in activation', 1)[0])
+            return None
         text = re.sub(r"^no such member in mapping: '(.*)'$", r'no such key: \1', text)
+        text = _CELPY_TEXTS.get(text, text)
         return Cause(field, f'Invalid value: "{_json_type(value)}": {text} evaluating rule: '
                             f'{message or expression}')
+    except Exception as e:  # cel-python's own failures (e.g. the two-variable comprehensions)
+        _not_checked(expression, f'{type(e).__name__}: {e}')
+        return None
     if result is True or (isinstance(result, celpy.celtypes.BoolType) and bool(result)):
         return None
     if isinstance(rule.get('messageExpression'), str):
         try:
             message = str(_program(rule['messageExpression']).evaluate(activation))
-        except celpy.CELEvalError:
+        except Exception:
             pass  # like real servers: the static message (or the rule) instead
     message = message or f'failed rule: {expression}'
     if isinstance(rule.get('fieldPath'), str) and rule['fieldPath']:
