@@ -450,3 +450,144 @@ RATCHETING: list[Step] = [
 RATCHETED_NEW = Creation('new', schematic('new', {'size': 4, 'plain': ['a', 'a']}), {}, 422, invalid(
     'new', _value('spec.size', '4', 'should be less than or equal to 3'), ('spec.later', *_REQUIRED),
     _duplicate('spec.plain[1]', '"a"')), [])
+
+
+# CRDs that real servers refuse for their schemas: by id, the openAPIV3Schema, and the causes (each
+# field relative to ``spec.validation.openAPIV3Schema``, as real servers name the one schema of a CRD).
+class RefusedSchema(NamedTuple):
+    id: str
+    schema: dict[str, Any]
+    causes: list[tuple[str, str, str]]  # the field (relative), the reason, the message
+
+
+def _spec(schema: dict[str, Any]) -> dict[str, Any]:
+    return {'type': 'object', 'properties': {'spec': schema}}
+
+
+def _under_spec(properties: dict[str, Any]) -> dict[str, Any]:
+    return _spec({'type': 'object', 'properties': properties})
+
+
+def _a(schema: dict[str, Any]) -> dict[str, Any]:
+    return _under_spec({'a': schema})
+
+
+def _l(schema: dict[str, Any]) -> dict[str, Any]:
+    return _under_spec({'l': schema})
+
+
+_MAP_ITEMS = {'type': 'object', 'properties': {'k': {'type': 'string'}}}
+_LIST_MAP = {'type': 'array', 'x-kubernetes-list-type': 'map'}
+_FIELDS = 'Required value: must not be empty for specified object fields'
+_STRUCTURAL = 'Forbidden: must be empty to be structural'
+_TYPES = '"array", "boolean", "integer", "number", "object", "string"'
+_KEY_OPTIONAL = ('Required value: this property is in x-kubernetes-list-map-keys, so it must have a '
+                 'default or be a required property')
+_EMBEDDED_PROPERTIES = ('Required value: must not be empty if x-kubernetes-embedded-resource is true without '
+                        'x-kubernetes-preserve-unknown-fields')
+_METADATA = ('Forbidden: must not specify anything other than name and generateName, but metadata is '
+             'implicitly specified')
+_INVALID, _TYPE_INVALID = 'FieldValueInvalid', 'FieldValueTypeInvalid'
+_NOT_SUPPORTED, _FORBIDDEN, _REQUIRED_ = 'FieldValueNotSupported', 'FieldValueForbidden', 'FieldValueRequired'
+_A, _L = '.properties[spec].properties[a]', '.properties[spec].properties[l]'
+
+REFUSED_SCHEMAS: list[RefusedSchema] = [
+    RefusedSchema('no-type', _spec({'properties': {'a': {'type': 'string'}}}), [
+        ('.properties[spec].type', _REQUIRED_, _FIELDS)]),
+    RefusedSchema('no-items-type', _l({'type': 'array', 'items': {'properties': {}}}), [
+        (f'{_L}.items.type', _REQUIRED_, 'Required value: must not be empty for specified array items')]),
+    RefusedSchema('no-map-type', _a({'type': 'object', 'additionalProperties': {'properties': {}}}),
+                  [(f'{_A}.additionalProperties.type', _REQUIRED_, _FIELDS)]),
+    RefusedSchema('no-items', _l({'type': 'array'}), [
+        (f'{_L}.items', _REQUIRED_, 'Required value: must be specified')]),
+    RefusedSchema('unknown-type', _spec({'type': 'objekt'}), [
+        ('.properties[spec].type', _NOT_SUPPORTED,
+         f'Unsupported value: "objekt": supported values: {_TYPES}')]),
+    RefusedSchema('both-properties', _a({'type': 'object', 'properties': {'x': {'type': 'string'}},
+                                         'additionalProperties': {'type': 'string'}}), [
+        (f'{_A}.additionalProperties', _FORBIDDEN,
+         'Forbidden: additionalProperties and properties are mutual exclusive')]),
+    RefusedSchema('preserve-false', _under_spec({'a': {'type': 'object',
+                                                       'x-kubernetes-preserve-unknown-fields': False}}), [
+        (f'{_A}.x-kubernetes-preserve-unknown-fields', _INVALID,
+         'Invalid value: false: must be true or undefined')]),
+    RefusedSchema('map-without-keys', _l({**_LIST_MAP, 'items': _MAP_ITEMS}), [
+        (f'{_L}.x-kubernetes-list-map-keys', _REQUIRED_,
+         'Required value: must not be empty if x-kubernetes-list-type is map')]),
+    RefusedSchema('map-of-scalars', _under_spec({'l': {**_LIST_MAP, 'x-kubernetes-list-map-keys': ['k'],
+                                                       'items': {'type': 'string'}}}), [
+        (f'{_L}.items.type', _INVALID,
+         'Invalid value: "string": must be object if parent array\'s x-kubernetes-list-type is map')]),
+    RefusedSchema('map-key-optional', _under_spec({'l': {**_LIST_MAP, 'x-kubernetes-list-map-keys': ['k'],
+                                                         'items': _MAP_ITEMS}}), [
+        (f'{_L}.items.properties[k].default', _REQUIRED_, _KEY_OPTIONAL)]),
+    RefusedSchema('map-key-unknown', _under_spec({'l': {**_LIST_MAP, 'x-kubernetes-list-map-keys': ['j'],
+                                                        'items': _MAP_ITEMS}}), [
+        (f'{_L}.x-kubernetes-list-map-keys', _INVALID,
+         'Invalid value: ["j"]: entries must all be names of item properties')]),
+    RefusedSchema('set-of-objects', _under_spec({'l': {'type': 'array', 'x-kubernetes-list-type': 'set',
+                                                       'items': _MAP_ITEMS}}), [
+        (f'{_L}.items.x-kubernetes-map-type', _INVALID,
+         'Invalid value: null: must be atomic as item of a list with x-kubernetes-list-type=set')]),
+    RefusedSchema('unknown-list-type', _under_spec({'l': {'type': 'array', 'x-kubernetes-list-type': 'bag',
+                                                          'items': {'type': 'string'}}}), [
+        (f'{_L}.x-kubernetes-list-type', _NOT_SUPPORTED,
+         'Unsupported value: "bag": supported values: "atomic", "set", "map"')]),
+    RefusedSchema('unknown-map-type', _a({'type': 'object', 'x-kubernetes-map-type': 'bogus'}), [
+        (f'{_A}.x-kubernetes-map-type', _NOT_SUPPORTED,
+         'Unsupported value: "bogus": supported values: "atomic", "granular"')]),
+    RefusedSchema('embedded-string', _a({'type': 'string', 'x-kubernetes-embedded-resource': True}),
+                  [(f'{_A}.properties', _REQUIRED_, _EMBEDDED_PROPERTIES),
+                   (f'{_A}.type', _INVALID,
+                    'Invalid value: "string": must be object if x-kubernetes-embedded-resource is true')]),
+    RefusedSchema('typed-all-of', _a({'type': 'string', 'allOf': [{'type': 'string'}]}), [
+        (f'{_A}.allOf[0].type', _FORBIDDEN, _STRUCTURAL)]),
+    RefusedSchema('typed-any-of-property', _under_spec({'a': {
+        'type': 'object', 'properties': {'x': {'type': 'string'}},
+        'anyOf': [{'properties': {'x': {'type': 'string'}}}],
+    }}), [(f'{_A}.anyOf[0].properties[x].type', _FORBIDDEN, _STRUCTURAL)]),
+    RefusedSchema('default-of-a-wrong-type', _a({'type': 'integer', 'default': 'x'}), [
+        (f'{_A}.default', _TYPE_INVALID,
+         'Invalid value: "string":  in body must be of type integer: "string"')]),
+    RefusedSchema('default-not-enumerated', _a({'type': 'string', 'enum': ['a'], 'default': 'b'}), [
+        (f'{_A}.default', _NOT_SUPPORTED, 'Unsupported value: "b": supported values: "a"')]),
+    RefusedSchema('default-with-unknown-fields', _under_spec({'a': {
+        'type': 'object', 'properties': {'x': {'type': 'integer'}}, 'default': {'x': 'y', 'z': 1}}}), [
+        (f'{_A}.default', _INVALID, 'Invalid value: {"x":"y","z":1}: must not have unknown fields'),
+        (f'{_A}.default.x', _TYPE_INVALID,
+         'Invalid value: "string": x in body must be of type integer: "string"')]),
+    RefusedSchema('default-in-a-list', _under_spec({'a': {'type': 'array', 'items': {'type': 'integer'},
+                                                          'default': [1, 'x']}}), [
+        (f'{_A}.default.[1]', _TYPE_INVALID,
+         'Invalid value: "string": [1] in body must be of type integer: "string"')]),
+    RefusedSchema('root-type', {'type': 'string'}, [
+        ('.type', _INVALID, 'Invalid value: "string": must be object at the root')]),
+    RefusedSchema('root-without-type', {'properties': {'spec': {'type': 'object'}}}, [
+        ('.type', _REQUIRED_, 'Required value: must not be empty at the root')]),
+    RefusedSchema('metadata-fields', {'type': 'object', 'properties': {'metadata': {
+        'type': 'object', 'properties': {'labels': {'type': 'object'}}}}}, [
+        ('.properties[metadata]', _FORBIDDEN, _METADATA)]),
+]
+# Accepted although they look wrong (as real servers accept them).
+ACCEPTED_SCHEMAS: list[tuple[str, dict[str, Any]]] = [
+    ('additional-false', _under_spec({'p': {'type': 'object', 'additionalProperties': False}})),
+    ('properties-of-a-string', _a({'type': 'string', 'properties': {'x': {'type': 'string'}}})),
+    ('typed-int-or-string', _a({'type': 'string', 'x-kubernetes-int-or-string': True})),
+    ('untyped-preserved', _a({'x-kubernetes-preserve-unknown-fields': True})),
+    ('untyped-any-of', _under_spec({'a': {'type': 'object', 'properties': {'x': {'type': 'string'}},
+                                          'anyOf': [{'required': ['x']}]}})),
+    ('metadata-name', {'type': 'object', 'properties': {'metadata': {
+        'type': 'object', 'properties': {'name': {'type': 'string', 'maxLength': 5}}}}}),
+]
+
+
+def checked_crd(id: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A CRD of its own (named by the case's id), in a group of its own, with this schema."""
+    plural = id.replace('-', '')
+    return crd('checks.kopf.dev', plural, plural.capitalize(), schema)
+
+
+def check_refused(case: RefusedSchema, code: int, body: Any) -> None:
+    causes = [{'reason': reason, 'message': message, 'field': f'spec.validation.openAPIV3Schema{field}'}
+              for field, reason, message in case.causes]
+    assert (code, body.get('details', {}).get('causes')) == (422, causes), body

@@ -102,6 +102,29 @@ def test_cel_rules_are_skipped_with_a_warning_without_cel_python() -> None:
            'To check them as real servers do, install kopf-testing[cel].' in result.stderr
 
 
+@pytest.mark.parametrize('case', cases.REFUSED_SCHEMAS, ids=[case.id for case in cases.REFUSED_SCHEMAS])
+async def test_crds_with_invalid_schemas_are_refused(api: RawApi, case: cases.RefusedSchema) -> None:
+    reply = await api.post(CRDS, cases.checked_crd(case.id, case.schema))
+    cases.check_refused(case, reply.status, reply.body)
+    assert (await api.get(f'{CRDS}/{case.id.replace("-", "")}.checks.kopf.dev')).status == 404
+
+
+@pytest.mark.parametrize('id, schema', cases.ACCEPTED_SCHEMAS, ids=[id for id, _ in cases.ACCEPTED_SCHEMAS])
+async def test_crds_with_odd_but_valid_schemas_are_accepted(api: RawApi, id: str, schema: Any) -> None:
+    reply = await api.post(CRDS, cases.checked_crd(id, schema))
+    assert reply.status == 201, reply.body
+
+
+async def test_a_crd_update_with_an_invalid_schema_is_refused_and_changes_nothing(schematics: RawApi) -> None:
+    crd = (await schematics.get(f'{CRDS}/{cases.PLURAL}.{cases.GROUP}')).body
+    crd['spec']['versions'][0]['schema']['openAPIV3Schema']['properties']['spec']['properties']['size'] = {}
+    reply = await schematics.put(f'{CRDS}/{cases.PLURAL}.{cases.GROUP}', crd)
+    assert (reply.status, [cause['field'] for cause in reply.body['details']['causes']]) == (
+        422, ['spec.validation.openAPIV3Schema.properties[spec].properties[size].type'])
+    reply = await schematics.post(cases.path(NAMESPACE), cases.schematic('still', {'size': 'x'}))
+    assert reply.status == 422  # the old schema still applies
+
+
 @pytest.fixture
 async def libraries_crd(api: RawApi) -> RawApi:
     assert (await api.post('/api/v1/namespaces', {'metadata': {'name': NAMESPACE}})).status == 201

@@ -590,6 +590,25 @@ def test_schema_cel_transition_rules(server: Api, ns: str, schematics: None) -> 
         crd_schemas.check_step(step, code, body, server.warnings)
 
 
+@pytest.mark.parametrize('case', crd_schemas.REFUSED_SCHEMAS, ids=[c.id for c in crd_schemas.REFUSED_SCHEMAS])
+def test_crds_with_invalid_schemas_are_refused(server: Api, case: crd_schemas.RefusedSchema) -> None:
+    code, body = server('POST', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions',
+                        crd_schemas.checked_crd(case.id, case.schema))
+    crd_schemas.check_refused(case, code, body)
+
+
+@pytest.mark.parametrize('id, schema', crd_schemas.ACCEPTED_SCHEMAS,
+                         ids=[id for id, _ in crd_schemas.ACCEPTED_SCHEMAS])
+def test_crds_with_odd_but_valid_schemas_are_accepted(server: Api, id: str, schema: Any) -> None:
+    crd = crd_schemas.checked_crd(id, schema)
+    crds = '/apis/apiextensions.k8s.io/v1/customresourcedefinitions'
+    code, body = server('POST', crds, crd)
+    try:
+        assert code == 201, body
+    finally:
+        server('DELETE', f'{crds}/{crd["metadata"]["name"]}')
+
+
 @pytest.fixture()
 def libraries_crd(server: Api) -> None:
     """The CRD whose rules use Kubernetes' CEL libraries (``tests/_cel_libraries.py``), established."""

@@ -315,7 +315,7 @@ class Operations:
                 errors.Cause(field, message, reason='FieldValueRequired')
                 if message.startswith('Required value') else errors.Cause(field, message)
                 for field, message in e.problems
-            ]
+            ] + e.causes
             raise errors.invalid(
                 CUSTOM_RESOURCE_DEFINITIONS.kind,
                 CUSTOM_RESOURCE_DEFINITIONS.group,

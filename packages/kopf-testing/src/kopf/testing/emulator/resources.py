@@ -9,10 +9,11 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kopf.testing.emulator import schemas
+from kopf.testing.emulator import schemachecks, schemas
+from kopf.testing.emulator.errors import Cause
 from kopf.testing.emulator.validation import NameRule
 
 StorageKey = tuple[str, str]  # (group, plural)
@@ -305,11 +306,13 @@ def version_priority(version: str) -> tuple[int, int, int, str]:
 
 
 class CrdError(ValueError):
-    """A CRD that cannot be served; carries (field, message) pairs for a 422 response."""
+    """A CRD that cannot be served; carries (field, message) pairs (or causes) for a 422 response."""
 
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__('; '.join(f'{field}: {message}' for field, message in problems))
+    def __init__(self, problems: list[tuple[str, str]], causes: Sequence[Cause] = ()) -> None:
+        texts = [f'{field}: {message}' for field, message in problems] + [str(cause) for cause in causes]
+        super().__init__('; '.join(texts))
         self.problems = problems
+        self.causes = list(causes)
 
 
 def resources_from_crd(crd: Mapping[str, Any]) -> list[ResourceInfo]:
@@ -371,6 +374,9 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[ResourceInfo]:
             )
     if problems:
         raise CrdError(problems)
+    invalid_schemas = schemachecks.problems(spec)
+    if invalid_schemas:
+        raise CrdError([], invalid_schemas)
 
     assert isinstance(versions, list) and isinstance(plural, str) and isinstance(kind, str)
     assert isinstance(group, str) and isinstance(singular, str)

@@ -31,8 +31,8 @@ For every creation and update of a custom object (incl. patches and the status s
   pass it, and the log says so once per rule.
 
 Not done (the emulator's known differences): the correlation of the lists' items with the old ones
-for the transition rules, the CEL rules' cost limits, the
-checks of the schemas themselves when a CRD is created (e.g. that they are structural), pruning of
+for the transition rules, the CEL rules' cost limits (the schemas themselves are checked when a CRD is
+created or updated: ``schemachecks.py``), pruning of
 ``metadata`` to the fields of ObjectMeta, and the re-pruning of the stored objects when a CRD's schema
 changes.
 """
@@ -190,6 +190,13 @@ def validate(body: Mapping[str, Any], schema: Mapping[str, Any], *,
             if old is not None:
                 ruled = [(path, cause) for path, cause in ruled if not _unchanged(body, old, path)]
             problems.extend(ruled)
+    return [cause for _, cause in problems]
+
+
+def validate_value(value: Any, schema: Mapping[str, Any]) -> list[Cause]:
+    """The problems of a value by its schema (e.g. a default's), its fields named relative to it."""
+    problems: list[tuple[Path, Cause]] = []
+    _validate(value, schema, (), problems)
     return [cause for _, cause in problems]
 
 
