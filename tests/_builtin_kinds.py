@@ -131,6 +131,10 @@ CASES: list[Case] = [
         'p3', {'name': 'c', 'image': 'reg:5000/nginx', 'resources': {'limits': _LIMITS}}), 201, _stored_pod(
         _stored_container('reg:5000/nginx', 'Always', resources={'limits': _LIMITS, 'requests': _LIMITS}),
         qos='Guaranteed')),
+    Case('event-elsewhere', 'events', _obj('v1', 'Event', 'e1', involvedObject={
+        'apiVersion': 'v1', 'kind': 'ConfigMap', 'name': 'x', 'namespace': 'elsewhere'}), 422, {
+        'message': 'Event "e1" is invalid: involvedObject.namespace: Invalid value: "elsewhere": '
+                   'does not match event.namespace'}),
     Case('pod-without-containers', 'pods', _obj('v1', 'Pod', 'p4', spec={}), 422,
          _invalid('Pod "p4" is invalid: spec.containers: Required value')),
     Case('pod-without-image', 'pods', _pod('p5', {'name': 'c'}), 422,

@@ -15,6 +15,7 @@ import pytest
 
 from .. import _cel_libraries as libraries
 from .. import _crd_schemas as cases
+from .. import _pruning as pruning
 from .conftest import RawApi
 
 NAMESPACE = 'ns1'
@@ -123,6 +124,38 @@ async def test_a_crd_update_with_an_invalid_schema_is_refused_and_changes_nothin
         422, ['spec.validation.openAPIV3Schema.properties[spec].properties[size].type'])
     reply = await schematics.post(cases.path(NAMESPACE), cases.schematic('still', {'size': 'x'}))
     assert reply.status == 422  # the old schema still applies
+
+
+@pytest.mark.parametrize('case', pruning.CASES, ids=[case.id for case in pruning.CASES])
+async def test_unknown_fields_of_builtin_objects_and_metadata(api: RawApi, case: pruning.Pruned) -> None:
+    assert (await api.post('/api/v1/namespaces', {'metadata': {'name': NAMESPACE}})).status == 201
+    where = _url(pruning.url(NAMESPACE, case.path), case.params)
+    reply = await api.post(where, pruning.body(case, NAMESPACE))
+    pruning.check(case, reply.status, reply.body, cases.warnings(reply.headers.getall('Warning', [])))
+
+
+async def test_unknown_fields_of_metadata_in_custom_objects(schematics: RawApi) -> None:
+    body = cases.schematic('meta', {'size': 1, 'unknown': 1}, top=1)
+    body['metadata'].update(foo=1, ownerReferences=[{'apiVersion': 'v1', 'kind': 'X', 'name': 'x', 'uid': 'u',
+                                                     'zzz': 1}])
+    reply = await schematics.post(cases.path(NAMESPACE), body)
+    metadata = reply.body['metadata']
+    assert (reply.status, 'foo' in metadata, 'zzz' in metadata['ownerReferences'][0]) == (201, False, False)
+    assert cases.warnings(reply.headers.getall('Warning', [])) == [  # all sorted
+        'unknown field "metadata.foo"', 'unknown field "metadata.ownerReferences[0].zzz"',
+        'unknown field "spec.unknown"', 'unknown field "top"']
+    patch = {'metadata': {'annotation': {'a': 'b'}}}  # a typo of "annotations"
+    reply = await schematics.patch(cases.path(NAMESPACE, 'meta'), patch)
+    assert (reply.status, 'annotation' in reply.body['metadata']) == (200, False)
+    assert cases.warnings(reply.headers.getall('Warning', [])) == ['unknown field "metadata.annotation"']
+
+
+async def test_unknown_fields_of_metadata_without_a_schema(api: RawApi, crd: Any) -> None:
+    body = {'apiVersion': 'kopf.dev/v1', 'kind': 'KopfExample', 'metadata': {'name': 'e1', 'foo': 1},
+            'spec': {'any': 1}}
+    reply = await api.post('/apis/kopf.dev/v1/namespaces/default/kopfexamples', body)
+    assert (reply.status, 'foo' in reply.body['metadata'], reply.body['spec']) == (201, False, {'any': 1})
+    assert cases.warnings(reply.headers.getall('Warning', [])) == ['unknown field "metadata.foo"']
 
 
 @pytest.fixture

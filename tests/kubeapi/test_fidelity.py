@@ -23,6 +23,7 @@ from kopf.testing.emulator import KubernetesEmulator
 from .. import _builtin_kinds as builtin_kinds
 from .. import _cel_libraries as cel_libraries
 from .. import _crd_schemas as crd_schemas
+from .. import _pruning as pruning
 from .._waiting import wait_until
 
 pytestmark = pytest.mark.real_apiserver
@@ -607,6 +608,28 @@ def test_crds_with_odd_but_valid_schemas_are_accepted(server: Api, id: str, sche
         assert code == 201, body
     finally:
         server('DELETE', f'{crds}/{crd["metadata"]["name"]}')
+
+
+@pytest.mark.parametrize('case', pruning.CASES, ids=[case.id for case in pruning.CASES])
+def test_unknown_fields_of_builtin_objects_and_metadata(server: Api, ns: str, case: pruning.Pruned) -> None:
+    code, body = server('POST', pruning.url(ns, case.path), pruning.body(case, ns), **case.params)
+    pruning.check(case, code, body, server.warnings)
+
+
+def test_unknown_fields_of_metadata_in_custom_objects(server: Api, ns: str, schematics: None) -> None:
+    body = crd_schemas.schematic('meta', {'size': 1, 'unknown': 1}, top=1)
+    body['metadata'].update(foo=1, ownerReferences=[{'apiVersion': 'v1', 'kind': 'X', 'name': 'x', 'uid': 'u',
+                                                     'zzz': 1}])
+    code, created = server('POST', crd_schemas.path(ns), body)
+    assert (code, 'foo' in created['metadata'], 'zzz' in created['metadata']['ownerReferences'][0]) == \
+        (201, False, False)
+    assert server.warnings == [  # all sorted
+        'unknown field "metadata.foo"', 'unknown field "metadata.ownerReferences[0].zzz"',
+        'unknown field "spec.unknown"', 'unknown field "top"']
+    code, patched = server('PATCH', crd_schemas.path(ns, 'meta'), {'metadata': {'annotation': {'a': 'b'}}},
+                           ctype=MERGE)
+    assert (code, 'annotation' in patched['metadata']) == (200, False)
+    assert server.warnings == ['unknown field "metadata.annotation"']
 
 
 @pytest.fixture()

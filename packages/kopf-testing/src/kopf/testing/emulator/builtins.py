@@ -16,8 +16,10 @@ admission plugins), for these kinds only:
   the PersistentVolumeClaims' volume mode; the Secrets' type;
 * **conversions**: a Secret's ``stringData`` merged into its ``data`` (base64);
 * **statuses**: the initial status of a new object (e.g. a Pod ``Pending``, with its QoS class);
-* **checks**: the fields without which these kinds are invalid (422, in the servers' wording), and the
-  values that do not decode (400: non-string data of ConfigMaps, non-base64 data of Secrets).
+* **checks**: the fields without which these kinds are invalid (422, in the servers' wording), the
+  values that do not decode (400: non-string data of ConfigMaps, non-base64 data of Secrets), and an
+  Event's namespace (its object's);
+* **pruning**: the unknown top-level fields of all the emulated built-in kinds (and of ``metadata``).
 
 The rest of the built-in kinds' fields are stored as given (no full Go-type validation).
 """
@@ -32,7 +34,7 @@ from typing import Any
 
 from kopf.testing.emulator import selectors
 from kopf.testing.emulator.errors import Cause, undecodable
-from kopf.testing.emulator.validation import json_type_name
+from kopf.testing.emulator.validation import json_type_name, prune_metadata
 
 Body = dict[str, Any]
 
@@ -64,6 +66,55 @@ class Allocator:
 
 # ----------------------------------------------------------------------------------------------------
 # Decoding: the values that real servers cannot decode into the Go types (400).
+
+# The kinds' own top-level fields (besides apiVersion, kind, metadata): the others are pruned.
+_SPEC_AND_STATUS = frozenset({'spec', 'status'})
+_FIELDS: dict[tuple[str, str], frozenset[str]] = {
+    **{('', plural): _SPEC_AND_STATUS for plural in (
+        'namespaces', 'pods', 'services', 'persistentvolumeclaims', 'persistentvolumes', 'nodes')},
+    **{('apps', plural): _SPEC_AND_STATUS for plural in (
+        'deployments', 'statefulsets', 'daemonsets', 'replicasets')},
+    ('batch', 'jobs'): _SPEC_AND_STATUS,
+    ('apiextensions.k8s.io', 'customresourcedefinitions'): _SPEC_AND_STATUS,
+    ('coordination.k8s.io', 'leases'): frozenset({'spec'}),
+    ('', 'configmaps'): frozenset({'data', 'binaryData', 'immutable'}),
+    ('', 'secrets'): frozenset({'data', 'stringData', 'type', 'immutable'}),
+    ('', 'serviceaccounts'): frozenset({'secrets', 'imagePullSecrets', 'automountServiceAccountToken'}),
+    ('', 'events'): frozenset({
+        'involvedObject', 'reason', 'message', 'source', 'firstTimestamp', 'lastTimestamp', 'count', 'type',
+        'eventTime', 'series', 'action', 'related', 'reportingComponent', 'reportingInstance'}),
+    ('events.k8s.io', 'events'): frozenset({
+        'eventTime', 'series', 'reportingController', 'reportingInstance', 'action', 'reason', 'regarding',
+        'related', 'note', 'type', 'deprecatedSource', 'deprecatedFirstTimestamp', 'deprecatedLastTimestamp',
+        'deprecatedCount'}),
+    ('admissionregistration.k8s.io', 'validatingwebhookconfigurations'): frozenset({'webhooks'}),
+    ('admissionregistration.k8s.io', 'mutatingwebhookconfigurations'): frozenset({'webhooks'}),
+}
+_ROOT = frozenset({'apiVersion', 'kind', 'metadata'})
+
+
+def prune(plural: str, group: str, body: Body) -> tuple[Body, list[str]]:
+    """
+    The object with its kind's top-level fields and ObjectMeta's only, and the others' paths.
+
+    As real servers decode the built-in kinds: the unknown fields in the order of the body (the
+    kinds' deeper fields are not checked here).
+    """
+    fields = _FIELDS.get((group, plural))
+    unknown: list[str] = []
+    result: Body | None = None
+    for key, value in body.items():
+        if key == 'metadata' and isinstance(value, dict):
+            metadata = prune_metadata(value, unknown)
+            if metadata is not value:
+                result = dict(body) if result is None else result
+                result['metadata'] = metadata
+        elif fields is not None and key not in _ROOT and key not in fields:
+            unknown.append(key)
+            result = dict(body) if result is None else result
+            del result[key]
+    return body if result is None else result, unknown
+
 
 def check_decodable(plural: str, group: str, kind: str, version: str, body: Mapping[str, Any]) -> None:
     if group == '' and plural == 'configmaps':
@@ -426,7 +477,18 @@ def _check_service(body: Mapping[str, Any]) -> list[Cause]:
     return []
 
 
+def _check_event(body: Mapping[str, Any]) -> list[Cause]:
+    """The namespaces of an event and of its object agree (a cluster object's events in "default" or none)."""
+    involved = _mapping(body.get('involvedObject')).get('namespace') or ''
+    namespace = _mapping(body.get('metadata')).get('namespace') or ''
+    if (involved or namespace not in ('', 'default')) and involved != namespace:
+        return [Cause('involvedObject.namespace', f'Invalid value: {json.dumps(involved)}: does not match '
+                                                  'event.namespace')]
+    return []
+
+
 _CHECKS: Mapping[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = {
+    ('', 'events'): _check_event,
     ('', 'pods'): _check_pod,
     ('', 'services'): _check_service,
     ('apps', 'deployments'): _check_workload,

@@ -134,9 +134,10 @@ class Operations:
         warnings: list[str] = []
         try:
             body = self._check_new_body(info, body)
-            if info.schema is not None:
+            # If plain, nothing to prune (the general path would return the body as it is).
+            if not (info.plain and (body.get('metadata') or {}).keys() <= validation.PLAIN_META):
                 body = self._structural(info, body, field_validation, warnings)
-            elif not info.custom:
+            if not info.custom:
                 body = self._defaulted(info, body, None)
             metadata = dict(body.get('metadata') or {})
             if info.namespaced:
@@ -216,18 +217,32 @@ class Operations:
         info: ResourceInfo, body: dict[str, Any], field_validation: str, warnings: list[str],
         *, patched: bool = False,
     ) -> dict[str, Any]:
-        """A custom object pruned and defaulted by its CRD's schema (see :mod:`schemas`)."""
-        if info.schema is None:
-            return body
+        """
+        The object pruned of the unknown fields, as real servers prune them (with warnings, or failing).
+
+        A custom object by its CRD's schema (also defaulted, see :mod:`schemas`), a built-in one by its
+        kind's top-level fields (see :mod:`builtins`), both of ObjectMeta's fields in ``metadata``.
+        """
+        metadata = body.get('metadata')
         original = body
-        body, unknown = schemas.prune_and_default(body, info.schema)
+        if info.custom:
+            unknown: list[str] = []
+            if isinstance(metadata, dict):
+                pruned = validation.prune_metadata(metadata, unknown)
+                body = body if pruned is metadata else {**body, 'metadata': pruned}
+            if info.schema is not None:
+                body, more = schemas.prune_and_default(body, info.schema)
+                unknown.extend(more)
+            unknown.sort()  # like real servers: the custom objects' unknown fields sorted
+        else:
+            body, unknown = builtins.prune(info.plural, info.group, body)
         if unknown and field_validation == 'Strict':
             problem = 'strict decoding error: ' + ', '.join(f'unknown field "{path}"' for path in unknown)
             if patched:  # like real servers: the patched object in full (here, without managedFields)
                 text = json.dumps(json.dumps(original, sort_keys=True, separators=(',', ':')))
                 raise errors.invalid('', '', '', [errors.Cause('patch', f'Invalid value: {text}: {problem}')])
             raise errors.undecodable(info.kind, info.version, problem)
-        if field_validation != 'Ignore':
+        if unknown and field_validation != 'Ignore':
             warnings.extend(f'unknown field "{path}"' for path in unknown)
         return body
 
@@ -490,10 +505,12 @@ class Operations:
         """Apply a new state to the current object; ``None`` if the object changed while awaiting."""
         warnings: list[str] = []
         try:
-            if isinstance(new_body, dict) and info.schema is not None:
-                new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
-            elif isinstance(new_body, dict) and not info.custom and subresource is None:
-                new_body = self._defaulted(info, new_body, current.body)
+            if isinstance(new_body, dict):
+                # If plain, nothing to prune (the general path would return the body as it is).
+                if not (info.plain and (new_body.get('metadata') or {}).keys() <= validation.PLAIN_META):
+                    new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
+                if not info.custom and subresource is None:
+                    new_body = self._defaulted(info, new_body, current.body)
             old = current.body
             result = self._prepare_update(info, old, new_body, subresource)
             if result is not None and self.admission.active:

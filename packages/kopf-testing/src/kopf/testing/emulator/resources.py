@@ -43,6 +43,11 @@ class ResourceInfo:
     printer_columns: tuple[Mapping[str, Any], ...] = ()
     # The CRD version's openAPIV3Schema, if it does anything (see schemas.effective); not compared.
     schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
+    # A custom resource without a schema: its objects' writes are pruned of unknown metadata fields only.
+    plain: bool = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'plain', self.custom and self.schema is None)
 
     @property
     def api_version(self) -> str:

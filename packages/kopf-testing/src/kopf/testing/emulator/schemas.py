@@ -32,9 +32,8 @@ For every creation and update of a custom object (incl. patches and the status s
 
 Not done (the emulator's known differences): the correlation of the lists' items with the old ones
 for the transition rules, the CEL rules' cost limits (the schemas themselves are checked when a CRD is
-created or updated: ``schemachecks.py``), pruning of
-``metadata`` to the fields of ObjectMeta, and the re-pruning of the stored objects when a CRD's schema
-changes.
+created or updated: ``schemachecks.py``; ``metadata`` is pruned to ObjectMeta's fields for all kinds:
+``validation.prune_metadata``), and the re-pruning of the stored objects when a CRD's schema changes.
 """
 
 import datetime

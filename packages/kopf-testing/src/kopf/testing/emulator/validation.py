@@ -103,6 +103,46 @@ def label_value_problems(value: str) -> list[str]:
     return problems
 
 
+# The fields of ObjectMeta (and of its lists' items): the others are pruned, as real servers prune them.
+_OBJECT_META = frozenset({
+    'name', 'generateName', 'namespace', 'selfLink', 'uid', 'resourceVersion', 'generation',
+    'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'labels', 'annotations',
+    'ownerReferences', 'finalizers', 'managedFields',
+})
+_META_ITEMS = {
+    'ownerReferences': frozenset({'apiVersion', 'kind', 'name', 'uid', 'controller', 'blockOwnerDeletion'}),
+    'managedFields': frozenset({'manager', 'operation', 'apiVersion', 'time', 'fieldsType', 'fieldsV1',
+                                'subresource'}),
+}
+
+PLAIN_META = _OBJECT_META - _META_ITEMS.keys()  # the fields that need no look inside to be known as known
+
+
+def prune_metadata(metadata: dict[str, Any], unknown: list[str]) -> dict[str, Any]:
+    """The metadata with ObjectMeta's fields only (the same object if so); the others' paths added."""
+    result: dict[str, Any] | None = None
+    for key, value in metadata.items():
+        if key not in _OBJECT_META:
+            unknown.append(f'metadata.{key}')
+            result = dict(metadata) if result is None else result
+            del result[key]
+        elif key in _META_ITEMS and isinstance(value, list):
+            allowed = _META_ITEMS[key]
+            items = [_prune_item(item, allowed, f'metadata.{key}[{index}]', unknown)
+                     for index, item in enumerate(value)]
+            if any(new is not old for new, old in zip(items, value, strict=True)):
+                result = dict(metadata) if result is None else result
+                result[key] = items
+    return metadata if result is None else result
+
+
+def _prune_item(item: Any, allowed: frozenset[str], path: str, unknown: list[str]) -> Any:
+    if not isinstance(item, dict) or item.keys() <= allowed:
+        return item
+    unknown.extend(f'{path}.{key}' for key in item if key not in allowed)
+    return {key: value for key, value in item.items() if key in allowed}
+
+
 def validate_metadata(
     metadata: Mapping[str, Any],
     name_rule: NameRule,
