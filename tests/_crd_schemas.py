@@ -82,6 +82,9 @@ CRD = crd(GROUP, PLURAL, KIND, SCHEMA, status=True)
 RULES_GROUP = 'rules.kopf.dev'
 RULES_PLURAL = 'ruleds'
 RULES_KIND = 'Ruled'
+_IMMUTABLE_VALUE = {'type': 'object', 'required': ['type'], 'properties': {
+    'type': {'type': 'string', 'maxLength': 5}, 'value': {'type': 'string', 'maxLength': 5}},
+    'x-kubernetes-validations': [{'rule': 'self.value == oldSelf.value', 'message': 'immutable value'}]}
 RULES_SCHEMA: dict[str, Any] = {'type': 'object', 'properties': {'spec': {
     'type': 'object', 'x-kubernetes-validations': [
         {'rule': 'self.min <= self.max', 'message': 'min must not exceed max'},
@@ -101,6 +104,9 @@ RULES_SCHEMA: dict[str, Any] = {'type': 'object', 'properties': {'spec': {
         'count': {'type': 'integer', 'minimum': 0},
         'one': {'type': 'array', 'maxItems': 1, 'items': {'type': 'string'}},
         'set': {'type': 'array', 'x-kubernetes-list-type': 'set', 'items': {'type': 'string'}},
+        'conds': {'type': 'array', 'maxItems': 5, 'x-kubernetes-list-type': 'map',  # correlated by "type"
+                  'x-kubernetes-list-map-keys': ['type'], 'items': _IMMUTABLE_VALUE},
+        'map': {'type': 'object', 'maxProperties': 5, 'additionalProperties': _IMMUTABLE_VALUE},
     }}}}
 RULES_CRD = crd(RULES_GROUP, RULES_PLURAL, RULES_KIND, RULES_SCHEMA)
 SKIPPED_RULES = ('<nil>', 'FieldValueInvalid',
@@ -193,7 +199,9 @@ _UNSUPPORTED = 'Unsupported value: "Bogus": supported values: "", "Ignore", "Str
 _STRICT = (f'{KIND} in version "v1" cannot be handled as a {KIND}: strict decoding error: '
            f'unknown field "spec.nested.q", unknown field "spec.x"')
 _EMBEDDED = {'apiVersion': 'v1', 'kind': 'X', 'metadata': {'name': 'n'}}
-_LIMITS = {'min': 1, 'max': 2, 'name': 'ab', 'mode': 'x', 'tags': ['a']}
+_LIMITS = {'min': 1, 'max': 2, 'name': 'ab', 'mode': 'x', 'tags': ['a'],
+           'conds': [{'type': 'A', 'value': '1'}, {'type': 'B', 'value': '2'}],
+           'map': {'k': {'type': 'A', 'value': '1'}}}
 
 CREATIONS: list[Creation] = [
     _ok('minimal', {'size': 1}, {'size': 1, **DEFAULTS}),
@@ -404,6 +412,7 @@ def check_step(step: Step, code: int, body: Any, warned: list[str]) -> None:
 
 
 # The CEL transition rules (oldSelf): on updates only.
+_COND_A, _COND_B = {'type': 'A', 'value': '1'}, {'type': 'B', 'value': '2'}
 RULED = ruled('ruled', _LIMITS)
 TRANSITIONS: list[Step] = [
     _step('immutable', {'spec': {'mode': 'y'}}, 422, invalid(
@@ -411,6 +420,17 @@ TRANSITIONS: list[Step] = [
         kind=RULES_KIND, group=RULES_GROUP)),
     _step('unchanged', {'spec': {'mode': 'x', 'max': 3}}, 200,
           {'spec': {**_LIMITS, 'max': 3}, 'status': None}),
+    # The items of map lists are correlated with the old ones by their keys (whatever their order), a map's
+    # entries by theirs (named "[key]" in the causes); the new ones have no old values.
+    _step('map-list-reordered', {'spec': {'conds': [_COND_B, _COND_A, {'type': 'C', 'value': '3'}]}}, 200,
+          {'spec': {**_LIMITS, 'max': 3, 'conds': [_COND_B, _COND_A, {'type': 'C', 'value': '3'}]},
+           'status': None}),
+    _step('map-list-item-changed', {'spec': {'conds': [{'type': 'B', 'value': '9'}, _COND_A]}}, 422, invalid(
+        'ruled', ('spec.conds[0]', 'FieldValueInvalid', 'Invalid value: immutable value'),
+        kind=RULES_KIND, group=RULES_GROUP)),
+    _step('map-entry-changed', {'spec': {'map': {'k': {'type': 'A', 'value': '9'}, 'j': _COND_B}}}, 422,
+          invalid('ruled', ('spec.map[k]', 'FieldValueInvalid', 'Invalid value: immutable value'),
+                  kind=RULES_KIND, group=RULES_GROUP)),
 ]
 
 
@@ -560,6 +580,11 @@ REFUSED_SCHEMAS: list[RefusedSchema] = [
                                                           'default': [1, 'x']}}), [
         (f'{_A}.default.[1]', _TYPE_INVALID,
          'Invalid value: "string": [1] in body must be of type integer: "string"')]),
+    RefusedSchema('old-self-in-list-items', _l({'type': 'array', 'maxItems': 5, 'items': {
+        'type': 'string', 'maxLength': 5, 'x-kubernetes-validations': [{'rule': 'self == oldSelf'}]}}), [
+        (f'{_L}.items.x-kubernetes-validations[0].rule', _INVALID,
+         'Invalid value: "self == oldSelf": oldSelf cannot be used on the uncorrelatable portion of the '
+         'schema within spec.validation.openAPIV3Schema.properties[spec].properties[l]')]),
     RefusedSchema('root-type', {'type': 'string'}, [
         ('.type', _INVALID, 'Invalid value: "string": must be object at the root')]),
     RefusedSchema('root-without-type', {'properties': {'spec': {'type': 'object'}}}, [

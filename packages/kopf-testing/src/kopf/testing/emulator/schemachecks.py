@@ -11,10 +11,12 @@ of map lists, the items of sets and maps), the root's ``metadata`` (name and gen
 embedded resources, no types in ``allOf``/``anyOf``/``oneOf``/``not``, and the defaults (valid by
 their schemas, with no unknown fields).
 
-Not checked: the CEL rules' compilation and estimated cost (cel-go's own messages), the formats, the
-value validations inside ``allOf``/``anyOf``/``oneOf``/``not`` beyond their types.
+The CEL rules: ``oldSelf`` only where the old values are correlated (not in the items of lists other
+than map lists). Not checked: the rules' compilation and estimated cost (cel-go's own messages), the
+formats, the value validations inside ``allOf``/``anyOf``/``oneOf``/``not`` beyond their types.
 """
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,7 +65,13 @@ def _check_root(schema: Mapping[str, Any], field: str, found: list[Cause]) -> No
 
 
 def _check_node(schema: Mapping[str, Any], field: str, found: list[Cause], *,
-                root: bool = False, place: str = 'object fields') -> None:
+                root: bool = False, place: str = 'object fields', uncorrelated: str | None = None) -> None:
+    """
+    One node of a schema, and the nodes in it.
+
+    ``uncorrelated``: the list (its field) whose items have no old values for the transition rules (all
+    but the items of map lists): the rules there must not use ``oldSelf``.
+    """
     kind = schema.get('type')
     loose = schema.get('x-kubernetes-int-or-string') is True or \
         schema.get('x-kubernetes-preserve-unknown-fields') is True
@@ -97,6 +105,11 @@ def _check_node(schema: Mapping[str, Any], field: str, found: list[Cause], *,
                            'FieldValueForbidden'))
     if 'default' in schema:
         _check_default(schema['default'], schema, f'{field}.default', found)
+    for index, rule in enumerate(_list(schema.get('x-kubernetes-validations'))):
+        text = _dict(rule).get('rule')
+        if uncorrelated is not None and isinstance(text, str) and re.search(r'\boldSelf\b', text):
+            why = f'oldSelf cannot be used on the uncorrelatable portion of the schema within {uncorrelated}'
+            found.append(_invalid(f'{field}.x-kubernetes-validations[{index}].rule', text, why))
     items = schema.get('items')
     if kind == 'array' and not isinstance(items, dict):
         found.append(Cause(f'{field}.items', 'Required value: must be specified', 'FieldValueRequired'))
@@ -104,11 +117,13 @@ def _check_node(schema: Mapping[str, Any], field: str, found: list[Cause], *,
         _check_list_type(schema, items, field, found)
     for key, subschema in (properties.items() if isinstance(properties, dict) else ()):
         if isinstance(subschema, dict):
-            _check_node(subschema, f'{field}.properties[{key}]', found)
+            _check_node(subschema, f'{field}.properties[{key}]', found, uncorrelated=uncorrelated)
     if isinstance(additional, dict):
-        _check_node(additional, f'{field}.additionalProperties', found)
+        _check_node(additional, f'{field}.additionalProperties', found, uncorrelated=uncorrelated)
     if isinstance(items, dict):
-        _check_node(items, f'{field}.items', found, place='array items')
+        mapped = schema.get('x-kubernetes-list-type') == 'map'
+        _check_node(items, f'{field}.items', found, place='array items',
+                    uncorrelated=uncorrelated if uncorrelated is not None or mapped else field)
     for keyword in _COMBINATIONS:
         branches = schema.get(keyword)
         for index, branch in enumerate([branches] if isinstance(branches, dict) else _list(branches)):

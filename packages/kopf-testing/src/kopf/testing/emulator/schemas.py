@@ -21,7 +21,8 @@ For every creation and update of a custom object (incl. patches and the status s
   each repeated value once, where it is first repeated (``Duplicate value: {"type":"Ready"}``); on
   updates, not checked at all if the old object had repeated values already (as real servers).
 * **CEL rules** (``x-kubernetes-validations``: ``rule``, ``message``, ``messageExpression``,
-  ``fieldPath``, ``reason``; the transition rules with ``oldSelf`` on updates only), evaluated by
+  ``fieldPath``, ``reason``; the transition rules with ``oldSelf`` on updates only, in the items of map
+  lists and the entries of maps correlated with the old ones by their keys), evaluated by
   ``cel-python`` (the ``kopf-testing[cel]`` extra) if installed, else not checked (said once in the
   log). Only after no "blocking" problem (a wrong type, a missing field, an unsupported value, too
   long, too many: then the cause "some validation rules were not checked" instead), as real servers.
@@ -30,10 +31,11 @@ For every creation and update of a custom object (incl. patches and the status s
   optional types' ``self.?x``, ``format``, a function of no library here) is not checked: its objects
   pass it, and the log says so once per rule.
 
-Not done (the emulator's known differences): the correlation of the lists' items with the old ones
-for the transition rules, the CEL rules' cost limits (the schemas themselves are checked when a CRD is
-created or updated: ``schemachecks.py``; ``metadata`` is pruned to ObjectMeta's fields for all kinds:
-``validation.prune_metadata``), and the re-pruning of the stored objects when a CRD's schema changes.
+Not done (the emulator's known differences): the ratcheting of the CEL rules' problems in the
+reordered items of map lists (by position here, by key in real servers), the CEL rules' cost limits
+(the schemas themselves are checked when a CRD is created or updated: ``schemachecks.py``; ``metadata``
+is pruned to ObjectMeta's fields for all kinds: ``validation.prune_metadata``), and the re-pruning of
+the stored objects when a CRD's schema changes.
 """
 
 import datetime
@@ -60,7 +62,7 @@ _INT64 = (-2**63, 2**63 - 1)
 _INERT_KEYS = frozenset({'type', 'description', 'title', 'example', 'externalDocs',
                          'x-kubernetes-preserve-unknown-fields'})
 
-Path = tuple[str | int, ...]
+Path = tuple[str | int | tuple[str], ...]  # a field, a list's index, a map's key (``[key]`` in CEL's causes)
 
 
 def effective(schema: Any) -> Mapping[str, Any] | None:
@@ -205,9 +207,12 @@ def _unchanged(new: Any, old: Any, path: Path) -> bool:
         if isinstance(step, int):
             if not isinstance(new, list) or not isinstance(old, list) or step >= min(len(new), len(old)):
                 return False
-        elif not (isinstance(new, dict) and isinstance(old, dict) and step in new and step in old):
+            new, old = new[step], old[step]
+            continue
+        key = step[0] if isinstance(step, tuple) else step
+        if not (isinstance(new, dict) and isinstance(old, dict) and key in new and key in old):
             return False
-        new, old = new[step], old[step]
+        new, old = new[key], old[key]
     return bool(new == old) and type(new) is type(old)
 
 
@@ -215,7 +220,10 @@ def _unchanged(new: Any, old: Any, path: Path) -> bool:
 def _field(path: Path) -> str:
     text = ''
     for step in path:
-        text += f'[{step}]' if isinstance(step, int) else (f'.{step}' if text else step)
+        if isinstance(step, int | tuple):
+            text += f'[{step if isinstance(step, int) else step[0]}]'
+        else:
+            text += f'.{step}' if text else step
     return text
 
 
@@ -608,10 +616,27 @@ def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: li
             subschema = properties.get(key, additional)
             if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS) and _traits(subschema).rules:
                 old_item = old.get(key, _ABSENT) if isinstance(old, dict) else _ABSENT
-                _check_rules(item, subschema, (*path, key), problems, old=old_item)
+                step: str | tuple[str] = key if key in properties else (key,)  # a map's key: "[key]"
+                _check_rules(item, subschema, (*path, step), problems, old=old_item)
     elif isinstance(value, list) and isinstance(schema.get('items'), dict) and _traits(schema['items']).rules:
-        for index, item in enumerate(value):  # the items of lists are not correlated with the old ones
-            _check_rules(item, schema['items'], (*path, index), problems, old=_ABSENT)
+        olds = _correlated(old, schema)
+        for index, item in enumerate(value):
+            old_item = olds.get(_map_key(item, schema), _ABSENT) if olds else _ABSENT
+            _check_rules(item, schema['items'], (*path, index), problems, old=old_item)
+
+
+def _correlated(old: Any, schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The old items of a map list by their keys (only these are correlated with the new ones)."""
+    if schema.get('x-kubernetes-list-type') != 'map' or not isinstance(old, list):
+        return None
+    return {_map_key(item, schema): item for item in old if isinstance(item, dict)}
+
+
+def _map_key(item: Any, schema: Mapping[str, Any]) -> str:
+    keys = schema.get('x-kubernetes-list-map-keys')
+    if not isinstance(item, dict) or not isinstance(keys, list):
+        return ''
+    return json.dumps([item.get(key) for key in keys])
 
 
 def _check_rule(value: Any, rule: Mapping[str, Any], path: Path, activation: dict[str, Any]) -> Cause | None:
