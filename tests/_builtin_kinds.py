@@ -135,6 +135,15 @@ CASES: list[Case] = [
         'apiVersion': 'v1', 'kind': 'ConfigMap', 'name': 'x', 'namespace': 'elsewhere'}), 422, {
         'message': 'Event "e1" is invalid: involvedObject.namespace: Invalid value: "elsewhere": '
                    'does not match event.namespace'}),
+    Case('secret-tls-incomplete', 'secrets', _obj('v1', 'Secret', 's1', type='kubernetes.io/tls', data={
+        'tls.crt': 'eA=='}), 422, {'message': 'Secret "s1" is invalid: data[tls.key]: Required value'}),
+    Case('secret-basic-auth-empty', 'secrets', _obj('v1', 'Secret', 's2', type='kubernetes.io/basic-auth'),
+         422, {'message': 'Secret "s2" is invalid: [data[username]: Required value, '
+                          'data[password]: Required value]'}),
+    Case('secret-docker-config', 'secrets', _obj('v1', 'Secret', 's3', type='kubernetes.io/dockerconfigjson'),
+         422, {'message': 'Secret "s3" is invalid: data[.dockerconfigjson]: Required value'}),
+    Case('secret-ssh-auth', 'secrets', _obj('v1', 'Secret', 's4', type='kubernetes.io/ssh-auth', data={}),
+         422, {'message': 'Secret "s4" is invalid: data[ssh-privatekey]: Required value'}),
     Case('pod-without-containers', 'pods', _obj('v1', 'Pod', 'p4', spec={}), 422,
          _invalid('Pod "p4" is invalid: spec.containers: Required value')),
     Case('pod-without-image', 'pods', _pod('p5', {'name': 'c'}), 422,
@@ -245,3 +254,92 @@ def check_update(case_id: str, created: dict[str, Any], code: int, body: Any) ->
         assert body['spec']['selector'] == {'x': 'y'}
         assert body['spec']['clusterIP'] == created['spec']['clusterIP']
         assert body['spec']['ports'] == created['spec']['ports']
+
+
+class Change(NamedTuple):
+    """A merge-patch of a new object, and what a real server answers: 200, or 422 with these causes."""
+    id: str
+    path: str
+    body: dict[str, Any]
+    patch: dict[str, Any]
+    causes: list[tuple[str, str, str]]  # the field, the reason, the message (``*``: Go's internals, any text)
+
+
+_IMMUTABLE_WHEN_SET = 'Forbidden: field is immutable when `immutable` is set'
+_POD_UPDATES = ('Forbidden: pod updates may not change fields other than `spec.containers[*].image`,'
+                '`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only '
+                'additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be '
+                'set to 1 if it was previously negative)*')
+_CLAIM_UPDATES = ('Forbidden: spec is immutable after creation except resources.requests and '
+                  'volumeAttributesClassName for bound claims*')
+_TEMPLATE = {'metadata': {'labels': {'app': 'a', 'x': 'y'}},
+             'spec': {'containers': [{'name': 'c', 'image': 'x'}]}}
+_WORKLOAD_SPEC = {'selector': {'matchLabels': {'app': 'a'}}, 'template': _TEMPLATE}
+_CLAIM_SPEC = {'accessModes': ['ReadWriteOnce'], 'resources': {'requests': {'storage': '1Gi'}}}
+_FORBIDDEN, _INVALID = 'FieldValueForbidden', 'FieldValueInvalid'
+
+CHANGES: list[Change] = [
+    Change('configmap-data', 'configmaps', _obj('v1', 'ConfigMap', 'c1', data={'a': '1'}, immutable=True),
+           {'data': {'a': '2'}}, [('data', _FORBIDDEN, _IMMUTABLE_WHEN_SET)]),
+    Change('configmap-binary-data', 'configmaps', _obj('v1', 'ConfigMap', 'c2', immutable=True),
+           {'binaryData': {'b': 'AA=='}}, [('binaryData', _FORBIDDEN, _IMMUTABLE_WHEN_SET)]),
+    Change('configmap-mutable-again', 'configmaps', _obj('v1', 'ConfigMap', 'c3', immutable=True),
+           {'immutable': False}, [('immutable', _FORBIDDEN, _IMMUTABLE_WHEN_SET)]),
+    Change('configmap-labels', 'configmaps', _obj('v1', 'ConfigMap', 'c4', data={'a': '1'}, immutable=True),
+           {'metadata': {'labels': {'a': 'b'}}}, []),
+    Change('secret-type', 'secrets', _obj('v1', 'Secret', 's1', data={'a': 'AA=='}),
+           {'type': 'example.com/other'},
+           [('type', _INVALID, 'Invalid value: "example.com/other": field is immutable')]),
+    Change('secret-string-data', 'secrets', _obj('v1', 'Secret', 's2', data={'a': 'AA=='}, immutable=True),
+           {'stringData': {'z': 'x'}}, [('data', _FORBIDDEN, _IMMUTABLE_WHEN_SET)]),
+    Change('deployment-selector', 'apps/deployments',
+           _obj('apps/v1', 'Deployment', 'd1', spec=_WORKLOAD_SPEC),
+           {'spec': {'selector': {'matchLabels': {'app': 'a', 'x': 'y'}}}}, [(
+               'spec.selector', _INVALID,
+               'Invalid value: {"matchLabels":{"app":"a","x":"y"}}: field is immutable')]),
+    Change('deployment-replicas', 'apps/deployments',
+           _obj('apps/v1', 'Deployment', 'd2', spec=_WORKLOAD_SPEC), {'spec': {'replicas': 3}}, []),
+    Change('statefulset-service', 'apps/statefulsets', _obj('apps/v1', 'StatefulSet', 'ss1', spec={
+        **_WORKLOAD_SPEC, 'serviceName': 's'}), {'spec': {'serviceName': 't'}},
+           [('spec.serviceName', _INVALID, 'Invalid value: "t": field is immutable')]),
+    Change('statefulset-claims', 'apps/statefulsets', _obj('apps/v1', 'StatefulSet', 'ss2', spec={
+        **_WORKLOAD_SPEC, 'serviceName': 's'}), {'spec': {'volumeClaimTemplates': [
+            {'metadata': {'name': 'v'}, 'spec': _CLAIM_SPEC}]}},
+           [('spec.volumeClaimTemplates', _INVALID, 'Invalid value: [*]: field is immutable')]),
+    Change('statefulset-template', 'apps/statefulsets', _obj('apps/v1', 'StatefulSet', 'ss3', spec={
+        **_WORKLOAD_SPEC, 'serviceName': 's'}), {'spec': {'replicas': 2, 'template': {'metadata': {
+            'annotations': {'a': 'b'}}}}}, []),
+    Change('job-template', 'batch/jobs', _obj('batch/v1', 'Job', 'j1', spec={'template': {'spec': {
+        'containers': [{'name': 'c', 'image': 'x'}], 'restartPolicy': 'Never'}}}),
+           {'spec': {'template': {'metadata': {'annotations': {'a': 'b'}}}}},
+           [('spec.template', _INVALID, 'Invalid value: {*}: field is immutable')]),
+    Change('job-parallelism', 'batch/jobs', _obj('batch/v1', 'Job', 'j2', spec={'template': {'spec': {
+        'containers': [{'name': 'c', 'image': 'x'}], 'restartPolicy': 'Never'}}}),
+           {'spec': {'parallelism': 2}}, []),
+    Change('service-cluster-ip', 'services', _obj('v1', 'Service', 'svc1', spec={'ports': [{'port': 80}]}),
+           {'spec': {'clusterIP': '10.96.255.250', 'clusterIPs': ['10.96.255.250']}},
+           [('spec.clusterIPs[0]', _INVALID, 'Invalid value: ["10.96.255.250"]: may not change once set')]),
+    Change('pod-image', 'pods', _pod('p1', {'name': 'c', 'image': 'nginx'}),
+           {'spec': {'containers': [{'name': 'c', 'image': 'alpine'}]}}, []),
+    Change('pod-env', 'pods', _pod('p2', {'name': 'c', 'image': 'nginx'}),
+           {'spec': {'containers': [{'name': 'c', 'image': 'nginx', 'env': [{'name': 'A', 'value': 'b'}]}]}},
+           [('spec', _FORBIDDEN, _POD_UPDATES)]),
+    Change('pvc-modes', 'persistentvolumeclaims',
+           _obj('v1', 'PersistentVolumeClaim', 'pvc1', spec=_CLAIM_SPEC),
+           {'spec': {'accessModes': ['ReadWriteMany']}}, [('spec', _FORBIDDEN, _CLAIM_UPDATES)]),
+    Change('pvc-size-unbound', 'persistentvolumeclaims',
+           _obj('v1', 'PersistentVolumeClaim', 'pvc2', spec=_CLAIM_SPEC),
+           {'spec': {'resources': {'requests': {'storage': '2Gi'}}}}, [('spec', _FORBIDDEN, _CLAIM_UPDATES)]),
+]
+
+
+def check_change(change: Change, code: int, body: Any) -> None:
+    if not change.causes:
+        assert code == 200, body
+        return
+    causes = [(cause['field'], cause['reason'], cause['message']) for cause in body['details']['causes']]
+    assert (code, [(field, reason) for field, reason, _ in causes]) == \
+        (422, [(field, reason) for field, reason, _ in change.causes]), body
+    for (_, _, message), (_, _, pattern) in zip(causes, change.causes, strict=True):
+        regex = '.*'.join(re.escape(part) for part in pattern.split('*'))
+        assert re.fullmatch(regex, message, re.DOTALL), (message, pattern)

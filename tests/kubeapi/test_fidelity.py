@@ -691,6 +691,15 @@ def test_builtin_kind_on_creation(server: Api, ns: str, case: builtin_kinds.Case
     builtin_kinds.check(case, code, body)
 
 
+@pytest.mark.parametrize('change', builtin_kinds.CHANGES, ids=[change.id for change in builtin_kinds.CHANGES])
+def test_builtin_kinds_on_changes(server: Api, ns: str, change: builtin_kinds.Change) -> None:
+    code, created = server('POST', builtin_kinds.url(ns, change.path), change.body)
+    assert code == 201, created
+    code, body = server('PATCH', builtin_kinds.url(ns, change.path, change.body['metadata']['name']),
+                        change.patch, ctype=MERGE)
+    builtin_kinds.check_change(change, code, body)
+
+
 def test_builtin_kinds_on_updates(server: Api, ns: str) -> None:
     for case_id, change in builtin_kinds.UPDATES:
         case = next(case for case in builtin_kinds.CASES if case.id == case_id)

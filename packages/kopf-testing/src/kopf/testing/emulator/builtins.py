@@ -17,8 +17,12 @@ admission plugins), for these kinds only:
 * **conversions**: a Secret's ``stringData`` merged into its ``data`` (base64);
 * **statuses**: the initial status of a new object (e.g. a Pod ``Pending``, with its QoS class);
 * **checks**: the fields without which these kinds are invalid (422, in the servers' wording), the
-  values that do not decode (400: non-string data of ConfigMaps, non-base64 data of Secrets), and an
-  Event's namespace (its object's);
+  values that do not decode (400: non-string data of ConfigMaps, non-base64 data of Secrets), the data
+  that a Secret's type requires (e.g. ``tls.key``), and an Event's namespace (its object's);
+* **updates**: what cannot change once set (422): the data of immutable ConfigMaps and Secrets, a
+  Secret's type, the workloads' selectors, a StatefulSet's service name, pod management policy and
+  claim templates, a Job's template, a Service's cluster IP, a Pod's spec beyond its images, deadline
+  and new tolerations, a claim's spec (a bound claim's requests: 403, as no StorageClass allows it);
 * **pruning**: the unknown top-level fields of all the emulated built-in kinds (and of ``metadata``).
 
 The rest of the built-in kinds' fields are stored as given (no full Go-type validation).
@@ -487,8 +491,42 @@ def _check_event(body: Mapping[str, Any]) -> list[Cause]:
     return []
 
 
+_SECRET_KEYS = {  # the data that the secrets of these types must have
+    'kubernetes.io/tls': ('tls.crt', 'tls.key'),
+    'kubernetes.io/dockerconfigjson': ('.dockerconfigjson',),
+    'kubernetes.io/dockercfg': ('.dockercfg',),
+    'kubernetes.io/ssh-auth': ('ssh-privatekey',),
+}
+
+
+_DOCKER_CONFIGS = {'kubernetes.io/dockerconfigjson': '.dockerconfigjson',
+                   'kubernetes.io/dockercfg': '.dockercfg'}
+
+
+def _check_secret(body: Mapping[str, Any]) -> list[Cause]:
+    """The data (or the annotation) that a secret's type requires; its contents never shown."""
+    kind, data = str(body.get('type')), _mapping(body.get('data'))
+    required = list(_SECRET_KEYS.get(kind, ()))
+    if kind == 'kubernetes.io/basic-auth' and 'username' not in data and 'password' not in data:
+        required += ['username', 'password']
+    causes = [Cause(f'data[{key}]', 'Required value', 'FieldValueRequired')
+              for key in required if key not in data]
+    annotations = _mapping(_mapping(body.get('metadata')).get('annotations'))
+    account = 'kubernetes.io/service-account.name'
+    if kind == 'kubernetes.io/service-account-token' and account not in annotations:
+        causes.append(Cause(f'metadata.annotations[{account}]', 'Required value', 'FieldValueRequired'))
+    key = _DOCKER_CONFIGS.get(kind)
+    if key is not None and isinstance(data.get(key), str):
+        try:
+            json.loads(base64.b64decode(data[key]))
+        except ValueError as e:
+            causes.append(Cause(f'data[{key}]', f'Invalid value: "<secret contents redacted>": {e}'))
+    return causes
+
+
 _CHECKS: Mapping[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = {
     ('', 'events'): _check_event,
+    ('', 'secrets'): _check_secret,
     ('', 'pods'): _check_pod,
     ('', 'services'): _check_service,
     ('apps', 'deployments'): _check_workload,
@@ -498,3 +536,139 @@ _CHECKS: Mapping[tuple[str, str], Callable[[Mapping[str, Any]], list[Cause]]] = 
     ('batch', 'jobs'): _check_job,
 }
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# Updates: what real servers do not let change once set (422, in their wording).
+
+_POD_UPDATES = ('Forbidden: pod updates may not change fields other than `spec.containers[*].image`,'
+                '`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only '
+                'additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set '
+                'to 1 if it was previously negative)')
+_CLAIM_UPDATES = ('Forbidden: spec is immutable after creation except resources.requests and '
+                  'volumeAttributesClassName for bound claims')
+_IMMUTABLE_WHEN_SET = 'Forbidden: field is immutable when `immutable` is set'
+
+
+def validate_update(plural: str, group: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    """The changes that real servers refuse in an update of an object (after its defaults)."""
+    check = _UPDATE_CHECKS.get((group, plural))
+    return check(new, old) if check is not None else []
+
+
+def _go_json(value: Any) -> str:
+    return json.dumps(value, separators=(',', ':'))
+
+
+def _immutable(field: str, new: Any, old: Any, shown: Any = None) -> list[Cause]:
+    if new == old:
+        return []
+    return [Cause(field, f'Invalid value: {_go_json(new if shown is None else shown)}: field is immutable')]
+
+
+def _check_data_update(new: Mapping[str, Any], old: Mapping[str, Any],
+                       fields: tuple[str, ...]) -> list[Cause]:
+    if old.get('immutable') is not True:
+        return []
+    causes = [Cause(field, _IMMUTABLE_WHEN_SET, 'FieldValueForbidden') for field in fields
+              if (new.get(field) or {}) != (old.get(field) or {})]
+    if new.get('immutable') is not True:
+        causes.append(Cause('immutable', _IMMUTABLE_WHEN_SET, 'FieldValueForbidden'))
+    return causes
+
+
+def _check_secret_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    return [*_immutable('type', new.get('type'), old.get('type')), *_check_data_update(new, old, ('data',))]
+
+
+def _selector(value: Any) -> Any:
+    """A label selector as Go's JSON shows it: matchLabels, then matchExpressions."""
+    selector = _mapping(value)
+    shown: dict[str, Any] = {}
+    if selector.get('matchLabels'):
+        shown['matchLabels'] = selector['matchLabels']
+    if selector.get('matchExpressions'):
+        shown['matchExpressions'] = [
+            {key: requirement[key] for key in ('key', 'operator', 'values') if key in requirement}
+            for requirement in selector['matchExpressions'] if isinstance(requirement, dict)]
+    return shown
+
+
+def _check_workload_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    selector = _selector(_mapping(new.get('spec')).get('selector'))
+    return _immutable('spec.selector', selector, _selector(_mapping(old.get('spec')).get('selector')))
+
+
+def _check_stateful_set_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    new_spec, old_spec = _mapping(new.get('spec')), _mapping(old.get('spec'))
+    causes = _check_workload_update(new, old)
+    for field in ('serviceName', 'podManagementPolicy', 'volumeClaimTemplates'):
+        causes.extend(_immutable(f'spec.{field}', new_spec.get(field), old_spec.get(field)))
+    return causes
+
+
+def _check_job_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    new_spec, old_spec = _mapping(new.get('spec')), _mapping(old.get('spec'))
+    return [*_check_workload_update(new, old),
+            *_immutable('spec.template', new_spec.get('template'), old_spec.get('template'))]
+
+
+def _check_service_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    new_ips = _mapping(new.get('spec')).get('clusterIPs') or []
+    old_ips = _mapping(old.get('spec')).get('clusterIPs') or []
+    if old_ips and new_ips and new_ips[0] != old_ips[0] and old_ips[0] != 'None':
+        return [Cause('spec.clusterIPs[0]', f'Invalid value: {_go_json(new_ips)}: may not change once set')]
+    return []
+
+
+def _check_pod_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    """Only the images, the deadline and new tolerations may change (the diff is not in the message)."""
+    new_spec, old_spec = dict(_mapping(new.get('spec'))), dict(_mapping(old.get('spec')))
+    for field in ('containers', 'initContainers'):  # the images may change: compared as the old ones
+        items, old_items = new_spec.get(field), old_spec.get(field)
+        if isinstance(items, list) and isinstance(old_items, list) and len(items) == len(old_items):
+            new_spec[field] = [{**item, 'image': _mapping(old_item).get('image')} if isinstance(item, dict)
+                               else item for item, old_item in zip(items, old_items, strict=True)]
+    tolerations, old_tolerations = new_spec.get('tolerations') or [], old_spec.get('tolerations') or []
+    if isinstance(tolerations, list) and tolerations[:len(old_tolerations)] == old_tolerations:
+        new_spec['tolerations'] = old_spec.get('tolerations')  # only additions: allowed
+    for spec in (new_spec, old_spec):
+        spec.pop('activeDeadlineSeconds', None)
+        if spec.get('tolerations') is None:
+            spec.pop('tolerations', None)
+    return [] if new_spec == old_spec else [Cause('spec', _POD_UPDATES, 'FieldValueForbidden')]
+
+
+def _check_claim_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> list[Cause]:
+    new_spec, old_spec = dict(_mapping(new.get('spec'))), dict(_mapping(old.get('spec')))
+    if _mapping(old.get('status')).get('phase') == 'Bound':  # the requests & class may change then
+        for spec in (new_spec, old_spec):
+            spec.pop('volumeAttributesClassName', None)
+            spec['resources'] = {**_mapping(spec.get('resources')), 'requests': None}
+    return [] if new_spec == old_spec else [Cause('spec', _CLAIM_UPDATES, 'FieldValueForbidden')]
+
+
+def forbidden_update(plural: str, group: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
+    """Why the default admission plugins refuse a valid update (403), if they do."""
+    if (group, plural) == ('', 'persistentvolumeclaims'):
+        requests = _mapping(_mapping(_mapping(new.get('spec')).get('resources')).get('requests'))
+        old_requests = _mapping(_mapping(_mapping(old.get('spec')).get('resources')).get('requests'))
+        if requests != old_requests:  # the emulator serves no StorageClasses, so none allows the expansion
+            return ('only dynamically provisioned pvc can be resized and the storageclass that provisions '
+                    'the pvc must support resize')
+    return None
+
+
+_UpdateCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], list[Cause]]
+_UPDATE_CHECKS: Mapping[tuple[str, str], _UpdateCheck] = {
+    ('', 'configmaps'): lambda new, old: _check_data_update(new, old, ('data', 'binaryData')),
+    ('', 'secrets'): _check_secret_update,
+    ('', 'services'): _check_service_update,
+    ('', 'pods'): _check_pod_update,
+    ('', 'persistentvolumeclaims'): _check_claim_update,
+    ('apps', 'deployments'): _check_workload_update,
+    ('apps', 'daemonsets'): _check_workload_update,
+    ('apps', 'replicasets'): _check_workload_update,
+    ('apps', 'statefulsets'): _check_stateful_set_update,
+    ('batch', 'jobs'): _check_job_update,
+}

@@ -620,6 +620,7 @@ class Operations:
             causes.extend(schemas.validate(result, info.schema, old=old))
         elif not info.custom:
             causes.extend(builtins.validate(info.plural, info.group, result))
+            causes.extend(builtins.validate_update(info.plural, info.group, result, old))
         if old_metadata.get('deletionTimestamp'):
             added = [
                 f for f in metadata.get('finalizers') or [] if f not in (old_metadata.get('finalizers') or [])
@@ -635,6 +636,9 @@ class Operations:
                 )
         if causes:
             raise errors.invalid(info.kind, info.group, name, causes)
+        explanation = None if info.custom else builtins.forbidden_update(info.plural, info.group, result, old)
+        if explanation is not None:
+            raise errors.forbidden(info.plural, info.group, name, explanation)
         if info.storage_key == CUSTOM_RESOURCE_DEFINITIONS.storage_key:
             self._crd_resources(result)
             result = _established_crd(result)
