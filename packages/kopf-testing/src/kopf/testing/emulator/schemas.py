@@ -44,7 +44,7 @@ import itertools
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from kopf.testing.emulator.errors import Cause
@@ -541,13 +541,21 @@ def _find_duplicates(value: Any, schema: Mapping[str, Any], path: Path,
             for index, item in enumerate(value):
                 _find_duplicates(item, items, (*path, index), problems)
     elif isinstance(value, dict):
-        properties = schema.get('properties')
-        properties = properties if isinstance(properties, dict) else {}
-        additional = schema.get('additionalProperties')
-        for key, item in value.items():
-            subschema = properties.get(key, additional)
-            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS) and _traits(subschema).lists:
+        for key, item, subschema, _ in _fields(value, schema, path):
+            if _traits(subschema).lists:
                 _find_duplicates(item, subschema, (*path, key), problems)
+
+
+def _fields(value: Mapping[str, Any], schema: Mapping[str, Any],
+            path: Path) -> Iterator[tuple[str, Any, Mapping[str, Any], bool]]:
+    """An object's fields with their schemas, and whether each is a property (or an entry of a map)."""
+    properties = schema.get('properties')
+    properties = properties if isinstance(properties, dict) else {}
+    additional = schema.get('additionalProperties')
+    for key, item in value.items():
+        subschema = properties.get(key, additional)
+        if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS):
+            yield key, item, subschema, key in properties
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -609,14 +617,10 @@ def _check_rules(value: Any, schema: Mapping[str, Any], path: Path, problems: li
                 if cause is not None:
                     problems.append((path, cause))
     if isinstance(value, dict):
-        properties = schema.get('properties')
-        properties = properties if isinstance(properties, dict) else {}
-        additional = schema.get('additionalProperties')
-        for key, item in value.items():
-            subschema = properties.get(key, additional)
-            if isinstance(subschema, dict) and (path or key not in _ROOT_FIELDS) and _traits(subschema).rules:
+        for key, item, subschema, declared in _fields(value, schema, path):
+            if _traits(subschema).rules:
                 old_item = old.get(key, _ABSENT) if isinstance(old, dict) else _ABSENT
-                step: str | tuple[str] = key if key in properties else (key,)  # a map's key: "[key]"
+                step: str | tuple[str] = key if declared else (key,)  # a map's key: "[key]"
                 _check_rules(item, subschema, (*path, step), problems, old=old_item)
     elif isinstance(value, list) and isinstance(schema.get('items'), dict) and _traits(schema['items']).rules:
         olds = _correlated(old, schema)
