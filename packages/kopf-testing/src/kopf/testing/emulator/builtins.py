@@ -97,6 +97,14 @@ _FIELDS: dict[tuple[str, str], frozenset[str]] = {
 _ROOT = frozenset({'apiVersion', 'kind', 'metadata'})
 
 
+_KNOWN = {key: fields | _ROOT for key, fields in _FIELDS.items()}
+
+
+def top_fields(group: str, plural: str) -> frozenset[str] | None:
+    """The kind's top-level fields (incl. apiVersion, kind, metadata), if known here."""
+    return _KNOWN.get((group, plural))
+
+
 def prune(plural: str, group: str, body: Body) -> tuple[Body, list[str]]:
     """
     The object with its kind's top-level fields and ObjectMeta's only, and the others' paths.
@@ -104,7 +112,7 @@ def prune(plural: str, group: str, body: Body) -> tuple[Body, list[str]]:
     As real servers decode the built-in kinds: the unknown fields in the order of the body (the
     kinds' deeper fields are not checked here).
     """
-    fields = _FIELDS.get((group, plural))
+    known = _KNOWN.get((group, plural))
     unknown: list[str] = []
     result: Body | None = None
     for key, value in body.items():
@@ -113,7 +121,7 @@ def prune(plural: str, group: str, body: Body) -> tuple[Body, list[str]]:
             if metadata is not value:
                 result = dict(body) if result is None else result
                 result['metadata'] = metadata
-        elif fields is not None and key not in _ROOT and key not in fields:
+        elif known is not None and key not in known:
             unknown.append(key)
             result = dict(body) if result is None else result
             del result[key]
@@ -483,8 +491,9 @@ def _check_service(body: Mapping[str, Any]) -> list[Cause]:
 
 def _check_event(body: Mapping[str, Any]) -> list[Cause]:
     """The namespaces of an event and of its object agree (a cluster object's events in "default" or none)."""
-    involved = _mapping(body.get('involvedObject')).get('namespace') or ''
-    namespace = _mapping(body.get('metadata')).get('namespace') or ''
+    involved_object, metadata = body.get('involvedObject'), body.get('metadata')
+    involved = (involved_object.get('namespace') if isinstance(involved_object, dict) else None) or ''
+    namespace = (metadata.get('namespace') if isinstance(metadata, dict) else None) or ''
     if (involved or namespace not in ('', 'default')) and involved != namespace:
         return [Cause('involvedObject.namespace', f'Invalid value: {json.dumps(involved)}: does not match '
                                                   'event.namespace')]

@@ -134,8 +134,7 @@ class Operations:
         warnings: list[str] = []
         try:
             body = self._check_new_body(info, body)
-            # If plain, nothing to prune (the general path would return the body as it is).
-            if not (info.plain and (body.get('metadata') or {}).keys() <= validation.PLAIN_META):
+            if not info.prunes_nothing_in(body):  # else, the general path would return the body as it is
                 body = self._structural(info, body, field_validation, warnings)
             if not info.custom:
                 body = self._defaulted(info, body, None)
@@ -223,10 +222,10 @@ class Operations:
         A custom object by its CRD's schema (also defaulted, see :mod:`schemas`), a built-in one by its
         kind's top-level fields (see :mod:`builtins`), both of ObjectMeta's fields in ``metadata``.
         """
-        metadata = body.get('metadata')
         original = body
         if info.custom:
             unknown: list[str] = []
+            metadata = body.get('metadata')
             if isinstance(metadata, dict):
                 pruned = validation.prune_metadata(metadata, unknown)
                 body = body if pruned is metadata else {**body, 'metadata': pruned}
@@ -506,8 +505,7 @@ class Operations:
         warnings: list[str] = []
         try:
             if isinstance(new_body, dict):
-                # If plain, nothing to prune (the general path would return the body as it is).
-                if not (info.plain and (new_body.get('metadata') or {}).keys() <= validation.PLAIN_META):
+                if not info.prunes_nothing_in(new_body):  # else, the general path would return it as it is
                     new_body = self._structural(info, new_body, field_validation, warnings, patched=patched)
                 if not info.custom and subresource is None:
                     new_body = self._defaulted(info, new_body, current.body)

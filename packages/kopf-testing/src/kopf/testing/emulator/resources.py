@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kopf.testing.emulator import schemachecks, schemas
+from kopf.testing.emulator import builtins, schemachecks, schemas
 from kopf.testing.emulator.errors import Cause
-from kopf.testing.emulator.validation import NameRule
+from kopf.testing.emulator.validation import PLAIN_META, NameRule
 
 StorageKey = tuple[str, str]  # (group, plural)
 
@@ -43,11 +43,13 @@ class ResourceInfo:
     printer_columns: tuple[Mapping[str, Any], ...] = ()
     # The CRD version's openAPIV3Schema, if it does anything (see schemas.effective); not compared.
     schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)
-    # A custom resource without a schema: its objects' writes are pruned of unknown metadata fields only.
-    plain: bool = dataclasses.field(init=False, compare=False, repr=False)
+    # A built-in kind's top-level fields (the others are pruned, see builtins.prune); None: any.
+    top_fields: frozenset[str] | None = dataclasses.field(default=None, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, 'plain', self.custom and self.schema is None)
+    def prunes_nothing_in(self, body: Mapping[str, Any]) -> bool:
+        """Whether writing the object prunes nothing (a quick look; the pruning itself would tell so too)."""
+        return (self.schema is None and (self.top_fields is None or body.keys() <= self.top_fields)
+                and (body.get('metadata') or {}).keys() <= PLAIN_META)
 
     @property
     def api_version(self) -> str:
@@ -127,6 +129,7 @@ def _builtin(
         name_rule=name_rule,
         selectable_fields=selectable_fields,
         has_generation=has_generation,
+        top_fields=builtins.top_fields(group, plural),
     )
 
 
