@@ -38,7 +38,7 @@ from typing import Any
 
 from kopf.testing.emulator import selectors
 from kopf.testing.emulator.errors import Cause, undecodable
-from kopf.testing.emulator.validation import json_type_name, prune_metadata
+from kopf.testing.emulator.validation import go_value, json_type_name, prune_metadata
 
 Body = dict[str, Any]
 
@@ -565,14 +565,11 @@ def validate_update(plural: str, group: str, new: Mapping[str, Any], old: Mappin
     return check(new, old) if check is not None else []
 
 
-def _go_json(value: Any) -> str:
-    return json.dumps(value, separators=(',', ':'))
-
 
 def _immutable(field: str, new: Any, old: Any, shown: Any = None) -> list[Cause]:
     if new == old:
         return []
-    return [Cause(field, f'Invalid value: {_go_json(new if shown is None else shown)}: field is immutable')]
+    return [Cause(field, f'Invalid value: {go_value(new if shown is None else shown)}: field is immutable')]
 
 
 def _check_data_update(new: Mapping[str, Any], old: Mapping[str, Any],
@@ -626,7 +623,7 @@ def _check_service_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> lis
     new_ips = _mapping(new.get('spec')).get('clusterIPs') or []
     old_ips = _mapping(old.get('spec')).get('clusterIPs') or []
     if old_ips and new_ips and new_ips[0] != old_ips[0] and old_ips[0] != 'None':
-        return [Cause('spec.clusterIPs[0]', f'Invalid value: {_go_json(new_ips)}: may not change once set')]
+        return [Cause('spec.clusterIPs[0]', f'Invalid value: {go_value(new_ips)}: may not change once set')]
     return []
 
 

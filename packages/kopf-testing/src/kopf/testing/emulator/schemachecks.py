@@ -22,6 +22,7 @@ from typing import Any
 
 from kopf.testing.emulator import schemas
 from kopf.testing.emulator.errors import Cause
+from kopf.testing.emulator.validation import go_value
 
 _TYPES = ('array', 'boolean', 'integer', 'number', 'object', 'string')
 _SUPPORTED_TYPES = ', '.join(f'"{name}"' for name in _TYPES)
@@ -185,14 +186,14 @@ def _check_default(value: Any, schema: Mapping[str, Any], field: str, found: lis
         return
     _, unknown = schemas.prune_and_default({'v': value}, {'type': 'object', 'properties': {'v': schema}})
     if unknown:
-        found.append(Cause(field, f'Invalid value: {_go_json(value)}: must not have unknown fields'))
+        found.append(Cause(field, f'Invalid value: {go_value(value)}: must not have unknown fields'))
     for cause in schemas.validate_value(value, schema):
         cause.field = f'{field}.{cause.field}' if cause.field else field
         found.append(cause)
 
 
 def _invalid(field: str, value: Any, why: str) -> Cause:
-    return Cause(field, f'Invalid value: {_go_json(value)}: {why}')
+    return Cause(field, f'Invalid value: {go_value(value)}: {why}')
 
 
 def _required(field: str, why: str) -> Cause:
@@ -207,5 +208,3 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _go_json(value: Any) -> str:
-    return json.dumps(value, separators=(',', ':'))

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from kopf.testing.emulator.errors import Cause
+from kopf.testing.emulator.validation import go_value
 
 FIELD_VALIDATION_MODES = ('', 'Ignore', 'Strict', 'Warn')
 
@@ -243,13 +244,6 @@ def _json_type(value: Any) -> str:
     return 'object'
 
 
-def _go(value: Any) -> str:
-    """A value as Go's validation messages print it: JSON-like, numbers as Go formats them."""
-    if isinstance(value, float) and not isinstance(value, bool):
-        return repr(value) if not value.is_integer() else str(int(value))
-    return json.dumps(value, separators=(',', ':'))
-
-
 def _validate(value: Any, schema: Mapping[str, Any], path: Path,
               problems: list[tuple[Path, Cause]], relative_to: int = 0) -> None:
     field = _field(path)
@@ -280,8 +274,9 @@ def _validate(value: Any, schema: Mapping[str, Any], path: Path,
 
     enum = schema.get('enum')
     if isinstance(enum, list) and not any(_json_equal(value, option) for option in enum):
-        supported = ', '.join(_go(option) for option in enum)
-        problem(f'Unsupported value: {_go(value)}: supported values: {supported}', 'FieldValueNotSupported')
+        supported = ', '.join(go_value(option) for option in enum)
+        problem(f'Unsupported value: {go_value(value)}: supported values: {supported}',
+                'FieldValueNotSupported')
 
     if isinstance(value, str):
         _validate_string(value, schema, name, problem)
@@ -338,12 +333,13 @@ def _validate_string(value: str, schema: Mapping[str, Any], name: str, problem: 
     if isinstance(max_length, int) and len(value) > max_length:  # like real servers: the first of these only
         problem(f'Too long: may not be more than {max_length} bytes', 'FieldValueTooLong')
     elif isinstance(min_length, int) and len(value) < min_length:
-        problem(f'Invalid value: {_go(value)}: {name} in body should be at least {min_length} chars long')
+        problem(f'Invalid value: {go_value(value)}: {name} in body should be at least {min_length} '
+                'chars long')
     elif isinstance(pattern, str) and not _matches(pattern, value):
-        problem(f"Invalid value: {_go(value)}: {name} in body should match '{pattern}'")
+        problem(f"Invalid value: {go_value(value)}: {name} in body should match '{pattern}'")
     fmt = schema.get('format')
     if fmt in _STRING_FORMATS and not _STRING_FORMATS[fmt](value):
-        problem(f'Invalid value: {_go(value)}: {name} in body must be of type {fmt}: {_go(value)}',
+        problem(f'Invalid value: {go_value(value)}: {name} in body must be of type {fmt}: {go_value(value)}',
                 'FieldValueTypeInvalid')
 
 
@@ -356,26 +352,26 @@ def _matches(pattern: str, value: str) -> bool:
 
 def _validate_number(value: float, schema: Mapping[str, Any], name: str, problem: Any) -> None:
     minimum, maximum, factor = schema.get('minimum'), schema.get('maximum'), schema.get('multipleOf')
-    shown = _go(value)
+    shown = go_value(value)
     where = f'Invalid value: {shown}: {name} in body'
     if isinstance(factor, (int, float)) and not isinstance(factor, bool):
         if isinstance(value, int) and isinstance(factor, float):
             factor = int(factor)  # like real servers: an integer's factor is truncated (0.5 becomes 0)
         if factor <= 0:
             problem(f'Invalid value: {shown}: factor MultipleOf declared for {name} must be positive: '
-                    f'{_go(factor)}')
+                    f'{go_value(factor)}')
         elif not _is_multiple(value, factor):
-            problem(f'{where} should be a multiple of {_go(factor)}')
+            problem(f'{where} should be a multiple of {go_value(factor)}')
     if isinstance(minimum, (int, float)) and not isinstance(minimum, bool):
         if schema.get('exclusiveMinimum') is True and value <= minimum:
-            problem(f'{where} should be greater than {_go(minimum)}')
+            problem(f'{where} should be greater than {go_value(minimum)}')
         elif value < minimum:
-            problem(f'{where} should be greater than or equal to {_go(minimum)}')
+            problem(f'{where} should be greater than or equal to {go_value(minimum)}')
     if isinstance(maximum, (int, float)) and not isinstance(maximum, bool):
         if schema.get('exclusiveMaximum') is True and value >= maximum:
-            problem(f'{where} should be less than {_go(maximum)}')
+            problem(f'{where} should be less than {go_value(maximum)}')
         elif value > maximum:
-            problem(f'{where} should be less than or equal to {_go(maximum)}')
+            problem(f'{where} should be less than or equal to {go_value(maximum)}')
     fmt = schema.get('format')
     limits = _INT32 if fmt == 'int32' else _INT64 if fmt == 'int64' else None
     if limits is not None and isinstance(value, int) and not limits[0] <= value <= limits[1]:
@@ -531,7 +527,7 @@ def _find_duplicates(value: Any, schema: Mapping[str, Any], path: Path,
                 text = json.dumps(item, sort_keys=True, separators=(',', ':'))
                 if text in seen and text not in reported:
                     reported.add(text)
-                    shown = _go(item) if not isinstance(item, dict) else text
+                    shown = go_value(item) if not isinstance(item, dict) else text
                     at = (*path, index)
                     cause = Cause(_field(at), f'Duplicate value: {shown}', 'FieldValueDuplicate')
                     problems.append((at, cause))
@@ -680,5 +676,5 @@ def _check_rule(value: Any, rule: Mapping[str, Any], path: Path, activation: dic
     reason = str(rule.get('reason') or 'FieldValueInvalid')
     if reason in _REASON_PREFIXES:
         return Cause(field, f'{_REASON_PREFIXES[reason]}: {message}', reason)
-    shown = f'{_go(value)}: ' if not isinstance(value, (dict, list)) else ''
+    shown = f'{go_value(value)}: ' if not isinstance(value, (dict, list)) else ''
     return Cause(field, f'Invalid value: {shown}{message}', reason)

@@ -6,6 +6,7 @@ the emulator does not validate resource-specific schemas, so that operators can 
 custom object. The messages follow the wording of real API servers.
 """
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -46,6 +47,13 @@ _LABEL_VALUE_MESSAGE = (
     "regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
 )
 _MAX_ANNOTATIONS_SIZE = 256 * 1024
+
+
+def go_value(value: Any) -> str:
+    """A value as Go's validation messages print it: JSON, compact; a top-level number as Go formats it."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        return repr(value) if not value.is_integer() else str(int(value))
+    return json.dumps(value, separators=(',', ':'))
 
 
 def _quote(value: Any) -> str:
